@@ -1,0 +1,405 @@
+"""The ``chunkproof`` command line (SPEC CLI): parse, dispatch, print, and exit with the
+contract's status (0 holds, 1 violated, 2 bad input, 3 unknown or incomplete)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from chunkproof.checker.progress import Progress
+from chunkproof.checker.properties import PROPERTIES, parse_property_ids
+from chunkproof.checker.ranges import SMALL_GRID, Ranges, parse_drop, parse_int_set
+from chunkproof.checker.report import (
+    exit_status,
+    exploration_verdicts,
+    render_table,
+    verdicts_document,
+)
+from chunkproof.checker.search import explore
+from chunkproof.checker.traces import violates
+from chunkproof.model.budget import Adversarial
+from chunkproof.model.builtin import ALIASES, builtin_policies
+from chunkproof.model.config import Config
+from chunkproof.model.counterexample import Counterexample, replay_steps
+from chunkproof.model.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_UNKNOWN,
+    EXIT_VIOLATED,
+    ChunkproofError,
+)
+from chunkproof.model.loading import resolve_policy
+from chunkproof.model.policy import Policy
+from chunkproof.model.trajectory import run
+
+DEFAULT_OUT = Path("chunkproof-out")
+MAX_CELLS = 300_000_000
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the contract's one-line error and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"chunkproof: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be positive")
+    return value
+
+
+def _natural(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
+    return value
+
+
+def _add_ranges(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("ranges (default: the small exhaustive grid)")
+    g.add_argument("--block", help="block sizes B, e.g. 4,8,16 or 16-64")
+    g.add_argument("--lookahead", help="lookaheads L, e.g. 0-8")
+    g.add_argument("--prompt", help="prompt lengths T = P, e.g. 1-48")
+    g.add_argument("--max-sched", help="max scheduled tokens M, e.g. 1-32")
+    g.add_argument("--budget", help="narrow the per-step budgets to lo-hi within 1..M")
+    g.add_argument("--drop", help="EAGLE block drop: off, on or both")
+    g.add_argument("--threshold", help="long-prefill thresholds theta, e.g. 0,16")
+    g.add_argument("--hash-block", help="hash block sizes H (each must divide B)")
+    g.add_argument(
+        "--property",
+        help=f"properties to check, e.g. P1,P3 (default all of {','.join(PROPERTIES)})",
+    )
+    g.add_argument(
+        "--window",
+        choices=("relaxed", "strict"),
+        default="relaxed",
+        help="form of P5 (default relaxed)",
+    )
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"folder for counterexample files (default {DEFAULT_OUT})",
+    )
+    p.add_argument(
+        "--jobs",
+        type=_positive,
+        default=os.cpu_count() or 1,
+        help="worker processes (default: the number of CPUs)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="chunkproof",
+        description="Formal model and exhaustive checker of "
+        "vLLM's prefill chunk split (Mamba align) and MTP lookahead reservation.",
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+
+    p = sub.add_parser("policies", help="list the built-in policies")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("trace", help="the chunks one request gets under given budgets")
+    p.add_argument("policy", metavar="POLICY")
+    p.add_argument("--block", type=_positive, required=True)
+    p.add_argument("--lookahead", type=_natural, default=0)
+    p.add_argument("--prompt", type=_positive, required=True)
+    p.add_argument("--tokens", type=_positive, help="num_tokens T (default: the prompt)")
+    budgets = p.add_mutually_exclusive_group()
+    budgets.add_argument("--budget", type=_positive, help="const(b)")
+    budgets.add_argument("--budgets", help="b1,b2,...: one per step, the last repeats")
+    p.add_argument("--drop", action="store_true", help="EAGLE block drop on")
+    p.add_argument("--max-sched", type=_positive, help="M (default: the largest budget)")
+    p.add_argument("--threshold", type=_natural, default=0)
+    p.add_argument("--hash-block", type=_positive)
+    p.add_argument("--hash-lookahead", type=_natural, default=0, help="L_h (0.33)")
+    p.add_argument("--start", type=_natural, default=0, help="admission start c0")
+    p.add_argument("--json", action="store_true")
+
+    for name, text in (
+        ("explore", "exhaustively explore a grid of small configurations"),
+        ("check", "check a policy (default vllm-latest); one row per property"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument(
+            "policy",
+            metavar="POLICY",
+            nargs="?" if name == "check" else None,
+            default="vllm-latest" if name == "check" else None,
+        )
+        _add_ranges(p)
+        _add_run_options(p)
+
+    p = sub.add_parser("replay", help="re-run a counterexample file")
+    p.add_argument("file", type=Path, metavar="FILE")
+    p.add_argument("--policy", help="replay on this policy instead of the recorded one")
+    p.add_argument("--json", action="store_true")
+
+    for name in ("prove", "conform", "compare", "repro", "show"):
+        p = sub.add_parser(name, help="not available yet", add_help=True)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = _HANDLERS.get(args.command, _not_yet)
+    try:
+        return handler(args)
+    except ChunkproofError as exc:
+        print(f"chunkproof: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("chunkproof: interrupted", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except BrokenPipeError:
+        # The reader of our output went away (`| head`): not an error of ours.
+        sys.stderr.close()
+        return EXIT_OK
+
+
+def _not_yet(args: argparse.Namespace) -> int:
+    print(
+        f"chunkproof: error: `{args.command}` is not available in this version yet", file=sys.stderr
+    )
+    return EXIT_UNKNOWN
+
+
+def _emit(document: dict[str, Any]) -> None:
+    print(json.dumps(document, indent=2))
+
+
+# -- policies -----------------------------------------------------------------------------------
+
+
+def _cmd_policies(args: argparse.Namespace) -> int:
+    rows: list[dict[str, Any]] = [
+        {
+            "name": p.name,
+            "split": p.split_variant,
+            "reservation": p.reservation_variant,
+            "composition": p.composition,
+            "releases": list(p.releases),
+            "summary": p.summary,
+        }
+        for p in builtin_policies()
+    ]
+    if args.json:
+        _emit({"policies": rows, "aliases": ALIASES})
+        return EXIT_OK
+    for row in rows:
+        releases = ", ".join(row["releases"]) or "(proposed)"
+        print(
+            f"{row['name']:<20} {row['split']:<10} {row['reservation'] or '-':<13} "
+            f"{row['composition']:<4} {releases}"
+        )
+    for alias, target in ALIASES.items():
+        print(f"{alias:<20} alias of {target}")
+    return EXIT_OK
+
+
+# -- trace --------------------------------------------------------------------------------------
+
+
+def _cmd_trace(args: argparse.Namespace) -> int:
+    policy = resolve_policy(args.policy)
+    if args.budgets is not None:
+        budgets = list(_budget_list(args.budgets))
+    elif args.budget is not None:
+        budgets = [args.budget]
+    elif args.max_sched is not None:
+        budgets = [args.max_sched]
+    else:
+        raise ChunkproofError("trace needs --budget, --budgets or --max-sched")
+    cfg = Config(
+        block=args.block,
+        prompt=args.prompt,
+        tokens=args.tokens or 0,
+        max_sched=args.max_sched or max(budgets),
+        lookahead=args.lookahead,
+        threshold=args.threshold,
+        hash_block=args.hash_block or 0,
+        drop=args.drop,
+        hash_lookahead=args.hash_lookahead,
+        start=args.start,
+    )
+    if max(budgets) > cfg.max_sched:
+        raise ChunkproofError(f"a budget of {max(budgets)} exceeds --max-sched {cfg.max_sched}")
+    trajectory = run(policy, cfg, budgets)
+    refused = policy.accepts(cfg)
+    if args.json:
+        _emit(
+            {
+                "policy": policy.name,
+                "config": cfg.to_dict(),
+                "chunks": trajectory.chunks,
+                "ends": trajectory.ends,
+                "outcome": trajectory.outcome,
+                "stuck_at": trajectory.stuck_at,
+                "steps": [s.to_dict() for s in trajectory.steps],
+                "accepted": refused is None,
+                "refused_because": refused,
+            }
+        )
+        return EXIT_OK
+    print(
+        f"{policy.name}: B={cfg.block} L={cfg.lookahead} P={cfg.prompt} T={cfg.T} "
+        f"E={cfg.prefill_end} M={cfg.max_sched} theta={cfg.threshold} "
+        f"D={'on' if cfg.drop else 'off'} c0={cfg.start}"
+    )
+    if refused:
+        print(f"note: this release refuses the configuration ({refused})")
+    print(f"{'c':>6} {'budget':>6} {'n':>6} {'split':>6} {'reserve':>7} {'chunk':>6} {'end':>6}")
+    for s in trajectory.steps:
+        print(
+            f"{s.c:>6} {s.budget:>6} {s.n:>6} {s.split:>6} {s.reservation:>7} {s.chunk:>6} "
+            f"{s.end if s.chunk else '-':>6}"
+        )
+    print(f"ends: {', '.join(map(str, trajectory.ends)) or '(none)'}")
+    if trajectory.finished:
+        print(f"finished in {len(trajectory.steps)} steps")
+    else:
+        print(f"stuck at c={trajectory.stuck_at}: every step yields 0")
+    return EXIT_OK
+
+
+def _budget_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ChunkproofError(f"--budgets: cannot read {text!r} (use 16,16,8)") from None
+    if not values or min(values) < 1:
+        raise ChunkproofError("--budgets must list positive integers")
+    return values
+
+
+# -- explore / check ----------------------------------------------------------------------------
+
+
+def _ranges(args: argparse.Namespace) -> Ranges:
+    changes: dict[str, Any] = {}
+    for name in ("block", "lookahead", "prompt", "max_sched", "threshold", "hash_block"):
+        text = getattr(args, name)
+        if text is not None:
+            changes[name] = parse_int_set(text, "--" + name.replace("_", "-"))
+    if args.drop is not None:
+        changes["drop"] = parse_drop(args.drop)
+    if args.budget is not None:
+        values = parse_int_set(args.budget, "--budget")
+        changes["budget"] = (values[0], values[-1])
+    ranges = SMALL_GRID.narrowed(**changes)
+    cells = ranges.cells()
+    if cells == 0:
+        raise ChunkproofError("the ranges contain no valid configuration (is L > T everywhere?)")
+    if cells > MAX_CELLS:
+        raise ChunkproofError(
+            f"the grid has about {cells:.2g} (state, budget) cells; the "
+            f"explorer enumerates at most {MAX_CELLS:.0e}: narrow the ranges"
+        )
+    return ranges
+
+
+def _properties(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.property is None:
+        return tuple(PROPERTIES)
+    try:
+        return parse_property_ids(args.property)
+    except ValueError as exc:
+        raise ChunkproofError(f"--property: {exc}") from None
+
+
+def _cmd_explore(args: argparse.Namespace) -> int:
+    policy = resolve_policy(args.policy)
+    ranges, wanted = _ranges(args), _properties(args)
+    progress = Progress(f"exploring {policy.name}")
+    exploration = explore(policy, ranges, wanted, args.window, args.jobs, progress.tick)
+    progress.close()
+    verdicts = exploration_verdicts(exploration, args.out)
+    tally = exploration.tally
+    explored = {
+        "configs": tally.configs,
+        "states": tally.states,
+        "transitions": tally.transitions,
+        "seconds": round(progress.elapsed, 3),
+    }
+    if args.json:
+        _emit(verdicts_document(policy, verdicts, {"explored": explored}))
+    else:
+        print(_header(args.command, policy, exploration.ranges, explored))
+        print(render_table(verdicts))
+    return exit_status(verdicts)
+
+
+def _header(command: str, policy: Policy, ranges: Ranges, explored: dict[str, Any]) -> str:
+    rng = ", ".join(f"{k}={v}" for k, v in ranges.describe().items())
+    return (
+        f"chunkproof {command} {policy.name} ({policy.summary})\n"
+        f"range: {rng}\n"
+        f"explored {explored['configs']['main']} configurations, {explored['states']} reachable "
+        f"states, {explored['transitions']} transitions in {explored['seconds']:.1f} s\n"
+    )
+
+
+# -- replay -------------------------------------------------------------------------------------
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    cx = Counterexample.load(args.file)
+    policy = resolve_policy(args.policy or cx.policy)
+    difference = replay_steps(policy, cx)
+    if difference is None and cx.steps:
+        high = (
+            cx.budget_model.high
+            if isinstance(cx.budget_model, Adversarial)
+            else cx.config.max_sched
+        )
+        window = str(cx.details.get("window", "relaxed"))
+        if not violates(cx.property, cx.config, cx.steps[-1], window, high):
+            difference = f"the last step no longer breaks {cx.property}"
+    reproduces = difference is None
+    if args.json:
+        _emit(
+            {
+                "file": str(args.file),
+                "policy": policy.name,
+                "property": cx.property,
+                "reproduces": reproduces,
+                "verdict": cx.verdict,
+                "difference": difference,
+            }
+        )
+    elif reproduces:
+        print(f"reproduces on {policy.name}: {cx.property} {cx.verdict}")
+    else:
+        print(f"does not reproduce on {policy.name}: {difference}")
+    return EXIT_OK if reproduces else EXIT_VIOLATED
+
+
+_HANDLERS = {
+    "policies": _cmd_policies,
+    "trace": _cmd_trace,
+    "explore": _cmd_explore,
+    "check": _cmd_explore,
+    "replay": _cmd_replay,
+}

@@ -1,0 +1,182 @@
+"""Verdicts (SPEC P: PROVED, VIOLATED, UNKNOWN), their JSON document and their text table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chunkproof.checker.properties import PROPERTIES
+from chunkproof.checker.search import Exploration, minimal_counterexample
+from chunkproof.model.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
+from chunkproof.model.policy import Policy
+
+PROVED, VIOLATED, UNKNOWN = "PROVED", "VIOLATED", "UNKNOWN"
+
+_FINDINGS = {
+    "degenerate": "in the degenerate region (M < L, or a static 0 < theta < L), where the "
+    "reservation alone can hold a request at T - L",
+    "refused": "outside the configurations this release accepts (SPEC S1b)",
+}
+
+
+@dataclass
+class Verdict:
+    """One property's verdict over a stated range, with its minimal counterexample."""
+
+    property: str
+    status: str
+    range: dict[str, Any]
+    counterexample: str | None
+    summary: str
+    method: str
+    configs: int
+    violating: int
+    figure: dict[str, Any] | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "property": self.property,
+            "name": PROPERTIES[self.property].name,
+            "status": self.status,
+            "range": self.range,
+            "counterexample": self.counterexample,
+            "summary": self.summary,
+            "method": self.method,
+            "configs": self.configs,
+            "violating_configs": self.violating,
+            "figure": self.figure,
+            "findings": self.findings,
+        }
+
+
+def exploration_verdicts(exploration: Exploration, out_dir: Path | None) -> list[Verdict]:
+    """One verdict per property: VIOLATED with a minimal counterexample written under
+    ``out_dir``, or PROVED by complete enumeration of the grid; findings outside the range
+    (degenerate region, refused configurations) are attached separately."""
+    tally = exploration.tally
+    rng = {**exploration.ranges.describe(), "configurations": tally.configs["main"]}
+    if tally.configs["degenerate"] or tally.configs["refused"]:
+        rng["excluded"] = {k: v for k, v in tally.configs.items() if k != "main" and v}
+    verdicts = []
+    for pid in exploration.properties:
+        cx_path, summary = _counterexample(exploration, pid, "main", out_dir)
+        violating = exploration.failing(pid, "main")
+        status = VIOLATED if violating else PROVED
+        if status == PROVED:
+            summary = _proved_summary(exploration, pid)
+        verdict = Verdict(
+            pid,
+            status,
+            rng,
+            cx_path,
+            summary,
+            "exhaustive enumeration (networkx state graphs)",
+            tally.configs["main"],
+            violating,
+            _figure(exploration, pid),
+        )
+        for cat, words in _FINDINGS.items():
+            count = exploration.failing(pid, cat)
+            if count:
+                path, text = _counterexample(exploration, pid, cat, out_dir)
+                verdict.findings.append(
+                    {
+                        "kind": cat,
+                        "description": words,
+                        "violating_configs": count,
+                        "counterexample": path,
+                        "summary": text,
+                    }
+                )
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _counterexample(
+    exploration: Exploration, pid: str, cat: str, out_dir: Path | None
+) -> tuple[str | None, str]:
+    cx = minimal_counterexample(exploration, pid, cat)
+    if cx is None:
+        return None, ""
+    cfg = cx.config
+    where = (
+        f"T={cfg.T} B={cfg.block} L={cfg.lookahead} M={cfg.max_sched}"
+        f"{' D=on' if cfg.drop else ''}{f' theta={cfg.threshold}' if cfg.threshold else ''}"
+    )
+    text = f"{where}: {cx.verdict}"
+    if out_dir is None:
+        return None, text
+    suffix = "" if cat == "main" else f"-{cat}"
+    path = out_dir / _safe(exploration.policy.name) / f"{pid}{suffix}.json"
+    cx.save(path)
+    return str(path), text
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in name)
+
+
+def _proved_summary(exploration: Exploration, pid: str) -> str:
+    tally = exploration.tally
+    if pid == "P2":
+        b = tally.progress_budgets
+        return (
+            f"b* <= {b['max']} everywhere: b* = B in {b['at_block']} configs, below B in "
+            f"{b['below_block']}, above B in {b['above_block']}"
+        )
+    if pid == "P7":
+        cost = tally.cost
+        return f"every const(b) run finishes; worst excess {cost['worst_excess']} steps"
+    return f"holds on all {tally.configs['main']} configurations"
+
+
+def _figure(exploration: Exploration, pid: str) -> dict[str, Any] | None:
+    if pid == "P2":
+        return dict(exploration.tally.progress_budgets)
+    if pid == "P7":
+        return dict(exploration.tally.cost)
+    return None
+
+
+def exit_status(verdicts: list[Verdict]) -> int:
+    """SPEC CLI: 1 if a property is violated, else 3 if one is unknown, else 0."""
+    statuses = {v.status for v in verdicts}
+    if VIOLATED in statuses:
+        return EXIT_VIOLATED
+    if UNKNOWN in statuses:
+        return EXIT_UNKNOWN
+    return EXIT_OK
+
+
+def verdicts_document(
+    policy: Policy, verdicts: list[Verdict], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``--json`` document of SPEC CLI."""
+    return {"policy": policy.name, "verdicts": [v.to_dict() for v in verdicts], **extra}
+
+
+def render_table(verdicts: list[Verdict]) -> str:
+    """One row per property (with its counterexample below), then the findings outside the
+    verdict range."""
+    lines = []
+    for v in verdicts:
+        name = f"{v.property} {PROPERTIES[v.property].name}"
+        scope = f"{v.violating} of {v.configs} configs" if v.status == VIOLATED else ""
+        lines.append(f"  {name:<19} {v.status:<9} {scope}")
+        lines.append(f"      {v.summary}")
+        if v.counterexample:
+            lines.append(f"      counterexample: {v.counterexample}")
+    findings = [(v.property, f) for v in verdicts for f in v.findings]
+    if findings:
+        lines += ["", "findings outside the verdict range:"]
+        for pid, f in findings:
+            lines.append(
+                f"  {pid} {PROPERTIES[pid].name} fails in {f['violating_configs']} "
+                f"configs {f['description']}"
+            )
+            lines.append(f"      e.g. {f['summary']}")
+            if f["counterexample"]:
+                lines.append(f"      counterexample: {f['counterexample']}")
+    return "\n".join(lines)

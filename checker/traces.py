@@ -1,0 +1,171 @@
+"""Counterexample traces: from a violating state of the explorer to a replayable file (SPEC C)."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+from chunkproof.checker import properties as props
+from chunkproof.checker.explorer import (
+    EDGE_PROPERTIES,
+    WINDOW_PROPERTIES,
+    StateGraph,
+    Witness,
+    budget_bounds,
+    edge_budget,
+    shortest_path,
+)
+from chunkproof.checker.slots import SlotSetup, crossing_claim, oracle
+from chunkproof.model.budget import Adversarial
+from chunkproof.model.config import Config
+from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.policy import Policy
+from chunkproof.model.step import Step, step
+
+MINIMISED = ("prompt", "block", "lookahead", "max_sched", "trace_length")
+"""Dimensions minimised, in lexicographic order (issue 2: smallest T, then B, L, M, length)."""
+
+
+class ModelMismatch(ChunkproofError):
+    """The vectorised and the native form of a policy disagree: a bug in the tool itself."""
+
+    exit_code = 3
+
+
+def violates(pid: str, cfg: Config, s: Step, window: str, high: int) -> bool:
+    """Whether the final step ``s`` of a trace breaks property ``pid`` (SPEC P)."""
+    if pid in ("P1", "P2", "P7"):
+        return s.budget == high and bool(props.stuck(cfg, s.c, s.chunk))
+    if s.chunk == 0:
+        return False
+    if pid in EDGE_PROPERTIES:
+        return bool(EDGE_PROPERTIES[pid](cfg, s.c, s.end))
+    if pid == "P5":
+        return bool(WINDOW_PROPERTIES[window](cfg, s.c, s.n, s.end))
+    raise ValueError(f"no trace check for {pid}")
+
+
+def trace_to(
+    policy: Policy, cfg: Config, sg: StateGraph, witness: Witness, budget: tuple[int, int] | None
+) -> list[Step]:
+    """The BFS-shortest trace from c0 to the witness state, then the violating step.
+
+    Every step is recomputed with the native (concrete) form, and must land where the
+    explorer's graph says it does.
+    """
+    high = budget_bounds(cfg, budget)[1]
+    path = shortest_path(sg, cfg.start, witness.c, high)
+    steps = []
+    for u, v in pairwise(path):
+        s = step(policy, cfg, u, edge_budget(sg, u, v))
+        if s.end != v:
+            raise ModelMismatch(
+                f"{policy.name}: the vectorised form goes {u} -> {v} with budget "
+                f"{s.budget}, the native form to {s.end}"
+            )
+        steps.append(s)
+    steps.append(step(policy, cfg, witness.c, witness.budget))
+    return steps
+
+
+def _finish(policy: Policy, cfg: Config, steps: list[Step], high: int) -> list[int] | None:
+    """Chunk ends of the trace continued with the largest budget; None if it gets stuck."""
+    ends = [s.end for s in steps if s.chunk > 0]
+    c = ends[-1] if ends else cfg.start
+    while c < cfg.prefill_end:
+        s = step(policy, cfg, c, high)
+        if s.chunk == 0:
+            return None
+        c = s.end
+        ends.append(c)
+    return ends
+
+
+def _slot_findings(policy: Policy, cfg: Config, steps: list[Step], high: int) -> dict[str, Any]:
+    """The slot oracle's report on the completed trace (slot note 6), when it completes."""
+    ends = _finish(policy, cfg, steps, high)
+    if ends is None or cfg.prompt != cfg.T or ends[-1] != cfg.prompt:
+        return {}
+    report = oracle(
+        SlotSetup(
+            prompt=cfg.prompt,
+            block=cfg.block,
+            hash_block=cfg.H,
+            drop=cfg.drop,
+            hash_lookahead=cfg.hash_lookahead,
+            start=cfg.start,
+        ),
+        ends,
+    )
+    return {
+        "completed_ends": ends,
+        "poisoned": [f"{p.claim} holds state@{p.held}" for p in report.violations],
+        "covered": sorted(report.covered),
+        "resend_hit": report.resend_hit,
+    }
+
+
+def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
+    """The verdict in words (SPEC C)."""
+    e, big_e = last.end, cfg.prefill_end
+    if pid == "P1":
+        return (
+            f"stuck at c={last.c} < E={big_e}: even the largest budget, {last.budget}, yields 0, "
+            "and c, T and the flags never change"
+        )
+    if pid == "P2":
+        return f"b* does not exist: at c={last.c} no budget up to {last.budget} makes progress"
+    if pid == "P7":
+        return f"const({last.budget}) never finishes: stuck at c={last.c} < E={big_e}"
+    if pid == "P3":
+        claim = crossing_claim(last.c, e, cfg.block)
+        return (
+            f"chunk [{last.c}, {e}) starts mid-block and runs past {claim}: the cache keys "
+            f"{claim} onto the block holding state@{last.c}"
+        )
+    if pid == "P4":
+        return f"chunk [{last.c}, {e}) ends off the block grid (B={cfg.block}) before E={big_e}"
+    if pid == "P5":
+        return (
+            f"chunk [{last.c}, {e}) ends inside the lookahead window "
+            f"({cfg.T - cfg.lookahead}, {cfg.T})"
+        )
+    if pid == "P6":
+        hit = details.get("resend_hit")
+        suffix = f"; an identical resend hits {hit}" if hit is not None else ""
+        return (
+            f"chunk [{last.c}, {e}) runs over the resend position "
+            f"R*={props.resend_position(cfg)} with budget {last.budget}, so R* is never "
+            f"cached{suffix}"
+        )
+    raise ValueError(pid)
+
+
+def build_counterexample(
+    policy: Policy,
+    cfg: Config,
+    pid: str,
+    steps: list[Step],
+    window: str,
+    budget: tuple[int, int] | None,
+    grid: dict[str, Any],
+) -> Counterexample:
+    """A SPEC C counterexample for ``steps``, whose last step breaks ``pid``."""
+    low, high = budget_bounds(cfg, budget)
+    details: dict[str, Any] = {"grid": grid, "order": "lexicographic: " + ", ".join(MINIMISED)}
+    if pid == "P5":
+        details["window"] = window
+    if pid in ("P3", "P6"):
+        details.update(_slot_findings(policy, cfg, steps, high))
+    return Counterexample(
+        policy=policy.name,
+        source_sha256=policy.source_sha256,
+        config=cfg,
+        budget_model=Adversarial(low, high),
+        property=pid,
+        steps=tuple(steps),
+        verdict=describe(pid, cfg, steps[-1], details),
+        minimised=MINIMISED,
+        details=details,
+    )

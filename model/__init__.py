@@ -1,0 +1,1 @@
+"""The executable semantics: configs, policies, one scheduling step, trajectories, replay."""

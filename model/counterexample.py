@@ -1,0 +1,99 @@
+"""Counterexample files (SPEC C): schema, reading, writing, and step-by-step replay."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chunkproof.model.budget import BudgetModel, budget_model_from_dict
+from chunkproof.model.config import Config
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.policy import Policy
+from chunkproof.model.step import Step, step
+
+SCHEMA = "chunkproof.counterexample/1"
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """A replayable trace that breaks one property (SPEC C)."""
+
+    policy: str
+    config: Config
+    budget_model: BudgetModel
+    property: str
+    steps: tuple[Step, ...]
+    verdict: str
+    minimised: tuple[str, ...] = ()
+    source_sha256: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "policy": {"name": self.policy, "source_sha256": self.source_sha256},
+            "config": self.config.to_dict(),
+            "budget_model": self.budget_model.to_dict(),
+            "property": self.property,
+            "trace": [s.to_dict() for s in self.steps],
+            "verdict": self.verdict,
+            "minimised": list(self.minimised),
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Counterexample:
+        if data.get("schema") != SCHEMA:
+            raise ChunkproofError(
+                f"not a chunkproof counterexample (schema {data.get('schema')!r},"
+                f" expected {SCHEMA!r})"
+            )
+        try:
+            return cls(
+                policy=str(data["policy"]["name"]),
+                source_sha256=data["policy"].get("source_sha256"),
+                config=Config.from_dict(data["config"]),
+                budget_model=budget_model_from_dict(data["budget_model"]),
+                property=str(data["property"]),
+                steps=tuple(Step.from_dict(s) for s in data["trace"]),
+                verdict=str(data["verdict"]),
+                minimised=tuple(data.get("minimised", ())),
+                details=dict(data.get("details", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ChunkproofError(f"malformed counterexample: missing or bad field {exc}") from None
+
+    def save(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> Counterexample:
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ChunkproofError(f"{path}: no such file") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ChunkproofError(f"{path}: not readable JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ChunkproofError(f"{path}: not a chunkproof counterexample")
+        return cls.from_dict(data)
+
+
+def replay_steps(policy: Policy, cx: Counterexample) -> str | None:
+    """Re-run every recorded step; ``None`` when all match, else the first difference."""
+    c = cx.config.start
+    for index, recorded in enumerate(cx.steps):
+        if recorded.c != c:
+            return f"step {index}: recorded c={recorded.c}, but the previous steps lead to c={c}"
+        actual = step(policy, cx.config, recorded.c, recorded.budget)
+        if actual != recorded:
+            return (
+                f"step {index} (c={recorded.c}, budget {recorded.budget}): recorded "
+                f"{recorded.to_dict()}, replayed {actual.to_dict()}"
+            )
+        c = actual.end
+    return None

@@ -1,0 +1,43 @@
+"""Resolve a POLICY argument (SPEC CLI): a built-in name, or ``module:function``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+from chunkproof.model.builtin import get_builtin
+from chunkproof.model.errors import PolicyError
+from chunkproof.model.policy import Policy, Stage
+from chunkproof.model.subset import parse
+
+
+def resolve_policy(text: str) -> Policy:
+    """A built-in policy, or a user policy ``module:name``.
+
+    ``name`` may be a :class:`Policy`, or a split function ``(cfg, c, n) -> int`` in the policy
+    subset, which takes the place of the split in the composition of ``vllm-latest`` (budget
+    cap, split, reservation R1).
+    """
+    if ":" not in text:
+        return get_builtin(text)
+    module_name, _, attr = text.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PolicyError(f"cannot import {module_name!r} for policy {text!r}: {exc}") from None
+    target = getattr(module, attr, None)
+    if isinstance(target, Policy):
+        return target
+    if not inspect.isfunction(target):
+        raise PolicyError(f"{text}: no function or Policy named {attr!r} in {module_name}")
+    parse(target)  # reject code outside the subset now, with file and line
+    latest = get_builtin("vllm-latest")
+    stages = tuple(Stage("split", target) if s.name == "split" else s for s in latest.stages)
+    return Policy(
+        name=text,
+        summary=f"user split {text} in the composition of {latest.name}",
+        stages=stages,
+        split_variant=text,
+        reservation_variant="R1",
+        composition=latest.composition,
+    )

@@ -1,0 +1,299 @@
+"""The Mamba block-aligned split of every release (history note section 3), plus proposed fixes.
+
+Each function maps ``(cfg, c, n)`` to the chunk length after the split: ``c`` is the split's
+start (computed tokens plus any hit), ``n`` the proposed chunk. They are written in the policy
+subset (:mod:`chunkproof.model.subset`) and are the only definition of each variant: the
+vectorised and symbolic forms are derived from this source.
+
+``cfg`` attributes read here (history note section 2 names in brackets): ``block`` [B],
+``sched_block`` [B_s], ``hash_block`` [H], ``prompt`` [P], ``tokens`` [T], ``drop`` [D],
+``hash_lookahead`` [L_h], ``partial_hits`` [F], ``exact_junction`` [S], ``junction`` [J],
+``checkpoints`` [K], ``checkpoint_alignment`` [alpha, 0 = none], ``max_sched`` [M],
+``threshold`` [theta], ``uncached_prefix`` [u], ``lookahead`` [L].
+"""
+
+from chunkproof.model.arith import ck30, ck32, ck33, fl, valid
+from chunkproof.model.config import Config
+
+
+def prefill_end(cfg: Config) -> int:
+    """E = max(P, T - 1) (SPEC S1)."""
+    return max(cfg.prompt, cfg.tokens - 1)
+
+
+def max_chunk(cfg: Config) -> int:
+    """m = min(M, theta) if theta > 0 else M: the split always reads the static theta."""
+    if cfg.threshold > 0:
+        return min(cfg.max_sched, cfg.threshold)
+    return cfg.max_sched
+
+
+def back_off(lam: int, cfg: Config) -> int:
+    """lambda := max(lambda - B, 0) under the EAGLE block drop D (V1-V7, rule 2/3)."""
+    if cfg.drop:
+        return max(lam - cfg.block, 0)
+    return lam
+
+
+def next_boundary(c: int, block: int) -> int:
+    """beta = (floor(c / B) + 1) * B: the next block boundary strictly above c."""
+    return (c // block + 1) * block
+
+
+def align_end(cfg: Config, c: int, e: int) -> int:
+    """V5+ rule 4: a non-final end floors to the grid unless that collapses a sub-block chunk.
+
+    a := fl(e, B); e := a if a > c or B <= m, else e is kept (the sub-block advance).
+    """
+    a = fl(e, cfg.block)
+    if a > c or cfg.block <= max_chunk(cfg):
+        return a
+    return e
+
+
+def stopmin(c: int, e: int, s1: int, s2: int, s3: int, s4: int) -> int:
+    """stopmin(c, e, S): the earliest stop strictly inside (c, e), else e (history note 2)."""
+    stops = (s1, s2, s3, s4)
+    return min((s for s in stops if c < s < e), default=e)
+
+
+def split_v1(cfg: Config, c: int, n: int) -> int:
+    """V1 (0.15.0-0.16.0): floor the length below lambda = fl(P, B); never split resumed requests.
+
+    History note 3, V1 rules 2-7 (the external-hit assertion of rule 1 is outside the model).
+    """
+    if cfg.tokens - cfg.prompt != 0:
+        return n
+    lam = back_off(fl(cfg.prompt, cfg.block), cfg)
+    e = c + n
+    if e < lam:
+        return fl(n, cfg.block)
+    if c < lam < e:
+        return lam - c
+    return n
+
+
+def split_v2(cfg: Config, c: int, n: int) -> int:
+    """V2 (0.17.0-0.22.1) and V2b (0.23.0): V1 on T instead of P, for every c < E.
+
+    History note 3, V2 rules 2-5 (V2's external-hit assertion is outside the model).
+    """
+    if c >= prefill_end(cfg):
+        return n
+    lam = back_off(fl(cfg.tokens, cfg.block), cfg)
+    e = c + n
+    if e < lam:
+        return fl(n, cfg.block)
+    if c < lam < e:
+        return lam - c
+    return n
+
+
+def split_v3(cfg: Config, c: int, n: int) -> int:
+    """V3 (0.24.0-0.25.1): V2b, then the Marconi admission cap inside the prefill branch.
+
+    History note 3, V3 rule 6: if u >= B and n1 > u then n1 := fl(u, B).
+    """
+    n1 = split_v2(cfg, c, n)
+    if c < prefill_end(cfg) and cfg.uncached_prefix >= cfg.block and n1 > cfg.uncached_prefix:
+        return fl(cfg.uncached_prefix, cfg.block)
+    return n1
+
+
+def split_v4(cfg: Config, c: int, n: int) -> int:
+    """V4 (0.26.0): the split rewritten as stops (history note 3, V4 rules 1-9)."""
+    big_e = prefill_end(cfg)
+    if c >= big_e:
+        return n
+    block = cfg.block
+    lam = back_off(fl(cfg.tokens, block), cfg)
+    e = c + n
+    if e < lam:
+        e = fl(e, block)
+    beta = next_boundary(c, block)
+    tau = fl(cfg.prompt, cfg.hash_block) if cfg.partial_hits else 0
+    s1 = beta if c % block != 0 and beta <= lam else 0
+    s3 = tau if lam < tau < cfg.prompt else 0
+    s4 = c + fl(cfg.junction - c, block) if c < cfg.junction < e else 0
+    e = stopmin(c, e, s1, lam, s3, s4)
+    return max(e - c, 0)
+
+
+def split_v5(cfg: Config, c: int, n: int) -> int:
+    """V5 (0.27.0-0.28.0): align every end before E; sub-block advance when B > m.
+
+    History note 3, V5 rules 1-9.
+    """
+    big_e = prefill_end(cfg)
+    if c >= big_e:
+        return n
+    block = cfg.block
+    lam = back_off(fl(cfg.tokens, block), cfg)
+    e = c + n
+    if e < big_e:
+        e = align_end(cfg, c, e)
+    tau = fl(cfg.prompt, cfg.hash_block) if cfg.partial_hits else 0
+    s1 = next_boundary(c, block) if c % block != 0 else 0
+    s3 = tau if lam < tau < cfg.prompt else 0
+    s4 = c + fl(cfg.junction - c, block) if c < cfg.junction < e else 0
+    e = stopmin(c, e, s1, lam, s3, s4)
+    return max(e - c, 0)
+
+
+def split_v6(cfg: Config, c: int, n: int) -> int:
+    """V6 (0.29.0): V5 with the first internal-checkpoint form I := K and c mod B = 0.
+
+    History note 3, V6: with I, lambda := 0 and a non-final chunk is not aligned.
+    """
+    big_e = prefill_end(cfg)
+    if c >= big_e:
+        return n
+    block = cfg.block
+    lam = back_off(fl(cfg.tokens, block), cfg)
+    internal = cfg.checkpoints and c % block == 0
+    if internal:
+        lam = 0
+    e = c + n
+    if e < big_e and not internal:
+        e = align_end(cfg, c, e)
+    tau = fl(cfg.prompt, cfg.hash_block) if cfg.partial_hits else 0
+    s1 = next_boundary(c, block) if c % block != 0 else 0
+    s3 = tau if lam < tau < cfg.prompt else 0
+    s4 = c + fl(cfg.junction - c, block) if c < cfg.junction < e else 0
+    e = stopmin(c, e, s1, lam, s3, s4)
+    return max(e - c, 0)
+
+
+def junction_stop(cfg: Config, c: int, e: int) -> int:
+    """V7+ rules 9-10: s4 = (J if S and J <= P else c + fl(J - c, B)) when c < J < e, else 0."""
+    if not c < cfg.junction < e:
+        return 0
+    if cfg.exact_junction and cfg.junction <= cfg.prompt:
+        return cfg.junction
+    return c + fl(cfg.junction - c, cfg.block)
+
+
+def split_v7(cfg: Config, c: int, n: int) -> int:
+    """V7 (0.30.0) and V7' (0.31.0): checkpoints checked by valid(), ck30 positions.
+
+    History note 3, V7 rules 1-11.
+    """
+    big_e = prefill_end(cfg)
+    if c >= big_e:
+        return n
+    block = cfg.block
+    lam = back_off(fl(cfg.tokens, block), cfg)
+    e = c + n
+    p = ck30(big_e, cfg.hash_block, cfg.drop)
+    internal = (
+        cfg.checkpoints
+        and e >= big_e
+        and valid(c, e, p, cfg.hash_block, block, cfg.checkpoint_alignment)
+    )
+    if internal:
+        lam = 0
+    if e < big_e:
+        e = align_end(cfg, c, e)
+    tau = fl(cfg.prompt, cfg.hash_block) if cfg.partial_hits and not internal else 0
+    if tau != 0 and cfg.drop:
+        tau = max(tau - cfg.hash_block, 0)
+    s1 = next_boundary(c, block) if c % block != 0 and not internal else 0
+    s3 = tau if lam < tau < cfg.prompt else 0
+    s4 = junction_stop(cfg, c, e)
+    e = stopmin(c, e, s1, lam, s3, s4)
+    return max(e - c, 0)
+
+
+def ckpt_grid(cfg: Config) -> int:
+    """G := H if F else B_s: the grid of the prefill checkpoint position (V8, V9)."""
+    if cfg.partial_hits:
+        return cfg.hash_block
+    return cfg.sched_block
+
+
+def split_v8(cfg: Config, c: int, n: int) -> int:
+    """V8 (0.32.0): V7 with ck32 for lambda, p and tau (the "proof limit").
+
+    History note 3, V8.
+    """
+    big_e = prefill_end(cfg)
+    if c >= big_e:
+        return n
+    block = cfg.block
+    lam = ck32(cfg.tokens, block, cfg.drop)
+    e = c + n
+    p = ck32(big_e, ckpt_grid(cfg), cfg.drop)
+    internal = (
+        cfg.checkpoints
+        and e >= big_e
+        and valid(c, e, p, cfg.hash_block, block, cfg.checkpoint_alignment)
+    )
+    if internal:
+        lam = 0
+    if e < big_e:
+        e = align_end(cfg, c, e)
+    tau = ck32(cfg.prompt, cfg.hash_block, cfg.drop) if cfg.partial_hits and not internal else 0
+    s1 = next_boundary(c, block) if c % block != 0 and not internal else 0
+    s3 = tau if lam < tau < cfg.prompt else 0
+    s4 = junction_stop(cfg, c, e)
+    e = stopmin(c, e, s1, lam, s3, s4)
+    return max(e - c, 0)
+
+
+def split_v9(cfg: Config, c: int, n: int) -> int:
+    """V9 (0.33.0): V8 with ck33, which keeps every position L_h tokens clear of its limit.
+
+    History note 3, V9.
+    """
+    big_e = prefill_end(cfg)
+    if c >= big_e:
+        return n
+    block = cfg.block
+    lh = cfg.hash_lookahead
+    lam = ck33(cfg.tokens, block, cfg.drop, lh)
+    e = c + n
+    p = ck33(big_e, ckpt_grid(cfg), cfg.drop, lh)
+    internal = (
+        cfg.checkpoints
+        and e >= big_e
+        and valid(c, e, p, cfg.hash_block, block, cfg.checkpoint_alignment)
+    )
+    if internal:
+        lam = 0
+    if e < big_e:
+        e = align_end(cfg, c, e)
+    tau = ck33(cfg.prompt, cfg.hash_block, cfg.drop, lh) if cfg.partial_hits and not internal else 0
+    s1 = next_boundary(c, block) if c % block != 0 and not internal else 0
+    s3 = tau if lam < tau < cfg.prompt else 0
+    s4 = junction_stop(cfg, c, e)
+    e = stopmin(c, e, s1, lam, s3, s4)
+    return max(e - c, 0)
+
+
+def split_keep_subblock(cfg: Config, c: int, n: int) -> int:
+    """keep-subblock (SPEC V): V2, but when flooring would return 0, keep the unfloored chunk."""
+    k = split_v2(cfg, c, n)
+    if k == 0 and c < prefill_end(cfg):
+        return n
+    return k
+
+
+def split_lookahead_in_split(cfg: Config, c: int, n: int) -> int:
+    """lookahead-in-split (SPEC V): V9, then an end in the window (T - L, T) is resolved here.
+
+    For L >= 2 and T - L < e < T, the first that applies: (1) finish the prefill if the budget
+    reaches T and the chunk crosses no block boundary from a mid-block start; (2) else end at
+    fl(T - L, B) if that is past c; (3) else keep the aligned end.
+    """
+    k = split_v9(cfg, c, n)
+    e = c + k
+    t = cfg.tokens
+    block = cfg.block
+    if cfg.lookahead >= 2 and t - cfg.lookahead < e < t:
+        crosses = c % block != 0 and next_boundary(c, block) < t
+        if c + n >= t and not crosses:
+            return t - c
+        a = fl(t - cfg.lookahead, block)
+        if a > c:
+            return a - c
+    return k

@@ -1,0 +1,1 @@
+"""The Z3 side: transition constraints, bounded search and proofs (issue 3)."""

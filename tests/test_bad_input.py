@@ -1,0 +1,54 @@
+"""Bad input: a clear one-line error on stderr, exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import Cli
+
+TRACE = ["trace", "vllm-0.33", "--lookahead", "3", "--budget", "16"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*TRACE, "--block", "0", "--prompt", "49"],
+        [*TRACE, "--block", "16", "--prompt", "-5"],
+        [*TRACE, "--block", "16", "--prompt", "2"],  # L > T
+        [*TRACE, "--block", "16", "--prompt", "49", "--hash-block", "5"],
+        [*TRACE, "--block", "16", "--prompt", "49", "--start", "60"],
+        [*TRACE, "--block", "16", "--prompt", "49", "--max-sched", "8"],  # budget above M
+        ["trace", "vllm-0.99", "--block", "16", "--prompt", "49", "--budget", "16"],
+        ["trace", "vllm-0.33", "--block", "16", "--prompt", "49"],  # no budget
+        ["trace", "no_such_module:split", "--block", "16", "--prompt", "49", "--budget", "4"],
+        ["explore", "vllm-0.33", "--prompt", "9-3"],
+        ["explore", "vllm-0.33", "--block", "x"],
+        ["explore", "vllm-0.33", "--drop", "maybe"],
+        ["explore", "vllm-0.33", "--property", "P9"],
+        ["explore", "vllm-0.33", "--block", "16", "--prompt", "1", "--lookahead", "4"],
+        ["explore", "vllm-0.33", "--jobs", "0"],
+        ["check", "--no-such-flag"],
+        ["frobnicate"],
+        ["replay", "/nonexistent/cx.json"],
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli: Cli, argv: list[str]) -> None:
+    run = cli(*argv)
+    assert run.code == 2, (argv, run.out, run.err)
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1, run.err
+    assert lines[0].startswith("chunkproof: error: ")
+    assert "Traceback" not in run.err
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", "[1, 2]", '{"schema": "other/1"}', '{"schema": "chunkproof.counterexample/1"}'],
+)
+def test_a_malformed_counterexample_is_bad_input(cli: Cli, tmp_path: Path, content: str) -> None:
+    path = tmp_path / "cx.json"
+    path.write_text(content)
+    run = cli("replay", str(path))
+    assert run.code == 2
+    assert len(run.err.strip().splitlines()) == 1

@@ -1,0 +1,357 @@
+"""The slot oracle (checker/slots.py) against the slot note's worked numbers.
+
+Slot note = ``reference/state-slot-semantics.md``: section 7 table, section 4.3 examples, and the
+SPEC K slot answers; then rule-level cases for rules 4, 6, 7 and 9, and property tests tying the
+oracle to :func:`crossing_claim` (SPEC P3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from chunkproof.checker.slots import Poison, SlotReport, SlotSetup, crossing_claim, oracle
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def _pairs(report: SlotReport) -> list[tuple[int, int]]:
+    """The violations as (claim, held) pairs, in order."""
+    return [(p.claim, p.held) for p in report.violations]
+
+
+def _expected_poisons(setup: SlotSetup, ends: Sequence[int]) -> list[Poison]:
+    """SPEC P3 applied to every consecutive pair (s, e) of (s_0, e_1, ..., e_m)."""
+    chunks = pairwise((setup.start, *ends))
+    found = ((step, s, crossing_claim(s, e, setup.block)) for step, (s, e) in enumerate(chunks))
+    return [Poison(claim, s, step) for step, s, claim in found if claim is not None]
+
+
+# --- slot note section 7 ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the slot note's section 7 table."""
+
+    setup: SlotSetup
+    ends: tuple[int, ...]
+    live: Mapping[int, int]  # claim -> held state; held != claim is a poisoned (x) claim
+    resend: int | None  # None: "n/a" in the table
+    decode_steps: int = 0
+
+    @property
+    def poisoned(self) -> list[tuple[int, int]]:
+        """The table's violations column: the (x) claims with the state they hold."""
+        return [(claim, held) for claim, held in self.live.items() if claim != held]
+
+
+def _sound(*claims: int) -> dict[int, int]:
+    return {claim: claim for claim in claims}
+
+
+B16_49 = SlotSetup(prompt=49, block=16)
+FINE_EAGLE_2002 = SlotSetup(prompt=2002, block=1600, hash_block=16, drop=True)
+FINE_EAGLE_3602 = SlotSetup(prompt=3602, block=1600, hash_block=16, drop=True)
+FINE_3602 = SlotSetup(prompt=3602, block=1600, hash_block=16)
+
+
+def _ckpt(prompt: int, retention: int | None = None, junction: int = 0) -> SlotSetup:
+    """B = 1600, fine (h = 16), internal checkpoints with g = 16 (E8a, E8b)."""
+    return SlotSetup(
+        prompt, 1600, hash_block=16, checkpoint_alignment=16, retention=retention, junction=junction
+    )
+
+
+TABLE = {
+    "E1": Row(B16_49, (16, 32, 46, 49), {16: 16, 32: 32, 48: 46}, 48),
+    "E2": Row(B16_49, (16, 32, 48, 49), _sound(16, 32, 48), 48),
+    "E2-eagle": Row(SlotSetup(49, 16, drop=True), (16, 32, 48, 49), _sound(16, 32, 48), 32),
+    "E2q": Row(B16_49, (48, 49), _sound(48), 48),
+    "E3": Row(FINE_EAGLE_2002, (364, 2002), {1600: 364}, 1600),
+    "E4": Row(FINE_EAGLE_3602, (1600, 2600, 3602), {1600: 1600, 3200: 2600}, 3200),
+    "E5a": Row(SlotSetup(32, 16), (32,), _sound(32), 0),
+    "E5b": Row(SlotSetup(32, 16), (16, 32), _sound(16, 32), 16),
+    "E6a": Row(FINE_3602, (1000, 1600, 2600, 3200, 3602), _sound(1600, 3200), 3200),
+    "E6b": Row(FINE_3602, (1000, 2600, 3602), {1600: 1000, 3200: 2600}, 3200),
+    "E7a": Row(FINE_3602, (3200, 3600, 3602), _sound(3200, 3600), 3600),
+    "E7b": Row(FINE_EAGLE_3602, (1600, 3584, 3602), _sound(1600, 3584), 3584),
+    "E8a": Row(_ckpt(3602), (3602,), _sound(3600), 3600),
+    "E8b": Row(_ckpt(2002), (2002,), _sound(2000), 2000),
+    "E10a": Row(SlotSetup(49, 16, retention=0), (16, 32, 48, 49), _sound(48), 48),
+    "E10b": Row(SlotSetup(97, 16, retention=32), (*range(16, 97, 16), 97), _sound(32, 64, 96), 96),
+    "E11": Row(SlotSetup(40, 16), (32, 40), _sound(32, 48), None, decode_steps=9),
+    "E12": Row(
+        SlotSetup(81, 16), (16, 32, 46, 64, 80, 81), {16: 16, 32: 32, 48: 46, 64: 64, 80: 80}, 80
+    ),
+    "E13": Row(FINE_EAGLE_2002, (2002,), {}, 0),
+    "E14": Row(FINE_EAGLE_2002, (1984, 2002), _sound(1984), 1984),
+}
+
+
+@pytest.mark.parametrize("name", TABLE)
+def test_section_7_table(name: str) -> None:
+    row = TABLE[name]
+    report = oracle(row.setup, row.ends, decode_steps=row.decode_steps)
+    assert dict(report.live) == dict(row.live)
+    assert _pairs(report) == row.poisoned
+    assert report.covered == {claim for claim, held in row.live.items() if claim == held}
+    if row.resend is not None:
+        assert report.resend_hit == row.resend
+
+
+def test_e12_poison_found_at_registration() -> None:
+    """E12: the poison is reported at the chunk ending at 64, which retires the block."""
+    report = oracle(TABLE["E12"].setup, TABLE["E12"].ends)
+    assert report.violations == (Poison(claim=48, held=46, step=3),)
+
+
+# --- slot note section 4.3 -------------------------------------------------------------------
+
+EXAMPLES_4_3 = {
+    "1-small": (B16_49, (16, 32, 46, 49), [(48, 46)]),
+    "2-first-chunk": (FINE_EAGLE_2002, (364, 2002), [(1600, 364)]),
+    "3-tail-chunk": (FINE_EAGLE_3602, (1600, 2600, 3602), [(3200, 2600)]),
+    "3-fixed": (FINE_EAGLE_3602, (1600, 2600, 3200, 3602), []),
+    # h is not given for the production audit; the answer does not depend on it.
+    "4-audit": (SlotSetup(4000, 560), (3360, 3662, 4000), [(3920, 3662)]),
+    "4-audit-fine": (SlotSetup(4000, 560, hash_block=16), (3360, 3662, 4000), [(3920, 3662)]),
+    "6-resume": (SlotSetup(3602, 1600, start=2531), (3602,), [(3200, 2531)]),
+    "6-resume-fine": (SlotSetup(3602, 1600, hash_block=16, start=2531), (3602,), [(3200, 2531)]),
+    "7-wrong-grid": (
+        SlotSetup(6662, 1648, hash_block=16, drop=True),
+        (1632, 3264, 4896, 5712, 6662),
+        [(1648, 1632), (3296, 3264), (4944, 4896), (6592, 5712)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", EXAMPLES_4_3)
+def test_section_4_3_examples(name: str) -> None:
+    setup, ends, poisons = EXAMPLES_4_3[name]
+    assert _pairs(oracle(setup, ends)) == poisons
+
+
+def test_example_2_poison_is_reached_by_a_resend() -> None:
+    """4.3 example 2: an identical resend hits the poisoned 1600."""
+    assert oracle(FINE_EAGLE_2002, [364, 2002]).resend_hit == 1600
+
+
+def test_example_7_every_full_key_is_poisoned() -> None:
+    setup, ends, poisons = EXAMPLES_4_3["7-wrong-grid"]
+    report = oracle(setup, ends)
+    assert dict(report.live) == dict(poisons)
+    assert report.covered == frozenset()
+
+
+# --- SPEC K --------------------------------------------------------------------------------
+
+
+def test_spec_k_slot_answers() -> None:
+    crossing = oracle(B16_49, [16, 32, 46, 49])
+    assert _pairs(crossing) == [(48, 46)]
+    assert crossing_claim(46, 49, 16) == 48
+    assert oracle(B16_49, [16, 32, 48, 49]).violations == ()
+    assert _pairs(oracle(SlotSetup(81, 16), [16, 32, 46, 64, 80, 81])) == [(48, 46)]
+
+
+# --- crossing_claim and the setup ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "claim"),
+    [
+        (46, 49, 48),
+        (46, 48, None),  # ends on the block end: same block, in place (W0)
+        (46, 47, None),
+        (0, 100, None),  # a fresh start is no mid-block state
+        (32, 100, None),  # starts on the grid
+        (1, 17, 16),
+        (1, 16, None),
+        (2531, 3602, 3200),
+    ],
+)
+def test_crossing_claim(start: int, end: int, claim: int | None) -> None:
+    assert crossing_claim(start, end, 16 if end < 1000 else 1600) == claim
+
+
+def test_setup_properties() -> None:
+    assert (B16_49.fine, B16_49.hit_unit, B16_49.tail, B16_49.resend_position) == (
+        False,
+        16,
+        None,
+        48,
+    )
+    fine = FINE_EAGLE_2002
+    assert (fine.fine, fine.hit_unit, fine.tail, fine.resend_position) == (True, 16, 1984, 1984)
+    # Hash lookahead forces the drop off (slot note 1): ckpos(49, 16) = fl(49 - 3, 16).
+    assert SlotSetup(49, 16, drop=True, hash_lookahead=3).resend_position == 32
+    assert SlotSetup(49, 16, sched_block=32).hit_unit == 32
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"prompt": 0, "block": 16}, "prompt"),
+        ({"prompt": 49, "block": 0}, "block"),
+        ({"prompt": 49, "block": 16, "hash_block": 5}, "hash_block"),
+        ({"prompt": 49, "block": 16, "sched_block": 24}, "sched_block"),
+        ({"prompt": 49, "block": 16, "checkpoint_alignment": 0}, "checkpoint_alignment"),
+        ({"prompt": 49, "block": 16, "retention": -1}, "retention"),
+        ({"prompt": 49, "block": 16, "start": -1}, "start"),
+    ],
+)
+def test_setup_rejects_bad_input(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SlotSetup(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("ends", "message"),
+    [
+        ((), "empty"),
+        ((16, 16, 49), "strictly increasing"),
+        ((32, 16, 49), "strictly increasing"),
+        ((16, 32), "prompt"),
+        ((16, 32, 50), "prompt"),
+    ],
+)
+def test_oracle_rejects_bad_ends(ends: tuple[int, ...], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        oracle(B16_49, ends)
+
+
+def test_oracle_rejects_ends_at_or_below_start() -> None:
+    with pytest.raises(ValueError, match="above start"):
+        oracle(SlotSetup(49, 16, start=20), [20, 49])
+
+
+def test_oracle_rejects_negative_decode() -> None:
+    with pytest.raises(ValueError, match="decode_steps"):
+        oracle(B16_49, [49], decode_steps=-1)
+
+
+# --- rules 4, 6, 7, 9, 11 (derived from the rules, not from the note's table) -------------------
+
+
+@pytest.mark.parametrize(
+    ("retention", "live"),
+    [(None, _sound(32, 48)), (0, _sound(48)), (32, _sound(32, 48)), (48, _sound(48))],
+)
+def test_rule_6_grid_checkpoint_follows_the_segment_mask(
+    retention: int | None, live: dict[int, int]
+) -> None:
+    """Chunk [0, 34) checkpoints cp = 32 (on the grid): kept iff the segment mask keeps block 1.
+
+    Under R = 0 rule 4 reserves no checkpoint before N at all.
+    """
+    setup = SlotSetup(50, 16, hash_block=4, checkpoint_alignment=4, retention=retention)
+    assert dict(oracle(setup, [34, 48, 50]).live) == live
+
+
+@pytest.mark.parametrize(("retention", "live"), [(None, _sound(3600)), (0, {})])
+def test_rule_4_no_checkpoint_before_n_under_retention_0(
+    retention: int | None, live: dict[int, int]
+) -> None:
+    """Chunk [0, 3601) would checkpoint the prompt's own 3600; with R = 0 it reserves nothing."""
+    assert dict(oracle(_ckpt(3602, retention=retention), [3601, 3602]).live) == live
+
+
+@pytest.mark.parametrize(
+    ("junction", "live"), [(0, {3200: 2002}), (2000, {2000: 2000, 3200: 2002})]
+)
+def test_rule_6_junction_checkpoint(junction: int, live: dict[int, int]) -> None:
+    """A checkpoint at J > 0 is kept although it is neither ckpos(N, A) nor on the grid."""
+    assert dict(oracle(_ckpt(3602, junction=junction), [2002, 3602]).live) == live
+
+
+@pytest.mark.parametrize(
+    ("hash_block", "live"), [(16, {2000: 2000, 3200: 2000}), (1600, {3200: 2000})]
+)
+def test_rule_7_junction_variant_is_fine_only(hash_block: int, live: dict[int, int]) -> None:
+    setup = SlotSetup(3602, 1600, hash_block=hash_block, junction=2000)
+    assert dict(oracle(setup, [2000, 3602]).live) == live
+
+
+def test_rule_9_retention_within_one_block_is_dense() -> None:
+    setup = SlotSetup(49, 16, retention=16)
+    assert dict(oracle(setup, [16, 32, 48, 49]).live) == _sound(16, 32, 48)
+
+
+def test_rule_9_positive_retention_also_keeps_the_replay_boundary() -> None:
+    """R = 32, N = 60: the replay boundary's block (claim 48) is off the R grid but kept.
+
+    This follows R4 ("additionally keep blocks j with (j+1)*B = 0 mod R"), which the vLLM
+    mask code matches; rule 9's R > 0 line, read alone, would drop 48 and give a resend of 32.
+    """
+    report = oracle(SlotSetup(60, 16, retention=32), [16, 32, 48, 60])
+    assert dict(report.live) == _sound(32, 48)
+    assert report.resend_hit == 48
+
+
+@pytest.mark.parametrize(
+    ("lookahead", "live", "resend"),
+    [
+        (0, _sound(32), 32),  # EAGLE boundaries max(48 - 16, 0) = 32
+        (1, _sound(48), 48),  # hash lookahead forces the drop off: boundary N - 1 = 48
+    ],
+)
+def test_rule_9_retention_0_eagle_boundaries(
+    lookahead: int, live: dict[int, int], resend: int
+) -> None:
+    setup = SlotSetup(49, 16, drop=True, hash_lookahead=lookahead, retention=0)
+    report = oracle(setup, [16, 32, 48, 49])
+    assert dict(report.live) == live
+    assert report.resend_hit == resend
+
+
+def test_rule_11_decode_covers_each_boundary_it_reaches() -> None:
+    """One chunk [0, 40) leaves column 1 null (W3, no 32); decode to 100 keys 48 to 96."""
+    report = oracle(SlotSetup(40, 16), [40], decode_steps=60)
+    assert report.violations == ()
+    assert dict(report.live) == _sound(48, 64, 80, 96)
+
+
+# --- property tests: the oracle's violations are SPEC P3's crossings ----------------------------
+
+
+@st.composite
+def traces(draw: st.DrawFn, *, fine: bool) -> tuple[SlotSetup, list[int]]:
+    """A random setup and chunk-end sequence, dense retention, S = B."""
+    block = draw(st.integers(1, 48))
+    prompt = draw(st.integers(1, 6 * block + 20))
+    start = draw(st.integers(0, prompt - 1))
+    inner = draw(st.sets(st.integers(start + 1, prompt), max_size=8))
+    divisors = [h for h in range(1, block + 1) if block % h == 0]
+    setup = SlotSetup(
+        prompt=prompt,
+        block=block,
+        hash_block=draw(st.sampled_from(divisors)) if fine else None,
+        drop=draw(st.booleans()),
+        hash_lookahead=draw(st.integers(0, 3)),
+        checkpoint_alignment=draw(st.sampled_from([None, 1, 4, 16])) if fine else None,
+        junction=draw(st.integers(0, prompt)),
+        start=start,
+    )
+    return setup, sorted(inner | {prompt})
+
+
+@settings(max_examples=400)
+@given(traces(fine=False))
+def test_violations_are_exactly_the_crossings(trace: tuple[SlotSetup, list[int]]) -> None:
+    """h = B, no checkpoints, dense retention: V = [crossing_claim(s, e) for each chunk]."""
+    setup, ends = trace
+    assert list(oracle(setup, ends).violations) == _expected_poisons(setup, ends)
+
+
+@settings(max_examples=400)
+@given(traces(fine=True))
+def test_violations_are_the_crossings_with_any_hash_block_and_checkpoints(
+    trace: tuple[SlotSetup, list[int]],
+) -> None:
+    """Still so with any h | B and checkpoints on: neither prevents R1(a) (slot note 4.2)."""
+    setup, ends = trace
+    assert list(oracle(setup, ends).violations) == _expected_poisons(setup, ends)
