@@ -71,8 +71,10 @@ def main() -> None:
         ratio = theirs / mine if name == "seconds" else mine / theirs
         digits = 2 if name == "seconds" else 0
         print(f"{name:<28}{mine:>14,.{digits}f}{theirs:>14,.{digits}f}{ratio:>9.1f}x")
-    print(f"(explorer: {tally.evaluations:,} table cells, {tally.transitions:,} reachable "
-          f"transitions; plain loop: {base_trans:,} transitions)")
+    print(
+        f"(explorer: {tally.evaluations:,} table cells, {tally.transitions:,} reachable "
+        f"transitions; plain loop: {base_trans:,} transitions)"
+    )
 
 
 if __name__ == "__main__":
