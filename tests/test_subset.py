@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -76,17 +79,13 @@ def test_vectorised_form_equals_native_lane_by_lane(cfg: Config) -> None:
                 assert table[i, n] == fn(cfg, c, n), (fn.__name__, c, n)
 
 
-def _load(tmp_path: Path, body: str):
-    path = tmp_path / "user_policy.py"
-    path.write_text(textwrap.dedent(body))
-    namespace: dict[str, object] = {}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
-    fn = namespace["split"]
-    fn.__module__ = "user_policy"  # type: ignore[attr-defined]
-    import linecache
-
-    linecache.updatecache(str(path))
-    return fn
+def _load(tmp_path: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> Callable[..., int]:
+    """Import ``split`` from a fresh module file, as a user policy would be."""
+    (tmp_path / "user_policy.py").write_text(textwrap.dedent(body))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("user_policy", None)
+    split: Callable[..., int] = importlib.import_module("user_policy").split
+    return split
 
 
 @pytest.mark.parametrize(
@@ -98,8 +97,10 @@ def _load(tmp_path: Path, body: str):
         ("def split(cfg, c, n):\n    return abs(n)\n", "abs"),
     ],
 )
-def test_outside_the_subset_names_file_and_line(tmp_path: Path, body: str, what: str) -> None:
-    fn = _load(tmp_path, body)
+def test_outside_the_subset_names_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, what: str
+) -> None:
+    fn = _load(tmp_path, body, monkeypatch)
     with pytest.raises(SubsetError) as info:
         parse(fn)
         INTERPRETER.call(parse(fn), [Config(block=4, prompt=8, max_sched=4), 0, 4])
