@@ -2,51 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from chunkproof.model import splits, stages
-from chunkproof.model.config import Config
+from chunkproof.model import acceptance, splits, stages
+from chunkproof.model.acceptance import Rule
 from chunkproof.model.errors import PolicyError
 from chunkproof.model.policy import Policy, Stage, StageFunction
 
 LATEST = "vllm-0.33"
-
-
-def _refuse_threshold_below_block(cfg: Config) -> str | None:
-    """0.15-0.26: in align mode theta > 0 requires theta >= B (history note 1)."""
-    if 0 < cfg.threshold < cfg.block:
-        return f"theta = {cfg.threshold} > 0 must be at least B = {cfg.block}"
-    return None
-
-
-def _refuse_block_above_budget(cfg: Config) -> str | None:
-    """0.17-0.26: B <= max_num_batched_tokens (history note 1), plus the 0.15 theta rule."""
-    if cfg.block > cfg.max_sched:
-        return f"B = {cfg.block} exceeds max_num_batched_tokens = {cfg.max_sched}"
-    return _refuse_threshold_below_block(cfg)
-
-
-def _refuse_hash_lookahead(cfg: Config) -> str | None:
-    """num_hash_lookahead_tokens exists from 0.33 only."""
-    if cfg.hash_lookahead:
-        return "num_hash_lookahead_tokens exists from 0.33 on"
-    return None
-
-
-def _accepts(*rules: Callable[[Config], str | None]) -> Callable[[Config], str | None]:
-    def accepts(cfg: Config) -> str | None:
-        return next((reason for rule in rules if (reason := rule(cfg)) is not None), None)
-
-    return accepts
-
-
-def _refuse_033(cfg: Config) -> str | None:
-    """0.33: L_h is L or 0, and the EAGLE block drop is forced off when L_h > 0 (history 2)."""
-    if cfg.hash_lookahead not in (0, cfg.lookahead):
-        return f"L_h = {cfg.hash_lookahead} must be 0 or L = {cfg.lookahead}"
-    if cfg.drop and cfg.hash_lookahead > 0:
-        return "the EAGLE block drop is off whenever L_h > 0"
-    return None
 
 
 def _composition(
@@ -64,7 +25,7 @@ def _release(
     split_variant: str,
     split: StageFunction,
     composition: str,
-    accepts: Callable[[Config], str | None],
+    rules: tuple[Rule, ...],
 ) -> Policy:
     """A released variant: C1-C4 have no reservation, C5-C9 add R1, C8-C9 a per-step theta."""
     number = int(composition[1:])
@@ -82,16 +43,14 @@ def _release(
         reservation_variant="R1" if reserve else None,
         composition=composition,
         releases=releases,
-        accepts=accepts,
+        acceptance=rules,
     )
 
 
-_OLD = _accepts(_refuse_threshold_below_block, _refuse_hash_lookahead)
-_MID = _accepts(_refuse_block_above_budget, _refuse_hash_lookahead)
-_NEW = _accepts(_refuse_hash_lookahead)
-
 _POLICIES: tuple[Policy, ...] = (
-    _release("vllm-0.15", ("0.15.0", "0.15.1", "0.16.0"), "V1", splits.split_v1, "C1", _OLD),
+    _release(
+        "vllm-0.15", ("0.15.0", "0.15.1", "0.16.0"), "V1", splits.split_v1, "C1", acceptance.OLD
+    ),
     _release(
         "vllm-0.17",
         (
@@ -111,19 +70,19 @@ _POLICIES: tuple[Policy, ...] = (
         "V2",
         splits.split_v2,
         "C1",
-        _MID,
+        acceptance.MID,
     ),
-    _release("vllm-0.23", ("0.23.0",), "V2b", splits.split_v2, "C2", _MID),
-    _release("vllm-0.24", ("0.24.0",), "V3", splits.split_v3, "C3", _MID),
-    _release("vllm-0.25", ("0.25.0", "0.25.1"), "V3", splits.split_v3, "C4", _MID),
-    _release("vllm-0.26", ("0.26.0",), "V4", splits.split_v4, "C4", _MID),
-    _release("vllm-0.27", ("0.27.0", "0.27.1"), "V5", splits.split_v5, "C4", _NEW),
-    _release("vllm-0.28", ("0.28.0",), "V5", splits.split_v5, "C5", _NEW),
-    _release("vllm-0.29", ("0.29.0",), "V6", splits.split_v6, "C6", _NEW),
-    _release("vllm-0.30", ("0.30.0",), "V7", splits.split_v7, "C7", _NEW),
-    _release("vllm-0.31", ("0.31.0",), "V7'", splits.split_v7, "C8", _NEW),
-    _release("vllm-0.32", ("0.32.0",), "V8", splits.split_v8, "C8", _NEW),
-    _release("vllm-0.33", ("0.33.0",), "V9", splits.split_v9, "C9", _refuse_033),
+    _release("vllm-0.23", ("0.23.0",), "V2b", splits.split_v2, "C2", acceptance.MID),
+    _release("vllm-0.24", ("0.24.0",), "V3", splits.split_v3, "C3", acceptance.MID),
+    _release("vllm-0.25", ("0.25.0", "0.25.1"), "V3", splits.split_v3, "C4", acceptance.MID),
+    _release("vllm-0.26", ("0.26.0",), "V4", splits.split_v4, "C4", acceptance.MID),
+    _release("vllm-0.27", ("0.27.0", "0.27.1"), "V5", splits.split_v5, "C4", acceptance.NEW),
+    _release("vllm-0.28", ("0.28.0",), "V5", splits.split_v5, "C5", acceptance.NEW),
+    _release("vllm-0.29", ("0.29.0",), "V6", splits.split_v6, "C6", acceptance.NEW),
+    _release("vllm-0.30", ("0.30.0",), "V7", splits.split_v7, "C7", acceptance.NEW),
+    _release("vllm-0.31", ("0.31.0",), "V7'", splits.split_v7, "C8", acceptance.NEW),
+    _release("vllm-0.32", ("0.32.0",), "V8", splits.split_v8, "C8", acceptance.NEW),
+    _release("vllm-0.33", ("0.33.0",), "V9", splits.split_v9, "C9", acceptance.LATEST),
     Policy(
         name="lookahead-in-split",
         summary="proposed fix for the lookahead livelock: V9 resolves window ends itself; "
@@ -134,7 +93,7 @@ _POLICIES: tuple[Policy, ...] = (
         split_variant="V9+window",
         reservation_variant="R1-unaligned",
         composition="C9",
-        accepts=_refuse_033,
+        acceptance=acceptance.LATEST,
     ),
     Policy(
         name="keep-subblock",
@@ -144,7 +103,7 @@ _POLICIES: tuple[Policy, ...] = (
         split_variant="V2+keep",
         reservation_variant=None,
         composition="C1",
-        accepts=_MID,
+        acceptance=acceptance.MID,
     ),
 )
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from chunkproof.model.acceptance import Rule
 from chunkproof.model.config import Config
 
 StageFunction = Callable[[Config, int, int], int]
@@ -30,8 +31,7 @@ class Stage:
 class Policy:
     """A chunk policy: ``stages`` run in order; the first receives the offered budget.
 
-    ``accepts`` returns ``None`` for a configuration the release accepts at start-up, or the
-    reason it refuses it (SPEC S1b).
+    ``acceptance`` lists the start-up checks of the release (SPEC S1b).
     """
 
     name: str
@@ -41,8 +41,12 @@ class Policy:
     reservation_variant: str | None
     composition: str
     releases: tuple[str, ...] = ()
-    accepts: Callable[[Config], str | None] = field(default=lambda cfg: None, repr=False)
+    acceptance: tuple[Rule, ...] = ()
     source_sha256: str | None = None
+
+    def accepts(self, cfg: Config) -> str | None:
+        """``None`` if the release accepts ``cfg`` at start-up, else why it refuses it."""
+        return next((rule.reason for rule in self.acceptance if not rule.holds(cfg)), None)
 
     def stage(self, name: str) -> Stage | None:
         """The stage called ``name``, if this policy has one."""

@@ -65,6 +65,10 @@ class Domain(Protocol):
     def maximum(self, left: Value, right: Value) -> Value:
         """Lane-wise ``max``."""
 
+    def assume(self, cond: Value) -> bool:
+        """An ``assert``: ``False`` if ``cond`` is known to fail; symbolic domains record it as a
+        path condition."""
+
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
@@ -312,8 +316,7 @@ class Interpreter:
         """An assertion holds on every live lane, or the evaluation fails with file:line."""
         d = self.domain
         ok = self._expr(func, stmt.test, frame.env)
-        holds = d.truth(d.or_(d.not_(frame.active), ok))
-        if holds is False:
+        if not d.assume(d.or_(d.not_(frame.active), ok)):
             raise SubsetError(f"{func.where(stmt)}: assertion failed in {func.name}")
 
     # -- expressions --------------------------------------------------------------------------
@@ -387,6 +390,8 @@ class Interpreter:
         return result
 
     def _call(self, func: SubsetFunction, node: ast.Call, env: Mapping[str, Value]) -> Value:
+        if isinstance(node.func, ast.Attribute):
+            return self._method(func, node, node.func, env)
         if not isinstance(node.func, ast.Name):
             raise SubsetError(
                 f"{func.where(node)}: only calls to named helper functions are in the subset"
@@ -402,6 +407,19 @@ class Interpreter:
         args = [self._expr(func, a, env) for a in node.args]
         kwargs = {k.arg: self._expr(func, k.value, env) for k in node.keywords if k.arg}
         return self.call(parse(target), args, kwargs)
+
+    def _method(
+        self, func: SubsetFunction, node: ast.Call, attr: ast.Attribute, env: Mapping[str, Value]
+    ) -> Value:
+        """``obj.method(...)``: a method written in the subset, inlined with ``obj`` as self."""
+        target = getattr(self._expr(func, attr.value, env), attr.attr, None)
+        if not inspect.ismethod(target) or not inspect.isfunction(target.__func__):
+            raise SubsetError(
+                f"{func.where(node)}: call to {ast.unparse(attr)!r}, which is not a subset method"
+            )
+        args = [target.__self__, *(self._expr(func, a, env) for a in node.args)]
+        kwargs = {k.arg: self._expr(func, k.value, env) for k in node.keywords if k.arg}
+        return self.call(parse(target.__func__), args, kwargs)
 
     def _min_max(
         self, func: SubsetFunction, node: ast.Call, env: Mapping[str, Value], is_min: bool

@@ -96,6 +96,9 @@ class NumpyDomain:
             return np.maximum(left, right)
         return max(left, right)
 
+    def assume(self, cond: Value) -> bool:
+        return bool(np.all(cond))
+
 
 INTERPRETER = Interpreter(NumpyDomain())
 """The interpreter every vectorised evaluation uses."""

@@ -1,0 +1,127 @@
+"""The symbolic form of a subset function: the same syntax tree evaluated over Z3 terms.
+
+Integers are Z3 ``Int`` terms (or Python ints for concrete parameters), conditions Z3 ``Bool``
+terms. ``//`` and ``%`` keep Python's floor semantics for any divisor sign; for a positive
+constant divisor they are SMT-LIB ``div``/``mod``, which agree with Python there. ``assert``
+statements become path conditions collected in :attr:`Z3Domain.assumptions`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import z3
+from chunkproof.model.subset import Interpreter, SubsetFunction, Value
+
+
+def _is_term(value: Value) -> bool:
+    return isinstance(value, z3.ExprRef)
+
+
+class Z3Domain:
+    """Integer and boolean operations on Z3 terms and Python constants."""
+
+    def __init__(self) -> None:
+        self.assumptions: list[z3.BoolRef] = []
+
+    def truth(self, cond: Value) -> bool | None:
+        if isinstance(cond, bool):
+            return cond
+        if _is_term(cond):
+            simple = z3.simplify(cond)
+            if z3.is_true(simple):
+                return True
+            if z3.is_false(simple):
+                return False
+            return None
+        return bool(cond)
+
+    def ite(self, cond: Value, then: Value, other: Value) -> Value:
+        known = self.truth(cond)
+        if known is not None:
+            return then if known else other
+        if isinstance(then, bool) and isinstance(other, bool):
+            return z3.And(cond, then) if other is False else z3.Or(z3.Not(cond), then)
+        return z3.If(cond, then, other)
+
+    def binop(self, op: str, left: Value, right: Value) -> Value:
+        if not (_is_term(left) or _is_term(right)):
+            return _concrete(op, left, right)
+        if op == "//":
+            return self._floordiv(left, right)
+        if op == "%":
+            return left - right * self._floordiv(left, right)
+        return _SYMBOLIC[op](left, right)
+
+    def _floordiv(self, left: Value, right: Value) -> Value:
+        """Python's floor division: SMT-LIB ``div`` floors for a positive divisor."""
+        if isinstance(right, int):
+            if right > 0:
+                return left / right
+            return (-left) / (-right)
+        return z3.If(right > 0, left / right, (-left) / (-right))
+
+    def and_(self, left: Value, right: Value) -> Value:
+        for a, b in ((left, right), (right, left)):
+            known = self.truth(a) if not _is_term(a) else None
+            if known is False:
+                return False
+            if known is True:
+                return b
+        return z3.And(left, right)
+
+    def or_(self, left: Value, right: Value) -> Value:
+        for a, b in ((left, right), (right, left)):
+            known = self.truth(a) if not _is_term(a) else None
+            if known is True:
+                return True
+            if known is False:
+                return b
+        return z3.Or(left, right)
+
+    def not_(self, value: Value) -> Value:
+        return z3.Not(value) if _is_term(value) else not value
+
+    def neg(self, value: Value) -> Value:
+        return -value
+
+    def minimum(self, left: Value, right: Value) -> Value:
+        if not (_is_term(left) or _is_term(right)):
+            return min(left, right)
+        return z3.If(left <= right, left, right)
+
+    def maximum(self, left: Value, right: Value) -> Value:
+        if not (_is_term(left) or _is_term(right)):
+            return max(left, right)
+        return z3.If(left >= right, left, right)
+
+    def assume(self, cond: Value) -> bool:
+        known = self.truth(cond)
+        if known is None:
+            self.assumptions.append(cond)
+        return known is not False
+
+
+_SYMBOLIC: dict[str, Any] = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+
+
+def _concrete(op: str, left: Value, right: Value) -> Value:
+    if op in _SYMBOLIC:
+        return _SYMBOLIC[op](left, right)
+    return left // right if op == "//" else left % right
+
+
+def symbolic(func: SubsetFunction, args: list[Value]) -> tuple[Value, list[z3.BoolRef]]:
+    """Translate one call of ``func``: its result term and the path conditions of its asserts."""
+    domain = Z3Domain()
+    return Interpreter(domain).call(func, args), domain.assumptions
