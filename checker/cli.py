@@ -13,10 +13,13 @@ from typing import Any, NoReturn
 
 from chunkproof.checker.progress import Progress
 from chunkproof.checker.properties import PROPERTIES, parse_property_ids
-from chunkproof.checker.ranges import SMALL_GRID, Ranges, parse_drop, parse_int_set
+from chunkproof.checker.ranges import SMALL_GRID, Ranges, compact, parse_drop, parse_int_set
 from chunkproof.checker.report import (
+    Verdict,
+    combine,
     exit_status,
     exploration_verdicts,
+    proof_verdicts,
     render_table,
     verdicts_document,
 )
@@ -36,6 +39,8 @@ from chunkproof.model.errors import (
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.trajectory import run
+from chunkproof.proofs.prover import PROVER_PROPERTIES, Settings, prove_cells
+from chunkproof.proofs.system import Cell, Scope
 
 DEFAULT_OUT = Path("chunkproof-out")
 MAX_CELLS = 300_000_000
@@ -149,13 +154,22 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _add_ranges(p)
         _add_run_options(p)
+        if name == "check":
+            p.add_argument("--timeout", type=_positive, default=20, help="seconds per query")
 
     p = sub.add_parser("replay", help="re-run a counterexample file")
     p.add_argument("file", type=Path, metavar="FILE")
     p.add_argument("--policy", help="replay on this policy instead of the recorded one")
     p.add_argument("--json", action="store_true")
 
-    for name in ("prove", "conform", "compare", "repro", "show"):
+    p = sub.add_parser("prove", help="prove properties with Z3 over a range, or refute them")
+    p.add_argument("policy", metavar="POLICY")
+    _add_ranges(p)
+    _add_run_options(p)
+    p.add_argument("--unbounded", action="store_true", help="no upper bound on T and M")
+    p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
+
+    for name in ("conform", "compare", "repro", "show"):
         p = sub.add_parser(name, help="not available yet", add_help=True)
         p.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
@@ -396,10 +410,117 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK if reproduces else EXIT_VIOLATED
 
 
+# -- prove / check -------------------------------------------------------------------------------
+
+PRODUCTION_BLOCKS = (16, 64, 528, 800, 1600, 2096, 4416)
+"""SPEC CLI: the default production range of block sizes."""
+
+
+def _proof_plan(args: argparse.Namespace, defaults: bool) -> tuple[list[Cell], Scope]:
+    """Cells (B, L, D) and the symbolic scope; ``defaults`` ignores the numeric RANGES (check)."""
+
+    def pick(name: str, fallback: tuple[int, ...]) -> tuple[int, ...]:
+        text = None if defaults else getattr(args, name)
+        return fallback if text is None else parse_int_set(text, "--" + name.replace("_", "-"))
+
+    blocks = pick("block", PRODUCTION_BLOCKS)
+    if min(blocks) < 1:
+        raise ChunkproofError("--block must be positive")
+    lookaheads = pick("lookahead", tuple(range(9)))
+    drops = parse_drop(args.drop) if args.drop and not defaults else (False, True)
+    prompts = pick("prompt", (1, 1 << 20))
+    scheds = pick("max_sched", (1, 1 << 16))
+    thresholds = pick("threshold", (0, 1))
+    unbounded = getattr(args, "unbounded", False)
+    scope = Scope(
+        prompt_max=None if unbounded else prompts[-1],
+        max_sched_max=None if unbounded else scheds[-1],
+        threshold=thresholds != (0,),
+        prompt_min=prompts[0],
+        max_sched_min=scheds[0],
+    )
+    cells = [Cell(b, la, d) for b in blocks for la in lookaheads for d in drops]
+    return cells, scope
+
+
+def _prove(
+    args: argparse.Namespace, policy: Policy, wanted: tuple[str, ...], defaults: bool
+) -> tuple[list[Verdict], dict[str, Any]]:
+    cells, scope = _proof_plan(args, defaults)
+    pids = tuple(p for p in wanted if p in PROVER_PROPERTIES)
+    settings = Settings(policy, scope, args.window, args.timeout * 1000, args.out, not defaults)
+    progress = Progress(f"proving {policy.name}")
+    tasks = [(cell, pid) for pid in pids for cell in cells]
+    results = prove_cells(settings, tasks, args.jobs, progress.tick)
+    progress.close()
+    rng = {
+        "block": compact(tuple(sorted({c.block for c in cells}))),
+        "lookahead": compact(tuple(sorted({c.lookahead for c in cells}))),
+        "drop": "both" if len({c.drop for c in cells}) == 2 else str(cells[0].drop).lower(),
+        **scope.describe(Cell(1, 0, False)),
+        "threshold": "0 or >= max(L, 1)" if scope.threshold else "0",
+        "prompt": f"{scope.prompt_min}-{scope.prompt_max or 'inf'} (and >= max(L, 1))",
+        "max_sched": f"{scope.max_sched_min}-{scope.max_sched_max or 'inf'} (and >= max(L, 1))",
+    }
+    verdicts = proof_verdicts(results, pids, rng, args.out, policy)
+    return verdicts, {"cells": len(cells), "seconds": round(progress.elapsed, 3)}
+
+
+def _cmd_prove(args: argparse.Namespace) -> int:
+    policy = resolve_policy(args.policy)
+    wanted = _properties(args)
+    if not set(wanted) & set(PROVER_PROPERTIES):
+        raise ChunkproofError(
+            f"the prover decides {', '.join(PROVER_PROPERTIES)}; P2 and P7 are figures of "
+            "`chunkproof explore`"
+        )
+    verdicts, run = _prove(args, policy, wanted, defaults=False)
+    if args.json:
+        _emit(verdicts_document(policy, verdicts, {"proved": run}))
+    else:
+        print(f"chunkproof prove {policy.name} ({policy.summary})")
+        print(f"{run['cells']} cells (B, L, D) in {run['seconds']:.1f} s\n")
+        print(render_table(verdicts))
+    return exit_status(verdicts)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """The explorer on the small grid plus the prover on the default production range."""
+    policy = resolve_policy(args.policy)
+    ranges, wanted = _ranges(args), _properties(args)
+    progress = Progress(f"exploring {policy.name}")
+    exploration = explore(policy, ranges, wanted, args.window, args.jobs, progress.tick)
+    progress.close()
+    explored = exploration_verdicts(exploration, args.out)
+    proved, run = _prove(args, policy, wanted, defaults=True)
+    verdicts = combine(explored, proved)
+    tally = exploration.tally
+    if args.json:
+        extra = {
+            "explored": {"configs": tally.configs, "transitions": tally.transitions},
+            "proved": run,
+        }
+        _emit(verdicts_document(policy, verdicts, extra))
+    else:
+        print(f"chunkproof check {policy.name} ({policy.summary})")
+        print(
+            f"explorer: {tally.configs['main']} configurations of the small grid "
+            f"({', '.join(f'{k}={v}' for k, v in ranges.describe().items())})"
+        )
+        print(
+            f"prover: {run['cells']} cells of the production range (B in "
+            f"{','.join(map(str, PRODUCTION_BLOCKS))}, L 0-8, D both, T <= 2^20, "
+            f"M <= 2^16, theta 0 or >= L) in {run['seconds']:.1f} s\n"
+        )
+        print(render_table(verdicts))
+    return exit_status(verdicts)
+
+
 _HANDLERS = {
     "policies": _cmd_policies,
     "trace": _cmd_trace,
     "explore": _cmd_explore,
-    "check": _cmd_explore,
+    "check": _cmd_check,
+    "prove": _cmd_prove,
     "replay": _cmd_replay,
 }

@@ -24,6 +24,7 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
+
 from chunkproof.checker import properties as props
 from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy

@@ -10,6 +10,7 @@ from chunkproof.checker.properties import PROPERTIES
 from chunkproof.checker.search import Exploration, minimal_counterexample
 from chunkproof.model.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.policy import Policy
+from chunkproof.proofs.prover import CellVerdict
 
 PROVED, VIOLATED, UNKNOWN = "PROVED", "VIOLATED", "UNKNOWN"
 
@@ -180,3 +181,94 @@ def render_table(verdicts: list[Verdict]) -> str:
             if f["counterexample"]:
                 lines.append(f"      counterexample: {f['counterexample']}")
     return "\n".join(lines)
+
+
+def proof_verdicts(
+    cell_verdicts: list[CellVerdict],
+    properties: tuple[str, ...],
+    rng: dict[str, Any],
+    out_dir: Path | None,
+    policy: Policy,
+) -> list[Verdict]:
+    """One verdict per property from the prover's cells: VIOLATED if a cell is (with the
+    smallest counterexample: T, then B, L, M, then the trace), else UNKNOWN if a cell is, else
+    PROVED; the summary says which method proved how many cells."""
+    verdicts = []
+    for pid in properties:
+        cells = [v for v in cell_verdicts if v.property == pid]
+        violated = [v for v in cells if v.status == VIOLATED]
+        unknown = [v for v in cells if v.status == UNKNOWN]
+        methods: dict[str, int] = {}
+        for v in cells:
+            if v.status == PROVED:
+                methods[v.method] = methods.get(v.method, 0) + 1
+        figure = {
+            "cells": len(cells),
+            "proved_by": methods,
+            "violated_cells": [v.cell.describe() for v in violated],
+            "unknown_cells": [{**v.cell.describe(), "why": v.detail} for v in unknown],
+            "certificates": str(out_dir / _safe(policy.name)) if out_dir and methods else None,
+        }
+        status = VIOLATED if violated else UNKNOWN if unknown else PROVED
+        path, summary = None, ""
+        with_cx = [v for v in violated if v.counterexample is not None]
+        if with_cx:
+            best = min(with_cx, key=_cx_rank)
+            cx = best.counterexample
+            assert cx is not None
+            cfg = cx.config
+            summary = (
+                f"T={cfg.T} B={cfg.block} L={cfg.lookahead} M={cfg.max_sched}"
+                f"{' D=on' if cfg.drop else ''}: {cx.verdict} ({best.detail})"
+            )
+            if out_dir is not None:
+                target = out_dir / _safe(policy.name) / f"{pid}-prove.json"
+                path = str(cx.save(target))
+        elif violated:
+            summary = f"violated in {len(violated)} of {len(cells)} cells (Spacer)"
+        elif unknown:
+            summary = f"{len(unknown)} of {len(cells)} cells undecided: {unknown[0].detail}"
+        else:
+            how = ", ".join(f"{m} {n}" for m, n in sorted(methods.items()))
+            summary = f"proved on all {len(cells)} cells ({how}); certificates re-checked"
+        verdicts.append(
+            Verdict(pid, status, rng, path, summary, "z3", len(cells), len(violated), figure)
+        )
+    return verdicts
+
+
+def _cx_rank(v: CellVerdict) -> tuple[int, ...]:
+    cx = v.counterexample
+    assert cx is not None
+    cfg = cx.config
+    return (cfg.T, cfg.block, cfg.lookahead, cfg.max_sched, len(cx.steps), int(cfg.drop))
+
+
+def combine(explored: list[Verdict], proved: list[Verdict]) -> list[Verdict]:
+    """``check``: one row per property from both engines. The row is VIOLATED if either engine
+    found a violation, else UNKNOWN if the prover could not decide, else PROVED; its
+    counterexample is the explorer's (smallest), else the prover's."""
+    by_pid = {v.property: v for v in proved}
+    rows = []
+    for ex in explored:
+        pr = by_pid.get(ex.property)
+        if pr is None:
+            rows.append(ex)
+            continue
+        statuses = {ex.status, pr.status}
+        status = VIOLATED if VIOLATED in statuses else UNKNOWN if UNKNOWN in statuses else PROVED
+        rows.append(
+            Verdict(
+                ex.property,
+                status,
+                {"explorer": ex.range, "prover": pr.range},
+                ex.counterexample or pr.counterexample,
+                f"explorer: {ex.status} ({ex.summary}); prover: {pr.status} ({pr.summary})",
+                "exhaustive enumeration + z3",
+                ex.configs,
+                ex.violating,
+                {"explorer": ex.figure, "prover": pr.figure},
+                ex.findings,
+            )
+        )
+    return rows

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from chunkproof.model.subset import Interpreter, Value
 
 _OPS: dict[str, Callable[[Any, Any], Any]] = {

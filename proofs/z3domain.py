@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import z3
+
 from chunkproof.model.subset import Interpreter, SubsetFunction, Value
 
 
@@ -28,10 +29,12 @@ class Z3Domain:
         if isinstance(cond, bool):
             return cond
         if _is_term(cond):
-            simple = z3.simplify(cond)
-            if z3.is_true(simple):
+            # Conditions on concrete parameters are already Python bools; a symbolic one is
+            # decided only when it is a literal (simplifying every condition costs more than
+            # the branches it would prune).
+            if z3.is_true(cond):
                 return True
-            if z3.is_false(simple):
+            if z3.is_false(cond):
                 return False
             return None
         return bool(cond)

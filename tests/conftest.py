@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from chunkproof.checker.cli import main
 from cli_helpers import Cli, CliRun
+
+from chunkproof.checker.cli import main
 
 
 @pytest.fixture

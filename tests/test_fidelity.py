@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from chunkproof.model.arith import ck30, ck32, ck33, valid
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from chunkproof.checker.ranges import Ranges
 from chunkproof.checker.search import explore
 from chunkproof.model.builtin import get_builtin

@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import Cli
+
 from chunkproof.checker.ranges import Ranges
 from chunkproof.checker.report import exploration_verdicts
 from chunkproof.checker.search import explore
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.counterexample import Counterexample
-from cli_helpers import Cli
 
 GRID = Ranges(
     block=(4,), lookahead=(0, 2, 3), prompt=tuple(range(1, 13)), max_sched=tuple(range(1, 9))

@@ -13,9 +13,10 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from chunkproof.checker.slots import Poison, SlotReport, SlotSetup, crossing_claim, oracle
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from chunkproof.checker.slots import Poison, SlotReport, SlotSetup, crossing_claim, oracle
 
 
 def _pairs(report: SlotReport) -> list[tuple[int, int]]:

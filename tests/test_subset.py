@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from chunkproof.model import splits, stages
 from chunkproof.model.config import Config
 from chunkproof.model.errors import SubsetError
 from chunkproof.model.subset import parse
 from chunkproof.model.vectorised import INTERPRETER
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 STAGES = [
     splits.split_v1,
