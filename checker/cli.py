@@ -39,7 +39,7 @@ from chunkproof.model.errors import (
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.trajectory import run
-from chunkproof.proofs.prover import PROVER_PROPERTIES, Settings, prove_cells
+from chunkproof.proofs.prover import PROVER_PROPERTIES, Settings, prove_range
 from chunkproof.proofs.system import Cell, Scope
 
 DEFAULT_OUT = Path("chunkproof-out")
@@ -450,8 +450,7 @@ def _prove(
     pids = tuple(p for p in wanted if p in PROVER_PROPERTIES)
     settings = Settings(policy, scope, args.window, args.timeout * 1000, args.out, not defaults)
     progress = Progress(f"proving {policy.name}")
-    tasks = [(cell, pid) for pid in pids for cell in cells]
-    results = prove_cells(settings, tasks, args.jobs, progress.tick)
+    results = prove_range(settings, cells, pids, args.jobs, progress.tick)
     progress.close()
     rng = {
         "block": compact(tuple(sorted({c.block for c in cells}))),
@@ -479,6 +478,8 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         _emit(verdicts_document(policy, verdicts, {"proved": run}))
     else:
         print(f"chunkproof prove {policy.name} ({policy.summary})")
+        rng = verdicts[0].range if verdicts else {}
+        print("range: " + ", ".join(f"{k}={v}" for k, v in rng.items()))
         print(f"{run['cells']} cells (B, L, D) in {run['seconds']:.1f} s\n")
         print(render_table(verdicts))
     return exit_status(verdicts)

@@ -164,7 +164,8 @@ def render_table(verdicts: list[Verdict]) -> str:
     lines = []
     for v in verdicts:
         name = f"{v.property} {PROPERTIES[v.property].name}"
-        scope = f"{v.violating} of {v.configs} configs" if v.status == VIOLATED else ""
+        unit = "cells" if v.method == "z3" else "configs"
+        scope = f"{v.violating} of {v.configs} {unit}" if v.status == VIOLATED else ""
         lines.append(f"  {name:<19} {v.status:<9} {scope}")
         lines.append(f"      {v.summary}")
         if v.counterexample:
@@ -225,7 +226,8 @@ def proof_verdicts(
                 target = out_dir / _safe(policy.name) / f"{pid}-prove.json"
                 path = str(cx.save(target))
         elif violated:
-            summary = f"violated in {len(violated)} of {len(cells)} cells (Spacer)"
+            why = violated[0].detail
+            summary = f"violated in {len(violated)} of {len(cells)} cells (Spacer; {why})"
         elif unknown:
             summary = f"{len(unknown)} of {len(cells)} cells undecided: {unknown[0].detail}"
         else:

@@ -106,6 +106,18 @@ def _slot_findings(policy: Policy, cfg: Config, steps: list[Step], high: int) ->
     }
 
 
+def _agree_with_oracle(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> None:
+    """The step rules of P3 and P6 are the slot oracle's (slot note 4.2, 5): when the oracle
+    ran on the completed trace, it must report the same failure."""
+    if "covered" not in details:
+        return
+    if pid == "P6" and props.resend_position(cfg) in details["covered"]:
+        raise ModelMismatch(f"P6: the slot oracle covers R* on the trace ending {last.end}")
+    claim = crossing_claim(last.c, last.end, cfg.block)
+    if pid == "P3" and f"{claim} holds state@{last.c}" not in details["poisoned"]:
+        raise ModelMismatch(f"P3: the slot oracle does not report {claim} holding {last.c}")
+
+
 def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
     """The verdict in words (SPEC C)."""
     e, big_e = last.end, cfg.prefill_end
@@ -158,6 +170,7 @@ def build_counterexample(
         details["window"] = window
     if pid in ("P3", "P6"):
         details.update(_slot_findings(policy, cfg, steps, high))
+        _agree_with_oracle(pid, cfg, steps[-1], details)
     return Counterexample(
         policy=policy.name,
         source_sha256=policy.source_sha256,

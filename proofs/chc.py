@@ -46,7 +46,10 @@ def reachable_violation(
     step = [ts.in_prefill(c), ts.budget_ok(b), c2 == c + ts.chunk(c, b)]
     fp.rule(reach(c2, *params), [reach(c, *params), *step])
     bad = ts.violation(pid, c, b, window)
-    answer = fp.query(z3.And(reach(c, *params), ts.in_prefill(c), ts.budget_ok(b), bad))
+    try:
+        answer = fp.query(z3.And(reach(c, *params), ts.in_prefill(c), ts.budget_ok(b), bad))
+    except z3.Z3Exception:  # Spacer reports its timeout as "canceled"
+        return ChcResult("unknown", None, time.monotonic() - started)
     seconds = time.monotonic() - started
     if answer == z3.unsat:
         cover = fp.get_cover_delta(-1, reach)

@@ -69,10 +69,9 @@ def prove_cell(
     window: str,
     timeout_ms: int,
     out_dir: Path,
-    minimise: bool = True,
 ) -> CellVerdict:
-    """The verdict of ``pid`` on one cell (module docstring); with ``minimise`` off, a violated
-    cell gets Spacer's verdict without a counterexample."""
+    """The verdict of ``pid`` on one cell (module docstring); a violated cell gets Spacer's
+    verdict, and :func:`counterexample_below` its counterexample."""
     started = time.monotonic()
     ts = TransitionSystem(policy, cell, scope)
     cert_path = out_dir / _cell_name(policy, cell, pid)
@@ -94,12 +93,25 @@ def prove_cell(
     cert_path.unlink(missing_ok=True)
     if chc.status == "unknown":
         return done(UNKNOWN, "spacer", "Spacer gave up or timed out")
-    if not minimise:
-        return done(VIOLATED, "spacer", "Spacer: a reachable state violates it")
-    cx, how = minimal_counterexample_for_cell(ts, pid, window, timeout_ms)
-    if cx is None:
-        return done(UNKNOWN, "bmc", f"Spacer found a reachable violation but {how}")
-    return done(VIOLATED, "bmc+spacer", how, counterexample=cx)
+    return done(VIOLATED, "spacer", "Spacer: a reachable state violates it")
+
+
+def counterexample_below(
+    policy: Policy,
+    cell: Cell,
+    scope: Scope,
+    pid: str,
+    window: str,
+    timeout_ms: int,
+    bound: int | None,
+) -> tuple[Counterexample | None, str]:
+    """The cell's minimal counterexample if it has one with T < ``bound`` (any, if None)."""
+    ts = TransitionSystem(policy, cell, scope)
+    if bound is not None:
+        below = reachable_violation(ts, pid, window, ts.T < bound, timeout_ms).status
+        if below != "sat":
+            return None, f"Spacer: {below} for T < {bound}"
+    return minimal_counterexample_for_cell(ts, pid, window, timeout_ms)
 
 
 def _cell_name(policy: Policy, cell: Cell, pid: str) -> str:
@@ -134,30 +146,74 @@ def _init(settings: Settings) -> None:
 def _prove(task: tuple[Cell, str]) -> CellVerdict:
     s = _SHARED["settings"]
     cell, pid = task
-    return prove_cell(s.policy, cell, s.scope, pid, s.window, s.timeout_ms, s.out_dir, s.minimise)
+    return prove_cell(s.policy, cell, s.scope, pid, s.window, s.timeout_ms, s.out_dir)
 
 
-def prove_cells(
+def _below(task: tuple[Cell, str, int | None]) -> tuple[Counterexample | None, str]:
+    s = _SHARED["settings"]
+    cell, pid, bound = task
+    return counterexample_below(s.policy, cell, s.scope, pid, s.window, s.timeout_ms, bound)
+
+
+def _parallel(
     settings: Settings,
-    tasks: list[tuple[Cell, str]],
+    work: Callable[[Any], Any],
+    tasks: list[Any],
+    jobs: int,
+    tick: Callable[[int, int], None] | None,
+) -> list[Any]:
+    """``work`` over ``tasks``, ``jobs`` at a time, in order; forked workers inherit the
+    settings (policies hold functions, which are not pickled)."""
+    results: list[Any] = []
+    if jobs <= 1 or len(tasks) < 2:
+        _init(settings)
+        outputs: Any = map(work, tasks)
+        pool = None
+    else:
+        pool = multiprocessing.get_context("fork").Pool(jobs, _init, (settings,))
+        outputs = pool.imap(work, tasks)
+    try:
+        for i, output in enumerate(outputs, 1):
+            results.append(output)
+            if tick:
+                tick(i, len(tasks))
+    finally:
+        if pool is not None:
+            pool.terminate()
+    return results
+
+
+def prove_range(
+    settings: Settings,
+    cells: list[Cell],
+    pids: tuple[str, ...],
     jobs: int,
     tick: Callable[[int, int], None] | None = None,
 ) -> list[CellVerdict]:
-    """Every (cell, property) of ``tasks``, ``jobs`` at a time; forked workers inherit the
-    settings (policies hold functions, which are not pickled)."""
-    results: list[CellVerdict] = []
-    if jobs <= 1 or len(tasks) < 2:
-        _init(settings)
-        verdicts = map(_prove, tasks)
-        for i, verdict in enumerate(verdicts, 1):
-            results.append(verdict)
-            if tick:
-                tick(i, len(tasks))
-        return results
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(jobs, initializer=_init, initargs=(settings,)) as pool:
-        for i, verdict in enumerate(pool.imap(_prove, tasks), 1):
-            results.append(verdict)
-            if tick:
-                tick(i, len(tasks))
-    return results
+    """Every (cell, property); with ``settings.minimise``, the minimal counterexample of each
+    violated property over all cells (smallest T, then B, L, M, then the trace): the first
+    violated cell in (B, L, D) order is minimised, then every other violated cell is asked by
+    Spacer for a smaller T, and only those that have one are minimised."""
+    verdicts: list[CellVerdict] = _parallel(
+        settings, _prove, [(c, p) for p in pids for c in cells], jobs, tick
+    )
+    if not settings.minimise:
+        return verdicts
+    for pid in pids:
+        violated = sorted(
+            (v for v in verdicts if v.property == pid and v.status == VIOLATED),
+            key=lambda v: (v.cell.block, v.cell.lookahead, v.cell.drop),
+        )
+        if not violated:
+            continue
+        first = violated[0]
+        cx, first.detail = _parallel(settings, _below, [(first.cell, pid, None)], 1, None)[0]
+        first.counterexample = cx
+        if cx is None:
+            continue
+        rest = [(v.cell, pid, cx.config.T) for v in violated[1:]]
+        for verdict, (other, how) in zip(
+            violated[1:], _parallel(settings, _below, rest, jobs, None), strict=True
+        ):
+            verdict.counterexample, verdict.detail = other, how
+    return verdicts

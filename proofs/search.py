@@ -7,12 +7,15 @@
    violation with a smaller T; unsat proves T minimal.
 3. At that T the explorer enumerates every M up to the solver's, exhaustively, and returns the
    smallest M with its BFS-shortest trace, computed by the native policy. When that grid is too
-   large, the solver's own trace is replayed natively instead, and the file says M and the
-   length were minimised within the bounded search only.
+   large, Spacer finds the smallest M by bisection (each answer holds for traces of any
+   length) and the explorer takes the shortest trace at that one M. If a query times out, the
+   solver's own trace is replayed natively instead, and the result says which dimensions were
+   minimised within the bounded search only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,9 +117,17 @@ def minimal_counterexample_for_cell(
         if certified == "unsat"
         else f"T is the minimum over traces of up to {found.depth} steps (Spacer: {certified})"
     )
-    cx = _exhaustive_at_prompt(ts, pid, window, cfg, found)
+    cx = _explore_at_prompt(ts, pid, window, cfg, range(max(cfg.lookahead, 1), cfg.max_sched + 1))
     if cx is not None:
         return cx, how + "; M and the trace length are minimal at that T (explorer, exhaustive)"
+    smallest = _bisect_max_sched(ts, pid, window, cfg, timeout_ms)
+    if smallest is not None:
+        cx = _explore_at_prompt(ts, pid, window, cfg.replace(max_sched=smallest), [smallest])
+        if cx is not None:
+            return cx, how + (
+                "; M is minimal at that T (Spacer bisection), the trace is the shortest at that "
+                "M (explorer)"
+            )
     return _replayed(ts, pid, window, cfg, found), (
         how + f"; M and the trace length are minimal within {found.depth} steps only"
     )
@@ -135,18 +146,39 @@ def _config(ts: TransitionSystem, found: SolverTrace) -> Config:
     )
 
 
-def _exhaustive_at_prompt(
-    ts: TransitionSystem, pid: str, window: str, cfg: Config, found: SolverTrace
+def _bisect_max_sched(
+    ts: TransitionSystem, pid: str, window: str, cfg: Config, timeout_ms: int
+) -> int | None:
+    """The least M <= cfg.max_sched with a reachable violation at cfg's T and theta, by
+    Spacer bisection; None if a query is undecided."""
+    low, high = max(cfg.lookahead, 1), cfg.max_sched
+    fixed = z3.And(ts.T == cfg.T, ts.theta == cfg.threshold)
+    while low < high:
+        middle = (low + high) // 2
+        answer = reachable_violation(ts, pid, window, z3.And(fixed, ts.M <= middle), timeout_ms)
+        if answer.status == "sat":
+            high = middle
+        elif answer.status == "unsat":
+            low = middle + 1
+        else:
+            return None
+    return high
+
+
+def _explore_at_prompt(
+    ts: TransitionSystem, pid: str, window: str, cfg: Config, ms: Sequence[int]
 ) -> Counterexample | None:
-    low = max(cfg.lookahead, 1)
-    width = min(cfg.max_sched, cfg.T)
-    if cfg.prefill_end * width * (cfg.max_sched - low + 1) > EXPLORER_CELLS:
+    """The explorer's minimal counterexample at cfg's T over the M values ``ms``, or None when
+    that grid is too large to enumerate."""
+    ms = tuple(ms)
+    width = min(max(ms), cfg.T)
+    if cfg.prefill_end * width * len(ms) > EXPLORER_CELLS:
         return None
     ranges = Ranges(
         block=(cfg.block,),
         lookahead=(cfg.lookahead,),
         prompt=(cfg.prompt,),
-        max_sched=tuple(range(low, cfg.max_sched + 1)),
+        max_sched=ms,
         drop=(cfg.drop,),
         threshold=(cfg.threshold,),
     )

@@ -130,7 +130,9 @@ def test_check_lookahead_in_split_has_no_p1_violation(cli: Cli, tmp_path: Path) 
     (verdict,) = run.json()["verdicts"]
     assert verdict["status"] == "PROVED"
     assert verdict["counterexample"] is None
-    assert verdict["range"]["block"] == "4,8,16"
+    assert verdict["range"]["explorer"]["block"] == "4,8,16"
+    assert verdict["range"]["prover"]["block"] == "16,64,528,800,1600,2096,4416"
+    assert verdict["figure"]["prover"]["proved_by"] == {"induction": 126}
     assert run.code == 0
 
 
