@@ -18,7 +18,7 @@ the same graph (:func:`shortest_path`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -140,8 +140,8 @@ class StateGraph:
 
     graph: nx.DiGraph[int]
     need: np.ndarray  # need[c - c0]: least budget bound reaching c (a huge value if none)
-    ms: list[int] = field(default_factory=list)
-    const_steps: np.ndarray | None = None  # P7: steps under const(budgets[j]); -1 if stuck
+    ms: list[int]
+    const_steps: np.ndarray  # P7: steps under const(budgets[j]); -1 if stuck
 
 
 def _reachable_graph(
@@ -282,7 +282,6 @@ def evaluate_config(
     at_largest = np.zeros((len(rows), width), dtype=bool)
     at_largest[:, -1] = stuck
     masks["P1"] = masks["P2"] = at_largest
-    assert sg.const_steps is not None
     cost = _cost(cfg, sg.const_steps[:width], budgets)
     masks["P7"] = at_largest if cost["stuck_at_max"] else np.zeros_like(at_largest)
     return ConfigResult(
