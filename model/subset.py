@@ -70,6 +70,39 @@ class Domain(Protocol):
         path condition."""
 
 
+class FoldingLogic:
+    """``and``/``or`` that fold operands known to be constant; a domain supplies
+    :meth:`constant` (a plain bool, or None for a lane-wise or symbolic value) and the lane-wise
+    :meth:`conjoin` and :meth:`disjoin`."""
+
+    def constant(self, value: Value) -> bool | None:
+        raise NotImplementedError
+
+    def conjoin(self, left: Value, right: Value) -> Value:
+        raise NotImplementedError
+
+    def disjoin(self, left: Value, right: Value) -> Value:
+        raise NotImplementedError
+
+    def and_(self, left: Value, right: Value) -> Value:
+        for a, b in ((left, right), (right, left)):
+            known = self.constant(a)
+            if known is False:
+                return False
+            if known is True:
+                return b
+        return self.conjoin(left, right)
+
+    def or_(self, left: Value, right: Value) -> Value:
+        for a, b in ((left, right), (right, left)):
+            known = self.constant(a)
+            if known is True:
+                return True
+            if known is False:
+                return b
+        return self.disjoin(left, right)
+
+
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _ALLOWED_NODES = (

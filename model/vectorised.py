@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkproof.model.subset import Interpreter, Value
+from chunkproof.model.subset import FoldingLogic, Interpreter, Value
 
 _OPS: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add,
@@ -34,7 +34,7 @@ def _is_array(value: Value) -> bool:
     return isinstance(value, np.ndarray)
 
 
-class NumpyDomain:
+class NumpyDomain(FoldingLogic):
     """Lane-wise integer/boolean operations on NumPy arrays and Python scalars."""
 
     def truth(self, cond: Value) -> bool | None:
@@ -61,22 +61,13 @@ class NumpyDomain:
                 return _OPS[op](left, right)
         return _OPS[op](left, right)
 
-    def and_(self, left: Value, right: Value) -> Value:
-        for a, b in ((left, right), (right, left)):
-            known = self.truth(a) if not _is_array(a) else None
-            if known is False:
-                return False
-            if known is True:
-                return b
+    def constant(self, value: Value) -> bool | None:
+        return None if _is_array(value) else bool(value)
+
+    def conjoin(self, left: Value, right: Value) -> Value:
         return np.logical_and(left, right)
 
-    def or_(self, left: Value, right: Value) -> Value:
-        for a, b in ((left, right), (right, left)):
-            known = self.truth(a) if not _is_array(a) else None
-            if known is True:
-                return True
-            if known is False:
-                return b
+    def disjoin(self, left: Value, right: Value) -> Value:
         return np.logical_or(left, right)
 
     def not_(self, value: Value) -> Value:

@@ -12,14 +12,14 @@ from typing import Any
 
 import z3
 
-from chunkproof.model.subset import Interpreter, SubsetFunction, Value
+from chunkproof.model.subset import FoldingLogic, Interpreter, SubsetFunction, Value
 
 
 def _is_term(value: Value) -> bool:
     return isinstance(value, z3.ExprRef)
 
 
-class Z3Domain:
+class Z3Domain(FoldingLogic):
     """Integer and boolean operations on Z3 terms and Python constants."""
 
     def __init__(self) -> None:
@@ -64,22 +64,13 @@ class Z3Domain:
             return (-left) / (-right)
         return z3.If(right > 0, left / right, (-left) / (-right))
 
-    def and_(self, left: Value, right: Value) -> Value:
-        for a, b in ((left, right), (right, left)):
-            known = self.truth(a) if not _is_term(a) else None
-            if known is False:
-                return False
-            if known is True:
-                return b
+    def constant(self, value: Value) -> bool | None:
+        return None if _is_term(value) else bool(value)
+
+    def conjoin(self, left: Value, right: Value) -> Value:
         return z3.And(left, right)
 
-    def or_(self, left: Value, right: Value) -> Value:
-        for a, b in ((left, right), (right, left)):
-            known = self.truth(a) if not _is_term(a) else None
-            if known is True:
-                return True
-            if known is False:
-                return b
+    def disjoin(self, left: Value, right: Value) -> Value:
         return z3.Or(left, right)
 
     def not_(self, value: Value) -> Value:
