@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from chunkproof.checker.conform import DIFFERENT, EQUAL, UNKNOWN, conform
+from chunkproof.checker.conform import describe as describe_conformance
 from chunkproof.checker.progress import Progress
 from chunkproof.checker.properties import PROPERTIES, parse_property_ids
 from chunkproof.checker.ranges import SMALL_GRID, Ranges, compact, parse_drop, parse_int_set
@@ -72,7 +74,7 @@ _positive = _at_least(1)
 _natural = _at_least(0)
 
 
-def _add_ranges(p: argparse.ArgumentParser) -> None:
+def _add_ranges(p: argparse.ArgumentParser, properties: bool = True) -> None:
     g = p.add_argument_group("ranges (default: the small exhaustive grid)")
     g.add_argument("--block", help="block sizes B, e.g. 4,8,16 or 16-64")
     g.add_argument("--lookahead", help="lookaheads L, e.g. 0-8")
@@ -82,6 +84,8 @@ def _add_ranges(p: argparse.ArgumentParser) -> None:
     g.add_argument("--drop", help="EAGLE block drop: off, on or both")
     g.add_argument("--threshold", help="long-prefill thresholds theta, e.g. 0,16")
     g.add_argument("--hash-block", help="hash block sizes H (each must divide B)")
+    if not properties:
+        return
     g.add_argument(
         "--property",
         help=f"properties to check, e.g. P1,P3 (default all of {','.join(PROPERTIES)})",
@@ -168,7 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unbounded", action="store_true", help="no upper bound on T and M")
     p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
 
-    for name in ("conform", "compare", "repro", "show"):
+    _add_conform_parser(sub)
+
+    for name in ("compare", "repro", "show"):
         p = sub.add_parser(name, help="not available yet", add_help=True)
         p.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
@@ -201,6 +207,11 @@ def _not_yet(args: argparse.Namespace) -> int:
 
 def _emit(document: dict[str, Any]) -> None:
     print(json.dumps(document, indent=2))
+
+
+def _source(policy: Policy) -> dict[str, str | None]:
+    """The sha256 of the policy's vLLM source, recorded in every result (``None``: built-in)."""
+    return {"source_sha256": policy.source_sha256}
 
 
 # -- policies -----------------------------------------------------------------------------------
@@ -271,6 +282,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                 "outcome": trajectory.outcome,
                 "stuck_at": trajectory.stuck_at,
                 "steps": [s.to_dict() for s in trajectory.steps],
+                "source_sha256": policy.source_sha256,
                 "accepted": refused is None,
                 "refused_because": refused,
             }
@@ -357,7 +369,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         "seconds": round(progress.elapsed, 3),
     }
     if args.json:
-        _emit(verdicts_document(policy, verdicts, {"explored": explored}))
+        _emit(verdicts_document(policy, verdicts, {"explored": explored, **_source(policy)}))
     else:
         print(_header(args.command, policy, exploration.ranges, explored))
         print(render_table(verdicts))
@@ -451,7 +463,13 @@ def _prove(
     progress = Progress(f"proving {policy.name}")
     results = prove_range(settings, cells, pids, args.jobs, progress.tick)
     progress.close()
-    rng = {
+    verdicts = proof_verdicts(results, pids, _proof_range(cells, scope), args.out, policy)
+    return verdicts, {"cells": len(cells), "seconds": round(progress.elapsed, 3)}
+
+
+def _proof_range(cells: list[Cell], scope: Scope) -> dict[str, Any]:
+    """The range of the prover's cells and symbolic scope, as stated in a verdict."""
+    return {
         "block": compact(tuple(sorted({c.block for c in cells}))),
         "lookahead": compact(tuple(sorted({c.lookahead for c in cells}))),
         "drop": "both" if len({c.drop for c in cells}) == 2 else str(cells[0].drop).lower(),
@@ -460,8 +478,6 @@ def _prove(
         "prompt": f"{scope.prompt_min}-{scope.prompt_max or 'inf'} (and >= max(L, 1))",
         "max_sched": f"{scope.max_sched_min}-{scope.max_sched_max or 'inf'} (and >= max(L, 1))",
     }
-    verdicts = proof_verdicts(results, pids, rng, args.out, policy)
-    return verdicts, {"cells": len(cells), "seconds": round(progress.elapsed, 3)}
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:
@@ -474,7 +490,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         )
     verdicts, run = _prove(args, policy, wanted, defaults=False)
     if args.json:
-        _emit(verdicts_document(policy, verdicts, {"proved": run}))
+        _emit(verdicts_document(policy, verdicts, {"proved": run, **_source(policy)}))
     else:
         print(f"chunkproof prove {policy.name} ({policy.summary})")
         rng = verdicts[0].range if verdicts else {}
@@ -499,6 +515,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         extra = {
             "explored": {"configs": tally.configs, "transitions": tally.transitions},
             "proved": run,
+            **_source(policy),
         }
         _emit(verdicts_document(policy, verdicts, extra))
     else:
@@ -516,6 +533,60 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return exit_status(verdicts)
 
 
+# -- conform ------------------------------------------------------------------------------------
+
+
+def _add_conform_parser(sub: Any) -> None:
+    p = sub.add_parser("conform", help="prove two policies give the same chunk everywhere")
+    p.add_argument("policy", metavar="POLICY")
+    p.add_argument("--against", required=True, metavar="POLICY", help="the other policy")
+    _add_ranges(p, properties=False)
+    p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _cmd_conform(args: argparse.Namespace) -> int:
+    """SPEC CLI ``conform``: Z3 per cell of the range, plus the exhaustive small grid."""
+    a, b = resolve_policy(args.policy), resolve_policy(args.against)
+    cells, scope = _proof_plan(args, defaults=False)
+    grid = _ranges(args)
+    progress = Progress(f"conform {a.name} against {b.name}")
+    result = conform(a, b, cells, scope, grid, args.timeout * 1000, progress.tick)
+    progress.close()
+    over = {
+        "z3": {"cells": len(cells), **_proof_range(cells, scope)},
+        "grid": {"configs": result.grid_configs, **grid.describe()},
+    }
+    if args.json:
+        _emit(
+            {
+                "policy": a.name,
+                "against": b.name,
+                "source_sha256": {a.name: a.source_sha256, b.name: b.source_sha256},
+                "status": result.status,
+                "range": over,
+                "difference": result.difference and result.difference.to_dict(),
+            }
+        )
+    else:
+        print(f"{a.name}: {a.summary}\n{b.name}: {b.summary}")
+        print(describe_conformance(result, a, b, _conform_ranges(over)))
+    return _CONFORM_EXIT[result.status]
+
+
+def _conform_ranges(over: dict[str, dict[str, Any]]) -> list[str]:
+    """The two ranges of a conform verdict, in words."""
+    z3_range = ", ".join(f"{k}={v}" for k, v in over["z3"].items() if k != "cells")
+    grid = ", ".join(f"{k}={v}" for k, v in over["grid"].items() if k != "configs")
+    return [
+        f"Z3: {over['z3']['cells']} cells ({z3_range})",
+        f"grid: {over['grid']['configs']} configurations ({grid})",
+    ]
+
+
+_CONFORM_EXIT = {EQUAL: EXIT_OK, DIFFERENT: EXIT_VIOLATED, UNKNOWN: EXIT_UNKNOWN}
+
+
 _HANDLERS = {
     "policies": _cmd_policies,
     "trace": _cmd_trace,
@@ -523,4 +594,5 @@ _HANDLERS = {
     "check": _cmd_check,
     "prove": _cmd_prove,
     "replay": _cmd_replay,
+    "conform": _cmd_conform,
 }

@@ -115,6 +115,11 @@ def builtin_policies() -> tuple[Policy, ...]:
     return _POLICIES
 
 
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` is a built-in policy or an alias of one."""
+    return any(policy.name == ALIASES.get(name, name) for policy in _POLICIES)
+
+
 def get_builtin(name: str) -> Policy:
     """The built-in policy called ``name`` (or an alias such as ``vllm-latest``)."""
     resolved = ALIASES.get(name, name)

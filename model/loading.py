@@ -1,23 +1,29 @@
-"""Resolve a POLICY argument (SPEC CLI): a built-in name, or ``module:function``."""
+"""Resolve a POLICY argument (SPEC CLI): a built-in name, real vLLM code, or ``module:function``."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 
-from chunkproof.model.builtin import get_builtin
+from chunkproof.model.builtin import get_builtin, is_builtin
 from chunkproof.model.errors import PolicyError
 from chunkproof.model.policy import Policy, Stage
+from chunkproof.model.source_policy import names_source, source_policy
 from chunkproof.model.subset import parse
 
 
 def resolve_policy(text: str) -> Policy:
-    """A built-in policy, or a user policy ``module:name``.
+    """A built-in policy, real vLLM code (``vllm==X.Y.Z``, ``vllm``, a path; see
+    :mod:`chunkproof.model.source_policy`), or a user policy ``module:name``.
+
+    A built-in name wins over a file of the same name; a path wins over ``module:name``.
 
     ``name`` may be a :class:`Policy`, or a split function ``(cfg, c, n) -> int`` in the policy
     subset, which takes the place of the split in the composition of ``vllm-latest`` (budget
     cap, split, reservation R1).
     """
+    if names_source(text) and not is_builtin(text):
+        return source_policy(text)
     if ":" not in text:
         return get_builtin(text)
     module_name, _, attr = text.partition(":")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from chunkproof.model.acceptance import Rule
 from chunkproof.model.config import Config
+from chunkproof.model.subset import SubsetFunction, Value, parse
 
 StageFunction = Callable[[Config, int, int], int]
 """A subset function ``(cfg, c, n) -> n``."""
@@ -15,16 +17,40 @@ STAGE_NAMES = ("cap", "split", "encoder", "reservation")
 """Stage names, as they appear in a trace step (SPEC C)."""
 
 
+class StageSource(Protocol):
+    """A stage defined by other code than a subset function ``(cfg, c, n)``: a real vLLM
+    method (:class:`chunkproof.model.vllm_source.MethodStage`)."""
+
+    def subset(self) -> SubsetFunction:
+        """The syntax tree the interpreter runs."""
+
+    def arguments(self, cfg: Any, c: Value, n: Value) -> list[Value]:
+        """Its arguments for config ``cfg``, state ``c`` and input ``n`` (any value domain)."""
+
+
 @dataclass(frozen=True)
 class Stage:
-    """One cap of the composition: a name from :data:`STAGE_NAMES` and its subset function."""
+    """One cap of the composition: a name from :data:`STAGE_NAMES`, its native form
+    ``function`` and, when that is not itself a subset function ``(cfg, c, n)``, the
+    ``source`` the interpreter runs instead (one definition: the native form is compiled from
+    the same syntax tree)."""
 
     name: str
     function: StageFunction
+    source: StageSource | None = None
 
     def __post_init__(self) -> None:
         if self.name not in STAGE_NAMES:
             raise ValueError(f"unknown stage name {self.name!r}")
+
+    def subset(self) -> SubsetFunction:
+        """The syntax tree the vectorised and symbolic forms interpret."""
+        return parse(self.function) if self.source is None else self.source.subset()
+
+    def arguments(self, cfg: Any, c: Value, n: Value) -> list[Value]:
+        """The interpreter's arguments for :meth:`subset`: ``[cfg, c, n]`` for a subset
+        function."""
+        return [cfg, c, n] if self.source is None else self.source.arguments(cfg, c, n)
 
 
 @dataclass(frozen=True)

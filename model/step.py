@@ -7,7 +7,7 @@ from typing import Any
 
 from chunkproof.model.config import Config
 from chunkproof.model.policy import STAGE_NAMES, Policy
-from chunkproof.model.subset import Value, parse
+from chunkproof.model.subset import Value
 from chunkproof.model.vectorised import INTERPRETER
 
 
@@ -84,7 +84,7 @@ def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict
     values: dict[str, Value] = {}
     n = budget
     for stage in policy.stages:
-        n = INTERPRETER.call(parse(stage.function), [cfg, c, n])
+        n = INTERPRETER.call(stage.subset(), stage.arguments(cfg, c, n))
         values[stage.name] = n
     filled = _fill(values, budget)
     filled["chunk"] = n

@@ -6,9 +6,10 @@ A policy stage is written once, as an ordinary Python function in this subset:
   ``return``, ``assert``, ``pass`` and a docstring;
 * expressions: integer and boolean constants, names, attribute reads (``cfg.block``,
   ``self.cache_config.block_size``), ``+ - * // %``, unary ``-`` and ``not``, comparisons
-  (chained too), ``and``/``or``, ``x if c else y``, tuples, calls to helper functions written in
-  the same subset (inlined), and ``min``/``max`` over arguments or over a generator with an
-  ``if`` filter and a ``default=``.
+  (chained too; ``is``/``is not`` only against ``None``, decided concretely since no domain
+  value is ``None``), ``and``/``or``, ``x if c else y``, tuples, calls to helper functions
+  written in the same subset (inlined), and ``min``/``max`` over arguments or over a generator
+  with an ``if`` filter and a ``default=``.
 
 Its *concrete* form is the function itself, called natively. Its *vectorised* and *symbolic*
 forms come from :class:`Interpreter`, which runs the same syntax tree over a :class:`Domain`:
@@ -136,9 +137,18 @@ _ALLOWED_NODES = (
     ast.Or,
     ast.Not,
     ast.USub,
+    ast.Is,
+    ast.IsNot,
     *_BINOPS,
     *_CMPOPS,
 )
+_IDENTITY = (ast.Is, ast.IsNot)
+
+SUBSET_ATTRIBUTE = "__chunkproof_subset__"
+"""A function compiled from a syntax tree (real vLLM code, see
+:mod:`chunkproof.model.vllm_source`) carries its :class:`SubsetFunction` under this attribute:
+:func:`parse` returns it instead of reading source text, so the compiled function and its
+interpreted forms share one syntax tree."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +171,14 @@ class SubsetFunction:
 
 @functools.cache
 def parse(fn: Callable[..., Any]) -> SubsetFunction:
-    """Parse and validate a Python function as a subset function (cached per function)."""
+    """Parse and validate a Python function as a subset function (cached per function).
+
+    A function carrying a :data:`SUBSET_ATTRIBUTE` is validated and returned as it is.
+    """
+    attached = getattr(fn, SUBSET_ATTRIBUTE, None)
+    if isinstance(attached, SubsetFunction):
+        validate(attached)
+        return attached
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         _, first_line = inspect.getsourcelines(fn)
@@ -222,8 +239,24 @@ def validate(func: SubsetFunction) -> None:
             raise SubsetError(
                 f"{func.where(child)}: constant {child.value!r} is outside the policy subset"
             )
+        if isinstance(child, ast.Compare) and not _identity_with_none(child):
+            raise SubsetError(f"{func.where(child)}: `is` compares with None only in the subset")
         if isinstance(child, ast.GeneratorExp) and len(child.generators) != 1:
             raise SubsetError(f"{func.where(child)}: only single-loop generators are in the subset")
+
+
+def _identity_with_none(node: ast.Compare) -> bool:
+    """Every ``is``/``is not`` of the comparison has the constant ``None`` on one side."""
+    operands = [node.left, *node.comparators]
+    return all(
+        any(_is_none(x) for x in operands[i : i + 2])
+        for i, op in enumerate(node.ops)
+        if isinstance(op, _IDENTITY)
+    )
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _is_docstring(stmt: ast.Expr) -> bool:
@@ -413,12 +446,16 @@ class Interpreter:
         left = self._expr(func, node.left, env)
         result: Value = True
         for op, right_node in zip(node.ops, node.comparators, strict=True):
-            if type(op) not in _CMPOPS:
+            if not isinstance(op, _IDENTITY) and type(op) not in _CMPOPS:
                 raise SubsetError(
                     f"{func.where(node)}: comparison {type(op).__name__} is outside the subset"
                 )
             right = self._expr(func, right_node, env)
-            result = d.and_(result, d.binop(_CMPOPS[type(op)], left, right))
+            if isinstance(op, _IDENTITY):
+                test: Value = (left is right) == isinstance(op, ast.Is)
+            else:
+                test = d.binop(_CMPOPS[type(op)], left, right)
+            result = d.and_(result, test)
             left = right
         return result
 

@@ -12,11 +12,18 @@ per source module, under the real file name and line numbers. A name a compiled 
 must be one of: an extracted function, a standard-library import, or a builtin; anything else
 is a :class:`~chunkproof.model.errors.PolicyError` naming file and line.
 
-The methods run on stand-ins built from a :class:`~chunkproof.model.config.Config` by
-:func:`standins`. Every attribute any release 0.15.0-0.33.0 reads is set; reading any other one
-raises :class:`StandInError` naming it, so an input the model does not have can never be
-silently defaulted. Attribute -> Config field (history note section 2 symbol; releases reading
-it):
+Each compiled function also carries its stripped syntax tree as a
+:class:`~chunkproof.model.subset.SubsetFunction` (attribute
+:data:`~chunkproof.model.subset.SUBSET_ATTRIBUTE`), so :class:`MethodStage` runs the very tree
+that was compiled natively, vectorised over NumPy or translated to Z3 by the policy-subset
+interpreter: helper calls and ``self.<method>(...)`` calls are inlined from their attached
+trees; a ``property`` member is read natively.
+
+The methods run on stand-ins built from a :class:`~chunkproof.model.config.Config` (or any
+object with its fields holding arrays or Z3 terms) by :func:`standins`. Every attribute any
+release 0.15.0-0.33.0 reads is set; reading any other one raises :class:`StandInError` naming
+it, so an input the model does not have can never be silently defaulted. Attribute -> Config
+field (history note section 2 symbol; releases reading it):
 
 =====================================================  ===========================  ===========
 stand-in attribute                                     Config field [symbol]        read by
@@ -64,6 +71,7 @@ from typing import Any, NoReturn, Protocol
 
 from chunkproof.model.config import Config
 from chunkproof.model.errors import PolicyError
+from chunkproof.model.subset import SUBSET_ATTRIBUTE, SubsetFunction, Value, parse
 
 SCHEDULER_FILE = "vllm/v1/core/sched/scheduler.py"
 """Where ``scheduler.py`` sits below a release root."""
@@ -136,6 +144,17 @@ def standins(
     cfg: Config, c_split: Hits, scheduler_type: type[StandIn] = StandIn
 ) -> tuple[StandIn, StandIn]:
     """The stand-in ``(self, request)`` of ``cfg`` (the table in the module docstring)."""
+    return view_standins(cfg, c_split.computed, scheduler_type)
+
+
+def view_standins(
+    cfg: Any, computed: Value, scheduler_type: type[StandIn] = StandIn
+) -> tuple[StandIn, StandIn]:
+    """:func:`standins` for a config whose fields may hold arrays or Z3 terms.
+
+    ``request.num_computed_tokens`` is ``computed`` [c_r]; every other attribute is the config
+    field of the table in the module docstring, passed through unconverted.
+    """
     scheduler = scheduler_type(
         "stand-in Scheduler",
         cache_config=StandIn("stand-in Scheduler.cache_config", block_size=cfg.block),
@@ -143,14 +162,14 @@ def standins(
             "stand-in Scheduler.scheduler_config", long_prefill_token_threshold=cfg.threshold
         ),
         block_size=cfg.sched_block,
-        hash_block_size=cfg.H,
+        hash_block_size=cfg.hash_block,
         use_eagle=cfg.drop,
         use_eagle_block_drop=cfg.drop,
-        mamba_partial_cache_hit=bool(cfg.partial_hits),
+        mamba_partial_cache_hit=cfg.partial_hits,
         mamba_fine_grained_prefix_cache=cfg.exact_junction,
         mamba_shared_prefix_checkpoint=cfg.exact_junction,
         mamba_has_prefill_checkpoint_blocks=cfg.checkpoints,
-        mamba_prefill_checkpoint_alignment=cfg.checkpoint_alignment or None,
+        mamba_prefill_checkpoint_alignment=_alignment(cfg.checkpoint_alignment),
         max_num_scheduled_tokens=cfg.max_sched,
         num_hash_lookahead_tokens=cfg.hash_lookahead,
         num_prefill_lookahead=cfg.lookahead,
@@ -158,12 +177,19 @@ def standins(
     request = StandIn(
         "stand-in Request",
         num_prompt_tokens=cfg.prompt,
-        num_tokens=cfg.T,
-        num_output_tokens=cfg.T - cfg.prompt,
-        num_computed_tokens=c_split.computed,
+        num_tokens=cfg.tokens,
+        num_output_tokens=cfg.tokens - cfg.prompt,
+        num_computed_tokens=computed,
         shared_prefix_boundary=cfg.junction,
     )
     return scheduler, request
+
+
+def _alignment(alpha: Value) -> Value:
+    """alpha as vLLM holds it: 0 (off) is ``None``; it must be one plain int for a batch."""
+    if not isinstance(alpha, int):
+        raise PolicyError("the checkpoint alignment alpha must be the same in every configuration")
+    return alpha or None
 
 
 @dataclass(frozen=True)
@@ -207,6 +233,37 @@ def _as_int(value: object, path: Path) -> int:
     if not isinstance(value, int):
         raise PolicyError(f"{path}: the vLLM method returned {value!r}, not an int")
     return value
+
+
+@dataclass(frozen=True)
+class MethodStage:
+    """A policy stage that is one real method of ``methods``, ``SPLIT_METHOD`` or
+    ``RESERVE_METHOD`` (the split in the running loop, SPEC S3; the reservation R1).
+
+    Calling it runs the compiled method natively; :meth:`subset` and :meth:`arguments` give the
+    same syntax tree and its stand-in arguments to the policy-subset interpreter.
+    """
+
+    methods: SchedulerMethods
+    method: str
+
+    def __call__(self, cfg: Config, c: int, n: int) -> int:
+        """The native form: the compiled method on :func:`standins` of ``cfg``."""
+        if self.method == RESERVE_METHOD:
+            return self.methods.reserve(cfg, c, n)
+        return self.methods.split(cfg, c, n)
+
+    def subset(self) -> SubsetFunction:
+        """The method's syntax tree (validated against the policy subset)."""
+        return parse(getattr(self.methods.scheduler_type, self.method))
+
+    def arguments(self, cfg: Any, c: Value, n: Value) -> list[Value]:
+        """The interpreter's arguments: ``self``, ``request`` and the call site's values."""
+        scheduler, request = view_standins(cfg, c, self.methods.scheduler_type)
+        if self.method == RESERVE_METHOD:
+            return [scheduler, request, c, n]
+        uncached = [cfg.uncached_prefix] if self.methods.takes_uncached_prefix else []
+        return [scheduler, request, n, 0, 0, *uncached]
 
 
 class SourceTree(Protocol):
@@ -257,7 +314,7 @@ def load_scheduler(scheduler_py: Path, root: Path | None = None) -> SchedulerMet
         data = scheduler_py.read_bytes()
     except OSError as exc:
         raise PolicyError(f"{scheduler_py}: cannot read: {exc.strerror}") from None
-    collector = _Collector(DirectoryTree(root or _package_root(scheduler_py), scheduler_py))
+    collector = _Collector(DirectoryTree(root or package_root(scheduler_py), scheduler_py))
     return SchedulerMethods(
         path=scheduler_py,
         sha256=hashlib.sha256(data).hexdigest(),
@@ -272,7 +329,7 @@ def source_files(tree: SourceTree) -> list[str]:
     return sorted(_Collector(tree).modules)
 
 
-def _package_root(scheduler_py: Path) -> Path:
+def package_root(scheduler_py: Path) -> Path:
     """The parent of the innermost ``vllm`` directory above ``scheduler_py``."""
     for parent in scheduler_py.resolve().parents:
         if parent.name == "vllm":
@@ -422,7 +479,21 @@ class _Collector:
             for name, link in links.items():
                 namespaces[rel][name] = link.resolve(namespaces)
         result: type[StandIn] = scheduler[self.class_def.name]
+        for rel, functions in self.needed.items():
+            for name, node in functions.items():
+                _attach(namespaces[rel][name], node, self.modules[rel].label, namespaces[rel])
+        for name, node in self.members.items():
+            _attach(vars(result)[name], node, self.modules[SCHEDULER_FILE].label, scheduler)
         return result
+
+
+def _attach(member: object, node: ast.FunctionDef, label: str, namespace: dict[str, Any]) -> None:
+    """Give a compiled function (or the function under a property, staticmethod or
+    classmethod) the syntax tree it was compiled from, without decorators."""
+    function = getattr(member, "fget", None) or getattr(member, "__func__", member)
+    bare = copy.copy(node)
+    bare.decorator_list = []
+    setattr(function, SUBSET_ATTRIBUTE, SubsetFunction(node.name, bare, label, namespace))
 
 
 def _scheduler_class(module: _Module) -> ast.ClassDef:

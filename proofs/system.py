@@ -20,7 +20,7 @@ import z3
 from chunkproof.checker import properties as props
 from chunkproof.model.policy import Policy
 from chunkproof.model.splits import prefill_end
-from chunkproof.model.subset import parse
+from chunkproof.model.subset import SubsetFunction, parse
 from chunkproof.proofs.z3domain import symbolic
 
 
@@ -95,8 +95,11 @@ class TransitionSystem:
     def parameters(self) -> list[z3.ArithRef]:
         return [self.T, self.M, self.theta]
 
-    def _call(self, func: Callable[..., Any], args: list[Any]) -> Any:
-        value, assumptions = symbolic(parse(func), args)
+    def _call(self, func: Callable[..., Any] | SubsetFunction, args: list[Any]) -> Any:
+        """Translate one call of a subset function (or its parsed tree) to a term."""
+        value, assumptions = symbolic(
+            func if isinstance(func, SubsetFunction) else parse(func), args
+        )
         self.assumptions.extend(assumptions)
         return value
 
@@ -131,7 +134,7 @@ class TransitionSystem:
         values: dict[str, Any] = {}
         n = b
         for stage in self.policy.stages:
-            n = self._call(stage.function, [self.view, c, n])
+            n = self._call(stage.subset(), stage.arguments(self.view, c, n))
             values[stage.name] = n
         values["chunk"] = n
         return values
