@@ -19,6 +19,13 @@ def _is_term(value: Value) -> bool:
     return isinstance(value, z3.ExprRef)
 
 
+def _condition(value: Value) -> Value:
+    """Python truthiness: an integer term used as a condition means ``value != 0``."""
+    if isinstance(value, z3.ArithRef):
+        return value != 0
+    return value
+
+
 class Z3Domain(FoldingLogic):
     """Integer and boolean operations on Z3 terms and Python constants."""
 
@@ -26,6 +33,7 @@ class Z3Domain(FoldingLogic):
         self.assumptions: list[z3.BoolRef] = []
 
     def truth(self, cond: Value) -> bool | None:
+        cond = _condition(cond)
         if isinstance(cond, bool):
             return cond
         if _is_term(cond):
@@ -43,6 +51,7 @@ class Z3Domain(FoldingLogic):
         known = self.truth(cond)
         if known is not None:
             return then if known else other
+        cond = _condition(cond)
         if isinstance(then, bool) and isinstance(other, bool):
             return z3.And(cond, then) if other is False else z3.Or(z3.Not(cond), then)
         return z3.If(cond, then, other)
@@ -68,13 +77,13 @@ class Z3Domain(FoldingLogic):
         return None if _is_term(value) else bool(value)
 
     def conjoin(self, left: Value, right: Value) -> Value:
-        return z3.And(left, right)
+        return z3.And(_condition(left), _condition(right))
 
     def disjoin(self, left: Value, right: Value) -> Value:
-        return z3.Or(left, right)
+        return z3.Or(_condition(left), _condition(right))
 
     def not_(self, value: Value) -> Value:
-        return z3.Not(value) if _is_term(value) else not value
+        return z3.Not(_condition(value)) if _is_term(value) else not value
 
     def neg(self, value: Value) -> Value:
         return -value

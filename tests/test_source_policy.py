@@ -122,6 +122,53 @@ def _copy_release(version: str, into: Path, with_manifest: bool) -> Path:
     return into
 
 
+# The SPEC V lookahead-in-split fix, written into a copy of 0.33.0's methods the way a PR
+# would write it: the split resolves an end in the window (T - L, T); the reservation leaves
+# block-aligned ends alone.
+_SPLIT_RETURN = "        return max(end - start, 0)\n"
+_SPLIT_FIX = """        lookahead = self.num_prefill_lookahead
+        total = request.num_tokens
+        if lookahead >= 2 and total - lookahead < end < total:
+            crosses = start % block_size != 0 and next_block_boundary < total
+            window_floor = (total - lookahead) // block_size * block_size
+            if start + num_new_tokens >= total and not crosses:
+                end = total
+            elif window_floor > start:
+                end = window_floor
+"""
+_RESERVE_TEST = "        if 0 < remaining < self.num_prefill_lookahead:\n"
+_RESERVE_FIX = (
+    "        end = num_computed_tokens + num_new_tokens\n"
+    "        if 0 < remaining < self.num_prefill_lookahead"
+    " and end % self.cache_config.block_size:\n"
+)
+
+
+def _patched_release(into: Path) -> Path:
+    """0.33.0's source tree with the fix applied to a copy of its scheduler.py."""
+    root = _copy_release("0.33.0", into, with_manifest=False)
+    scheduler = root / SCHEDULER_FILE
+    text = scheduler.read_text()
+    assert text.count(_SPLIT_RETURN) == 1 and text.count(_RESERVE_TEST) == 1
+    text = text.replace(_SPLIT_RETURN, _SPLIT_FIX + _SPLIT_RETURN)
+    scheduler.write_text(text.replace(_RESERVE_TEST, _RESERVE_FIX))
+    return root
+
+
+@pytest.mark.fidelity
+def test_a_proposed_change_gets_a_verdict_in_one_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixed = str(_patched_release(tmp_path / "fixed"))
+    status, out, _ = run(
+        ["check", fixed, "--property", "P1", "--json", "--out", str(tmp_path)], capsys
+    )
+    (verdict,) = json.loads(out)["verdicts"]
+    assert (status, verdict["status"]) == (0, "PROVED")
+    status, out, _ = run(["conform", "lookahead-in-split", "--against", fixed], capsys)
+    assert status == 0, out
+
+
 @pytest.mark.fidelity
 def test_directory_and_file_forms(tmp_path: Path) -> None:
     """A directory or scheduler.py path: the release comes from the manifest, vllm/_version.py,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import z3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import SubsetError
 from chunkproof.model.subset import parse
 from chunkproof.model.vectorised import INTERPRETER
+from chunkproof.proofs.z3domain import symbolic
 
 STAGES = [
     splits.split_v1,
@@ -108,3 +110,20 @@ def test_outside_the_subset_names_file_and_line(
     message = str(info.value)
     assert "user_policy.py:" in message and what in message
     assert "\n" not in message
+
+
+def truthy_split(cfg: Config, c: int, n: int) -> int:
+    """Integers as conditions, as vLLM's code writes them (``if end % block_size:``)."""
+    if (c + n) % cfg.block and not c % cfg.block:
+        return n - (c + n) % cfg.block
+    return n if c or n else 0
+
+
+def test_integer_conditions_mean_nonzero_in_the_symbolic_form() -> None:
+    cfg = Config(block=4, prompt=20, max_sched=8)
+    c, n = z3.Ints("c n")
+    term, _ = symbolic(parse(truthy_split), [cfg, c, n])
+    for cv in range(0, 9):
+        for nv in range(0, 9):
+            value = z3.simplify(z3.substitute(term, (c, z3.IntVal(cv)), (n, z3.IntVal(nv))))
+            assert value.as_long() == truthy_split(cfg, cv, nv), (cv, nv)
