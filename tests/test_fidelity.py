@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from chunkproof.model.arith import ck30, ck32, ck33, valid
-from chunkproof.model.builtin import policy_for_release
+from chunkproof.model.builtin import builtin_policies, policy_for_release
 from chunkproof.model.config import Config
 from chunkproof.model.errors import PolicyError
 from chunkproof.model.policy import Policy
@@ -41,20 +41,8 @@ from chunkproof.model.vllm_source import (
 
 pytestmark = pytest.mark.fidelity
 
-RELEASES = (
-    "0.15.0",
-    "0.17.0",
-    "0.23.0",
-    "0.24.0",
-    "0.26.0",
-    "0.27.0",
-    "0.28.0",
-    "0.29.0",
-    "0.30.0",
-    "0.31.0",
-    "0.32.0",
-    "0.33.0",
-)
+RELEASES = tuple(p.releases[0] for p in builtin_policies() if p.releases)
+"""The first release of every built-in variant."""
 CASES = 10_000
 SEED = 20_260_615
 ASSERTS_NO_EXTERNAL = ("0.15.0", "0.17.0")

@@ -14,25 +14,13 @@ from pathlib import Path
 import pytest
 
 from chunkproof.checker.cli import main
-from chunkproof.model.builtin import policy_for_release
+from chunkproof.model.builtin import builtin_policies, policy_for_release
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.releases import release_root
 from chunkproof.model.vllm_source import SCHEDULER_FILE
 
-RELEASES = (
-    "0.15.0",
-    "0.17.0",
-    "0.23.0",
-    "0.24.0",
-    "0.26.0",
-    "0.27.0",
-    "0.28.0",
-    "0.29.0",
-    "0.30.0",
-    "0.31.0",
-    "0.32.0",
-    "0.33.0",
-)
+RELEASES = tuple(p.releases[0] for p in builtin_policies() if p.releases)
+"""The first release of every built-in variant."""
 TRACE = ["--block", "16", "--lookahead", "3", "--prompt", "49", "--budget", "16"]
 
 
