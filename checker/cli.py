@@ -40,6 +40,7 @@ from chunkproof.model.errors import (
 )
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
+from chunkproof.model.source_policy import names_source
 from chunkproof.model.trajectory import run
 from chunkproof.proofs.prover import PROVER_PROPERTIES, Settings, prove_range
 from chunkproof.proofs.system import Cell, Scope
@@ -177,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("compare", "repro", "show"):
         p = sub.add_parser(name, help="not available yet", add_help=True)
         p.add_argument("rest", nargs=argparse.REMAINDER)
+    for name in ("trace", "explore", "check", "prove", "replay", "conform"):
+        sub.choices[name].add_argument(
+            "--compose",
+            metavar="Cn",
+            help="for real vLLM source: the schedule() composition (C1-C9) its methods run in "
+            "(default: that of its release)",
+        )
     return parser
 
 
@@ -243,11 +251,20 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _policy(text: str, args: argparse.Namespace, only_sources: bool = False) -> Policy:
+    """POLICY with ``--compose``; with ``only_sources`` (conform's two policies) the option
+    applies to whichever of them is real vLLM source."""
+    compose = args.compose
+    if only_sources and not names_source(text):
+        compose = None
+    return resolve_policy(text, compose)
+
+
 # -- trace --------------------------------------------------------------------------------------
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
-    policy = resolve_policy(args.policy)
+    policy = _policy(args.policy, args)
     if args.budgets is not None:
         budgets = list(_budget_list(args.budgets))
     elif args.budget is not None:
@@ -355,7 +372,7 @@ def _properties(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
-    policy = resolve_policy(args.policy)
+    policy = _policy(args.policy, args)
     ranges, wanted = _ranges(args), _properties(args)
     progress = Progress(f"exploring {policy.name}")
     exploration = explore(policy, ranges, wanted, args.window, args.jobs, progress.tick)
@@ -391,7 +408,7 @@ def _header(command: str, policy: Policy, ranges: Ranges, explored: dict[str, An
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     cx = Counterexample.load(args.file)
-    policy = resolve_policy(args.policy or cx.policy)
+    policy = _policy(args.policy or cx.policy, args)
     difference = replay_steps(policy, cx)
     if difference is None and cx.steps:
         high = (
@@ -481,7 +498,7 @@ def _proof_range(cells: list[Cell], scope: Scope) -> dict[str, Any]:
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:
-    policy = resolve_policy(args.policy)
+    policy = _policy(args.policy, args)
     wanted = _properties(args)
     if not set(wanted) & set(PROVER_PROPERTIES):
         raise ChunkproofError(
@@ -502,7 +519,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """The explorer on the small grid plus the prover on the default production range."""
-    policy = resolve_policy(args.policy)
+    policy = _policy(args.policy, args)
     ranges, wanted = _ranges(args), _properties(args)
     progress = Progress(f"exploring {policy.name}")
     exploration = explore(policy, ranges, wanted, args.window, args.jobs, progress.tick)
@@ -547,7 +564,7 @@ def _add_conform_parser(sub: Any) -> None:
 
 def _cmd_conform(args: argparse.Namespace) -> int:
     """SPEC CLI ``conform``: Z3 per cell of the range, plus the exhaustive small grid."""
-    a, b = resolve_policy(args.policy), resolve_policy(args.against)
+    a, b = _policy(args.policy, args, True), _policy(args.against, args, True)
     cells, scope = _proof_plan(args, defaults=False)
     grid = _ranges(args)
     progress = Progress(f"conform {a.name} against {b.name}")

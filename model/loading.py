@@ -12,7 +12,7 @@ from chunkproof.model.source_policy import names_source, source_policy
 from chunkproof.model.subset import parse
 
 
-def resolve_policy(text: str) -> Policy:
+def resolve_policy(text: str, compose: str | None = None) -> Policy:
     """A built-in policy, real vLLM code (``vllm==X.Y.Z``, ``vllm``, a path; see
     :mod:`chunkproof.model.source_policy`), or a user policy ``module:name``.
 
@@ -21,10 +21,17 @@ def resolve_policy(text: str) -> Policy:
     ``name`` may be a :class:`Policy`, or a split function ``(cfg, c, n) -> int`` in the policy
     subset, which takes the place of the split in the composition of ``vllm-latest`` (budget
     cap, split, reservation R1).
+
+    ``compose`` (``--compose C5``) sets the composition real vLLM code runs in; it is an error
+    for any other policy.
     """
     if names_source(text) and not is_builtin(text):
-        return source_policy(text)
+        return source_policy(text, compose)
+    if compose:
+        raise PolicyError(f"--compose applies to real vLLM source, not to {text!r}")
     if ":" not in text:
+        if not is_builtin(text) and ("/" in text or text.endswith(".py")):
+            raise PolicyError(f"{text}: no such file or directory")
         return get_builtin(text)
     module_name, _, attr = text.partition(":")
     try:

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from chunkproof.model.builtin import LATEST, get_builtin, policy_for_release
+from chunkproof.model.builtin import LATEST, builtin_policies, get_builtin, policy_for_release
 from chunkproof.model.errors import PolicyError
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.releases import MANIFEST, release_root
@@ -70,13 +70,16 @@ def names_source(text: str) -> bool:
     return text == INSTALLED or text.startswith(RELEASE_PREFIX) or Path(text).exists()
 
 
-def source_policy(text: str) -> Policy:
-    """The policy of the vLLM source named by ``text`` (module docstring)."""
+def source_policy(text: str, compose: str | None = None) -> Policy:
+    """The policy of the vLLM source named by ``text`` (module docstring); ``compose`` (C1 ...
+    C9) overrides the detected composition, which also decides whether ``schedule()`` calls
+    the reservation (C5 and later)."""
     located = locate(text)
     methods = load_scheduler(located.scheduler, located.root)
-    base = _base_policy(located.version, methods)
+    base = composition_policy(compose) if compose else _base_policy(located.version, methods)
     stages = [Stage("split", split := MethodStage(methods, SPLIT_METHOD), split)]
-    if methods.has_reservation:
+    reserves = methods.has_reservation and base.stage("reservation") is not None
+    if reserves:
         stages.append(
             Stage("reservation", reserve := MethodStage(methods, RESERVE_METHOD), reserve)
         )
@@ -89,7 +92,7 @@ def source_policy(text: str) -> Policy:
         summary=_summary(located, methods, base),
         stages=(cap, *stages),
         split_variant=f"source {SPLIT_METHOD}",
-        reservation_variant=f"source {RESERVE_METHOD}" if methods.has_reservation else None,
+        reservation_variant=f"source {RESERVE_METHOD}" if reserves else None,
         composition=base.composition,
         releases=(located.version,) if located.version else (),
         acceptance=base.acceptance,
@@ -144,6 +147,16 @@ def _recorded_version(root: Path) -> str | None:
     return None
 
 
+def composition_policy(name: str) -> Policy:
+    """The first built-in release variant composed as ``name`` (``--compose C5``)."""
+    known = [p for p in builtin_policies() if p.releases]
+    for policy in known:
+        if policy.composition == name.upper():
+            return policy
+    names = ", ".join(sorted({p.composition for p in known}))
+    raise PolicyError(f"--compose {name}: unknown composition; known: {names}")
+
+
 def _base_policy(version: str | None, methods: SchedulerMethods) -> Policy:
     """The built-in variant whose composition the source's methods join (module docstring)."""
     release = _RELEASE.match(version or "")
@@ -160,6 +173,6 @@ def _summary(located: Located, methods: SchedulerMethods, base: Policy) -> str:
     release = f"vLLM {located.version}" if located.version else "vLLM source"
     return (
         f"{release} {located.scheduler} (sha256 {methods.sha256[:12]}): real split"
-        + (" and reservation" if methods.has_reservation else "")
+        + (" and reservation" if methods.has_reservation and base.stage("reservation") else "")
         + f" in composition {base.composition} of {base.name}"
     )

@@ -22,6 +22,7 @@ TRACE = ["trace", "vllm-0.33", "--lookahead", "3", "--budget", "16"]
         ["trace", "vllm-0.99", "--block", "16", "--prompt", "49", "--budget", "16"],
         ["trace", "vllm-0.33", "--block", "16", "--prompt", "49"],  # no budget
         ["trace", "no_such_module:split", "--block", "16", "--prompt", "49", "--budget", "4"],
+        ["trace", "./no/such/scheduler.py", "--block", "16", "--prompt", "49", "--budget", "4"],
         ["explore", "vllm-0.33", "--prompt", "9-3"],
         ["explore", "vllm-0.33", "--block", "x"],
         ["explore", "vllm-0.33", "--drop", "maybe"],

@@ -260,3 +260,29 @@ def test_synthetic_source_runs_in_every_form(
     assert status in (0, 1) and out.splitlines()[-1].startswith(("EQUAL", "DIFFERENT"))
     status, out, _ = run(["conform", str(path), "--against", str(path), "--block", "16"], capsys)
     assert status == 0 and out.splitlines()[-1].startswith("EQUAL over Z3: ")
+
+
+@pytest.mark.fidelity
+def test_compose_overrides_the_composition(capsys: pytest.CaptureFixture[str]) -> None:
+    # 0.28.0's split is V5, as in 0.27; composed like 0.27 (C4: no reservation) it is 0.27.
+    status, out, _ = run(
+        ["conform", "vllm-0.27", "--against", "vllm==0.28.0", "--compose", "C4",
+         "--block", "16", "--lookahead", "0-3"],
+        capsys,
+    )  # fmt: skip
+    assert status == 0, out
+    status, out, _ = run(["trace", "vllm==0.33.0", "--compose", "C4", *TRACE, "--json"], capsys)
+    assert json.loads(out)["outcome"] == "finished"  # no reservation, no livelock
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["trace", "vllm==0.33.0", "--compose", "C42", *TRACE],
+        ["trace", "vllm-0.33", "--compose", "C4", *TRACE],
+    ],
+)
+def test_bad_compose_is_one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run(argv, capsys)
+    assert status == 2
+    assert len(err.strip().splitlines()) == 1
