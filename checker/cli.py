@@ -42,6 +42,7 @@ from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.source_policy import names_source
 from chunkproof.model.trajectory import run
+from chunkproof.model.vllm_source import parse_overrides
 from chunkproof.proofs.prover import PROVER_PROPERTIES, Settings, prove_range
 from chunkproof.proofs.system import Cell, Scope
 
@@ -185,6 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="for real vLLM source: the schedule() composition (C1-C9) its methods run in "
             "(default: that of its release)",
         )
+        sub.choices[name].add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="self.NAME=VALUE",
+            help="for real vLLM source: a value for an input the model does not have (repeatable)",
+        )
     return parser
 
 
@@ -252,12 +261,12 @@ def _cmd_policies(args: argparse.Namespace) -> int:
 
 
 def _policy(text: str, args: argparse.Namespace, only_sources: bool = False) -> Policy:
-    """POLICY with ``--compose``; with ``only_sources`` (conform's two policies) the option
-    applies to whichever of them is real vLLM source."""
-    compose = args.compose
+    """POLICY with ``--compose`` and ``--set``; with ``only_sources`` (conform's two policies)
+    they apply to whichever of them is real vLLM source."""
+    compose, overrides = args.compose, parse_overrides(args.overrides)
     if only_sources and not names_source(text):
-        compose = None
-    return resolve_policy(text, compose)
+        compose, overrides = None, ()
+    return resolve_policy(text, compose, overrides)
 
 
 # -- trace --------------------------------------------------------------------------------------

@@ -10,9 +10,10 @@ from chunkproof.model.errors import PolicyError
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.source_policy import names_source, source_policy
 from chunkproof.model.subset import parse
+from chunkproof.model.vllm_source import Overrides
 
 
-def resolve_policy(text: str, compose: str | None = None) -> Policy:
+def resolve_policy(text: str, compose: str | None = None, overrides: Overrides = ()) -> Policy:
     """A built-in policy, real vLLM code (``vllm==X.Y.Z``, ``vllm``, a path; see
     :mod:`chunkproof.model.source_policy`), or a user policy ``module:name``.
 
@@ -22,13 +23,15 @@ def resolve_policy(text: str, compose: str | None = None) -> Policy:
     subset, which takes the place of the split in the composition of ``vllm-latest`` (budget
     cap, split, reservation R1).
 
-    ``compose`` (``--compose C5``) sets the composition real vLLM code runs in; it is an error
-    for any other policy.
+    ``compose`` (``--compose C5``) sets the composition real vLLM code runs in, and
+    ``overrides`` (``--set self.x=3``) give values to inputs of that code the model does not
+    have; both are an error for any other policy.
     """
     if names_source(text) and not is_builtin(text):
-        return source_policy(text, compose)
-    if compose:
-        raise PolicyError(f"--compose applies to real vLLM source, not to {text!r}")
+        return source_policy(text, compose, overrides)
+    if compose or overrides:
+        option = "--compose" if compose else "--set"
+        raise PolicyError(f"{option} applies to real vLLM source, not to {text!r}")
     if ":" not in text:
         if not is_builtin(text) and ("/" in text or text.endswith(".py")):
             raise PolicyError(f"{text}: no such file or directory")

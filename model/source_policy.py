@@ -22,6 +22,7 @@ stage is present exactly when the source has the method.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import re
@@ -37,6 +38,7 @@ from chunkproof.model.vllm_source import (
     SCHEDULER_FILE,
     SPLIT_METHOD,
     MethodStage,
+    Overrides,
     SchedulerMethods,
     load_scheduler,
     package_root,
@@ -70,12 +72,15 @@ def names_source(text: str) -> bool:
     return text == INSTALLED or text.startswith(RELEASE_PREFIX) or Path(text).exists()
 
 
-def source_policy(text: str, compose: str | None = None) -> Policy:
+def source_policy(text: str, compose: str | None = None, overrides: Overrides = ()) -> Policy:
     """The policy of the vLLM source named by ``text`` (module docstring); ``compose`` (C1 ...
     C9) overrides the detected composition, which also decides whether ``schedule()`` calls
-    the reservation (C5 and later)."""
+    the reservation (C5 and later); ``overrides`` are the ``--set`` values of inputs the model
+    does not have."""
     located = locate(text)
-    methods = load_scheduler(located.scheduler, located.root)
+    methods = dataclasses.replace(
+        load_scheduler(located.scheduler, located.root), overrides=overrides
+    )
     base = composition_policy(compose) if compose else _base_policy(located.version, methods)
     stages = [Stage("split", split := MethodStage(methods, SPLIT_METHOD), split)]
     reserves = methods.has_reservation and base.stage("reservation") is not None

@@ -111,9 +111,10 @@ class StandIn:
     def __getattr__(self, name: str) -> NoReturn:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
+        path = f"{_set_path(self._label)}.{name}"
         raise StandInError(
-            f"{self._label} has no attribute {name!r}: the vLLM code reads an "
-            "input chunkproof does not model"
+            f"the vLLM code reads {path}, an input chunkproof does not model; "
+            f"give it a value with --set {path}=VALUE"
         )
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
@@ -140,20 +141,67 @@ class Hits:
         return self.computed + self.local + self.external
 
 
+Overrides = tuple[tuple[str, object], ...]
+"""``--set`` values: (``self.x.y`` or ``request.z``, value) for inputs the model does not have."""
+
+_ROOTS = {"stand-in Scheduler": "self", "stand-in Request": "request"}
+
+
+def _set_path(label: str) -> str:
+    """A stand-in's label as the ``--set`` path of its attributes (``self.cache_config``)."""
+    root, _, rest = label.partition(".")
+    return ".".join(part for part in (_ROOTS.get(root, root), rest) if part)
+
+
+def parse_overrides(items: list[str]) -> Overrides:
+    """``["self.scheduler_config.x=3", ...]`` -> overrides; values are ints, True, False, None."""
+    constants: dict[str, object] = {"True": True, "False": False, "None": None}
+    parsed = []
+    for item in items:
+        path, sep, text = item.partition("=")
+        root = path.split(".", 1)[0]
+        if not sep or root not in ("self", "request") or "." not in path:
+            raise PolicyError(f"--set {item}: expected self.NAME=VALUE or request.NAME=VALUE")
+        try:
+            value = constants[text] if text in constants else int(text)
+        except ValueError:
+            message = f"--set {item}: the value must be an integer, True, False or None"
+            raise PolicyError(message) from None
+        parsed.append((path, value))
+    return tuple(parsed)
+
+
+def _apply(scheduler: StandIn, request: StandIn, overrides: Overrides) -> None:
+    """Give the stand-ins the ``--set`` values; a modelled input cannot be overridden."""
+    for path, value in overrides:
+        root, *names = path.split(".")
+        target = scheduler if root == "self" else request
+        for name in names[:-1]:
+            child = target.__dict__.get(name)
+            if child is None:
+                child = StandIn(f"{target._label}.{name}")
+                object.__setattr__(target, name, child)
+            target = child
+        if names[-1] in target.__dict__:
+            raise PolicyError(f"--set {path}: a model parameter, set by the configuration")
+        object.__setattr__(target, names[-1], value)
+
+
 def standins(
-    cfg: Config, c_split: Hits, scheduler_type: type[StandIn] = StandIn
+    cfg: Config, c_split: Hits, scheduler_type: type[StandIn] = StandIn, overrides: Overrides = ()
 ) -> tuple[StandIn, StandIn]:
     """The stand-in ``(self, request)`` of ``cfg`` (the table in the module docstring)."""
-    return view_standins(cfg, c_split.computed, scheduler_type)
+    return view_standins(cfg, c_split.computed, scheduler_type, overrides)
 
 
 def view_standins(
-    cfg: Any, computed: Value, scheduler_type: type[StandIn] = StandIn
+    cfg: Any, computed: Value, scheduler_type: type[StandIn] = StandIn, overrides: Overrides = ()
 ) -> tuple[StandIn, StandIn]:
     """:func:`standins` for a config whose fields may hold arrays or Z3 terms.
 
     ``request.num_computed_tokens`` is ``computed`` [c_r]; every other attribute is the config
-    field of the table in the module docstring, passed through unconverted.
+    field of the table in the module docstring, passed through unconverted, plus the
+    ``--set`` ``overrides``.
     """
     scheduler = scheduler_type(
         "stand-in Scheduler",
@@ -182,6 +230,7 @@ def view_standins(
         num_computed_tokens=computed,
         shared_prefix_boundary=cfg.junction,
     )
+    _apply(scheduler, request, overrides)
     return scheduler, request
 
 
@@ -206,6 +255,8 @@ class SchedulerMethods:
     has_reservation: bool
     takes_uncached_prefix: bool
     """The split has V3's fifth argument ``num_uncached_common_prefix_tokens``."""
+    overrides: Overrides = ()
+    """``--set`` values for inputs the model does not have."""
 
     def split(self, cfg: Config, c: int | Hits, n: int) -> int:
         """The real ``_mamba_block_aligned_split(request, n, l, x[, u])``.
@@ -214,7 +265,7 @@ class SchedulerMethods:
         ``cfg.uncached_prefix`` when the release takes it.
         """
         hits = c if isinstance(c, Hits) else Hits(c)
-        scheduler, request = standins(cfg, hits, self.scheduler_type)
+        scheduler, request = standins(cfg, hits, self.scheduler_type, self.overrides)
         args = [request, n, hits.local, hits.external]
         if self.takes_uncached_prefix:
             args.append(cfg.uncached_prefix)
@@ -224,7 +275,7 @@ class SchedulerMethods:
         """The real ``_reserve_prefill_lookahead(request, num_computed_tokens=c, n)``."""
         if not self.has_reservation:
             raise PolicyError(f"{self.path}: class Scheduler has no method {RESERVE_METHOD}")
-        scheduler, request = standins(cfg, Hits(c), self.scheduler_type)
+        scheduler, request = standins(cfg, Hits(c), self.scheduler_type, self.overrides)
         return _as_int(getattr(scheduler, RESERVE_METHOD)(request, c, n), self.path)
 
 
@@ -259,7 +310,8 @@ class MethodStage:
 
     def arguments(self, cfg: Any, c: Value, n: Value) -> list[Value]:
         """The interpreter's arguments: ``self``, ``request`` and the call site's values."""
-        scheduler, request = view_standins(cfg, c, self.methods.scheduler_type)
+        methods = self.methods
+        scheduler, request = view_standins(cfg, c, methods.scheduler_type, methods.overrides)
         if self.method == RESERVE_METHOD:
             return [scheduler, request, c, n]
         uncached = [cfg.uncached_prefix] if self.methods.takes_uncached_prefix else []

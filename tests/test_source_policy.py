@@ -208,7 +208,8 @@ BAD_SOURCES = {
     ),
     "unmodelled attribute": (
         SPLIT_HEAD.format(name="_mamba_block_aligned_split") + "        return self.foo\n",
-        "has no attribute 'foo'",
+        "reads self.foo, an input chunkproof does not model; give it a value with "
+        "--set self.foo=VALUE",
     ),
 }
 
@@ -286,3 +287,32 @@ def test_bad_compose_is_one_line_error(argv: list[str], capsys: pytest.CaptureFi
     status, _, err = run(argv, capsys)
     assert status == 2
     assert len(err.strip().splitlines()) == 1
+
+
+def test_set_gives_an_unmodelled_input_a_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--set`` reaches the native, vectorised and symbolic forms; a model parameter or a
+    built-in policy cannot be set."""
+    path = tmp_path / "scheduler.py"
+    path.write_text(
+        SPLIT_HEAD.format(name="_mamba_block_aligned_split")
+        + "        if self.scheduler_config.min_chunk > n:\n"
+        + "            return 0\n"
+        + "        return n\n"
+    )
+    lenient = ["--set", "self.scheduler_config.min_chunk=1"]
+    status, out, _ = run(["trace", str(path), *TRACE, *lenient, "--json"], capsys)
+    assert status == 0 and json.loads(out)["outcome"] == "finished"
+    flags = ["--set", "self.scheduler_config.min_chunk=4"]
+    status, out, _ = run(["trace", str(path), *TRACE, *flags, "--json"], capsys)
+    assert json.loads(out)["stuck_at"] == 48  # the last token is a chunk below 4
+    for command in ("explore", "prove"):
+        argv = [command, str(path), "--block", "8", "--lookahead", "0", "--property", "P1"]
+        status, out, _ = run([*argv, *flags, "--out", str(tmp_path), "--json"], capsys)
+        assert json.loads(out)["verdicts"][0]["status"] == "VIOLATED"  # tails below 4 stall
+    for bad in (["--set", "self.cache_config.block_size=4"], ["--set", "x=4"]):
+        status, _, err = run(["trace", str(path), *TRACE, *bad], capsys)
+        assert status == 2 and err.count("\n") == 1
+    status, _, err = run(["trace", "vllm-0.33", *TRACE, *flags], capsys)
+    assert status == 2 and "--set applies to real vLLM source" in err
