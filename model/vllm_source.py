@@ -503,7 +503,9 @@ class _Collector:
             return _Link(value=_stdlib_object(source, imported, module.label, line))
         raise PolicyError(
             f"{module.label}:{line}: cannot resolve {name!r} from {source}: it must "
-            "be a function in the source tree or a standard-library name"
+            "be a function in the source tree or a standard-library name (a scheduler.py "
+            "edited on its own belongs at vllm/v1/core/sched/ in a copy of a checkout or "
+            "of a release tree such as the one `vllm==X.Y.Z` caches)"
         )
 
     def _find(self, dotted: str) -> str | None:
