@@ -417,7 +417,12 @@ def _header(command: str, policy: Policy, ranges: Ranges, explored: dict[str, An
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     cx = Counterexample.load(args.file)
+    if args.policy is None and not (args.compose or args.overrides):
+        # The recorded policy, rebuilt with the options it was checked with.
+        recorded = build_parser().parse_args(["replay", str(args.file), *cx.policy_options])
+        args.compose, args.overrides = recorded.compose, recorded.overrides
     policy = _policy(args.policy or cx.policy, args)
+    changed = cx.source_sha256 is not None and cx.source_sha256 != policy.source_sha256
     difference = replay_steps(policy, cx)
     if difference is None and cx.steps:
         high = (
@@ -438,9 +443,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 "reproduces": reproduces,
                 "verdict": cx.verdict,
                 "difference": difference,
+                "source_sha256": {"recorded": cx.source_sha256, "now": policy.source_sha256},
             }
         )
-    elif reproduces:
+        return EXIT_OK if reproduces else EXIT_VIOLATED
+    if changed:
+        print(f"note: the source differs from the recorded one (sha256 {cx.source_sha256})")
+    if reproduces:
         print(f"reproduces on {policy.name}: {cx.property} {cx.verdict}")
     else:
         print(f"does not reproduce on {policy.name}: {difference}")

@@ -174,6 +174,7 @@ def build_counterexample(
     return Counterexample(
         policy=policy.name,
         source_sha256=policy.source_sha256,
+        policy_options=policy.options,
         config=cfg,
         budget_model=Adversarial(low, high),
         property=pid,

@@ -29,11 +29,16 @@ class Counterexample:
     minimised: tuple[str, ...] = ()
     source_sha256: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    policy_options: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
-            "policy": {"name": self.policy, "source_sha256": self.source_sha256},
+            "policy": {
+                "name": self.policy,
+                "source_sha256": self.source_sha256,
+                "options": list(self.policy_options),
+            },
             "config": self.config.to_dict(),
             "budget_model": self.budget_model.to_dict(),
             "property": self.property,
@@ -54,6 +59,7 @@ class Counterexample:
             return cls(
                 policy=str(data["policy"]["name"]),
                 source_sha256=data["policy"].get("source_sha256"),
+                policy_options=tuple(str(o) for o in data["policy"].get("options", ())),
                 config=Config.from_dict(data["config"]),
                 budget_model=budget_model_from_dict(data["budget_model"]),
                 property=str(data["property"]),

@@ -69,6 +69,8 @@ class Policy:
     releases: tuple[str, ...] = ()
     acceptance: tuple[Rule, ...] = ()
     source_sha256: str | None = None
+    options: tuple[str, ...] = ()
+    """Command-line options that rebuild this policy from its name (``--compose``, ``--set``)."""
 
     def accepts(self, cfg: Config) -> str | None:
         """``None`` if the release accepts ``cfg`` at start-up, else why it refuses it."""

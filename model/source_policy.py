@@ -102,7 +102,16 @@ def source_policy(text: str, compose: str | None = None, overrides: Overrides = 
         releases=(located.version,) if located.version else (),
         acceptance=base.acceptance,
         source_sha256=methods.sha256,
+        options=_options(compose, overrides),
     )
+
+
+def _options(compose: str | None, overrides: Overrides) -> tuple[str, ...]:
+    """The ``--compose`` and ``--set`` options that rebuild the policy (recorded for replay)."""
+    options = ["--compose", compose] if compose else []
+    for path, value in overrides:
+        options += ["--set", f"{path}={value}"]
+    return tuple(options)
 
 
 def locate(text: str) -> Located:

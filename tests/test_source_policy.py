@@ -310,7 +310,10 @@ def test_set_gives_an_unmodelled_input_a_value(
     for command in ("explore", "prove"):
         argv = [command, str(path), "--block", "8", "--lookahead", "0", "--property", "P1"]
         status, out, _ = run([*argv, *flags, "--out", str(tmp_path), "--json"], capsys)
-        assert json.loads(out)["verdicts"][0]["status"] == "VIOLATED"  # tails below 4 stall
+        verdict = json.loads(out)["verdicts"][0]
+        assert verdict["status"] == "VIOLATED"  # tails below 4 stall
+        status, out, _ = run(["replay", verdict["counterexample"], "--json"], capsys)
+        assert status == 0  # the file records the --set it was found with
     for bad in (["--set", "self.cache_config.block_size=4"], ["--set", "x=4"]):
         status, _, err = run(["trace", str(path), *TRACE, *bad], capsys)
         assert status == 2 and err.count("\n") == 1
