@@ -88,7 +88,7 @@ def test_p1_violation_on_release_replays(
     assert {v["status"] for v in p1} == {"VIOLATED"}
     for verdict in p1:
         recorded = json.loads(Path(verdict["counterexample"]).read_text())
-        assert recorded["policy"] == {"name": "vllm==0.33.0", "source_sha256": sha}
+        assert recorded["policy"] == {"name": "vllm==0.33.0", "source_sha256": sha, "options": []}
         assert run(["replay", verdict["counterexample"]], capsys)[0] == 0
 
 
