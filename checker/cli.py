@@ -380,13 +380,14 @@ def _properties(args: argparse.Namespace) -> tuple[str, ...]:
         raise ChunkproofError(f"--property: {exc}") from None
 
 
-def _cmd_explore(args: argparse.Namespace) -> int:
-    policy = _policy(args.policy, args)
+def _run_explorer(
+    args: argparse.Namespace, policy: Policy
+) -> tuple[Ranges, list[Verdict], dict[str, Any]]:
+    """The explorer on the RANGES of ``args``: its ranges, verdicts and what it explored."""
     ranges, wanted = _ranges(args), _properties(args)
     progress = Progress(f"exploring {policy.name}")
     exploration = explore(policy, ranges, wanted, args.window, args.jobs, progress.tick)
     progress.close()
-    verdicts = exploration_verdicts(exploration, args.out)
     tally = exploration.tally
     explored = {
         "configs": tally.configs,
@@ -394,10 +395,16 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         "transitions": tally.transitions,
         "seconds": round(progress.elapsed, 3),
     }
+    return ranges, exploration_verdicts(exploration, args.out), explored
+
+
+def _cmd_explore(args: argparse.Namespace) -> int:
+    policy = _policy(args.policy, args)
+    ranges, verdicts, explored = _run_explorer(args, policy)
     if args.json:
         _emit(verdicts_document(policy, verdicts, {"explored": explored, **_source(policy)}))
     else:
-        print(_header(args.command, policy, exploration.ranges, explored))
+        print(_header(args.command, policy, ranges, explored))
         print(render_table(verdicts))
     return exit_status(verdicts)
 
@@ -538,25 +545,16 @@ def _cmd_prove(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     """The explorer on the small grid plus the prover on the default production range."""
     policy = _policy(args.policy, args)
-    ranges, wanted = _ranges(args), _properties(args)
-    progress = Progress(f"exploring {policy.name}")
-    exploration = explore(policy, ranges, wanted, args.window, args.jobs, progress.tick)
-    progress.close()
-    explored = exploration_verdicts(exploration, args.out)
-    proved, run = _prove(args, policy, wanted, defaults=True)
-    verdicts = combine(explored, proved)
-    tally = exploration.tally
+    ranges, explored_verdicts, explored = _run_explorer(args, policy)
+    proved, run = _prove(args, policy, _properties(args), defaults=True)
+    verdicts = combine(explored_verdicts, proved)
     if args.json:
-        extra = {
-            "explored": {"configs": tally.configs, "transitions": tally.transitions},
-            "proved": run,
-            **_source(policy),
-        }
+        extra = {"explored": explored, "proved": run, **_source(policy)}
         _emit(verdicts_document(policy, verdicts, extra))
     else:
         print(f"chunkproof check {policy.name} ({policy.summary})")
         print(
-            f"explorer: {tally.configs['main']} configurations of the small grid "
+            f"explorer: {explored['configs']['main']} configurations of the small grid "
             f"({', '.join(f'{k}={v}' for k, v in ranges.describe().items())})"
         )
         print(

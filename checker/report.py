@@ -110,13 +110,9 @@ def _counterexample(
     if out_dir is None:
         return None, text
     suffix = "" if cat == "main" else f"-{cat}"
-    path = out_dir / _safe(exploration.policy.name) / f"{pid}{suffix}.json"
+    path = out_dir / exploration.policy.file_stem / f"{pid}{suffix}.json"
     cx.save(path)
     return str(path), text
-
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in name)
 
 
 def _proved_summary(exploration: Exploration, pid: str) -> str:
@@ -208,7 +204,7 @@ def proof_verdicts(
             "proved_by": methods,
             "violated_cells": [v.cell.describe() for v in violated],
             "unknown_cells": [{**v.cell.describe(), "why": v.detail} for v in unknown],
-            "certificates": str(out_dir / _safe(policy.name)) if out_dir and methods else None,
+            "certificates": str(out_dir / policy.file_stem) if out_dir and methods else None,
         }
         status = VIOLATED if violated else UNKNOWN if unknown else PROVED
         path, summary = None, ""
@@ -223,11 +219,11 @@ def proof_verdicts(
                 f"{' D=on' if cfg.drop else ''}: {cx.verdict} ({best.detail})"
             )
             if out_dir is not None:
-                target = out_dir / _safe(policy.name) / f"{pid}-prove.json"
+                target = out_dir / policy.file_stem / f"{pid}-prove.json"
                 path = str(cx.save(target))
         elif violated:
             why = violated[0].detail
-            summary = f"violated in {len(violated)} of {len(cells)} cells (Spacer; {why})"
+            summary = f"violated in {len(violated)} of {len(cells)} cells ({why})"
         elif unknown:
             summary = f"{len(unknown)} of {len(cells)} cells undecided: {unknown[0].detail}"
         else:

@@ -19,6 +19,7 @@ from chunkproof.checker.explorer import (
 )
 from chunkproof.checker.ranges import Ranges
 from chunkproof.checker.traces import build_counterexample, trace_to, violates
+from chunkproof.model import stages
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.policy import Policy
@@ -33,7 +34,8 @@ def category(policy: Policy, cfg: Config) -> str:
     if policy.accepts(cfg) is not None:
         return "refused"
     if policy.stage("reservation") is not None and cfg.lookahead >= 2:
-        static_theta = policy.composition in ("C5", "C6", "C7")
+        cap = policy.stage("cap")
+        static_theta = cap is not None and cap.function is stages.cap_static_threshold
         if cfg.max_sched < cfg.lookahead or (static_theta and 0 < cfg.threshold < cfg.lookahead):
             return "degenerate"
     return "main"

@@ -72,6 +72,11 @@ class Policy:
     options: tuple[str, ...] = ()
     """Command-line options that rebuild this policy from its name (``--compose``, ``--set``)."""
 
+    @property
+    def file_stem(self) -> str:
+        """The policy's name as a folder name under ``--out`` (counterexamples, certificates)."""
+        return "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in self.name)
+
     def accepts(self, cfg: Config) -> str | None:
         """``None`` if the release accepts ``cfg`` at start-up, else why it refuses it."""
         return next((rule.reason for rule in self.acceptance if not rule.holds(cfg)), None)

@@ -116,8 +116,8 @@ def counterexample_below(
 
 def _cell_name(policy: Policy, cell: Cell, pid: str) -> str:
     drop = "on" if cell.drop else "off"
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in policy.name)
-    return f"{safe}/{pid}-B{cell.block}-L{cell.lookahead}-D{drop}-Lh{cell.hash_lookahead}.smt2"
+    name = f"{pid}-B{cell.block}-L{cell.lookahead}-D{drop}-Lh{cell.hash_lookahead}.smt2"
+    return f"{policy.file_stem}/{name}"
 
 
 PROVER_PROPERTIES = ("P1", "P3", "P4", "P5", "P6")
