@@ -176,10 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_conform_parser(sub)
 
-    for name in ("compare", "repro", "show"):
-        p = sub.add_parser(name, help="not available yet", add_help=True)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-    for name in ("trace", "explore", "check", "prove", "replay", "conform"):
+    _add_compare_parser(sub)
+    _add_repro_parser(sub)
+    _add_show_parser(sub)
+    for name in ("trace", "explore", "check", "prove", "replay", "conform", "compare"):
         sub.choices[name].add_argument(
             "--compose",
             metavar="Cn",
@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = _HANDLERS.get(args.command, _not_yet)
+    handler = _HANDLERS[args.command]
     try:
         return handler(args)
     except ChunkproofError as exc:
@@ -213,13 +213,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader of our output went away (`| head`): not an error of ours.
         sys.stderr.close()
         return EXIT_OK
-
-
-def _not_yet(args: argparse.Namespace) -> int:
-    print(
-        f"chunkproof: error: `{args.command}` is not available in this version yet", file=sys.stderr
-    )
-    return EXIT_UNKNOWN
 
 
 def _emit(document: dict[str, Any]) -> None:
@@ -620,6 +613,57 @@ def _conform_ranges(over: dict[str, dict[str, Any]]) -> list[str]:
 _CONFORM_EXIT = {EQUAL: EXIT_OK, DIFFERENT: EXIT_VIOLATED, UNKNOWN: EXIT_UNKNOWN}
 
 
+# -- compare ------------------------------------------------------------------------------------
+
+
+def _add_compare_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "compare", help="compare two policies: verdicts, behaviour differences and cost"
+    )
+    p.add_argument("policy", metavar="POLICY_A")
+    p.add_argument("other", metavar="POLICY_B")
+    _add_ranges(p)
+    _add_run_options(p)
+    p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
+    p.add_argument(
+        "--no-prove",
+        action="store_true",
+        help="compare on the explorer's grid only (skip the prover's production range)",
+    )
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="write a PR-ready report")
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    raise ChunkproofError("compare: not available yet")
+
+
+# -- repro --------------------------------------------------------------------------------------
+
+
+def _add_repro_parser(sub: Any) -> None:
+    p = sub.add_parser("repro", help="write a standalone pytest file from a counterexample")
+    p.add_argument("file", type=Path, metavar="FILE")
+    p.add_argument("--pytest", type=Path, required=True, metavar="OUT.py")
+
+
+def _cmd_repro(args: argparse.Namespace) -> int:
+    raise ChunkproofError("repro: not available yet")
+
+
+# -- show ---------------------------------------------------------------------------------------
+
+
+def _add_show_parser(sub: Any) -> None:
+    p = sub.add_parser("show", help="draw a counterexample (and its explorer state graph)")
+    p.add_argument("file", type=Path, metavar="FILE")
+    p.add_argument("--out", type=Path, metavar="PICTURE", help="the trace picture (.svg or .png)")
+    p.add_argument("--graph", type=Path, metavar="OUT.svg", help="the explorer's state graph")
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    raise ChunkproofError("show: not available yet")
+
+
 _HANDLERS = {
     "policies": _cmd_policies,
     "trace": _cmd_trace,
@@ -628,4 +672,7 @@ _HANDLERS = {
     "prove": _cmd_prove,
     "replay": _cmd_replay,
     "conform": _cmd_conform,
+    "compare": _cmd_compare,
+    "repro": _cmd_repro,
+    "show": _cmd_show,
 }
