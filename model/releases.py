@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chunkproof.model.errors import PolicyError
-from chunkproof.model.vllm_source import SCHEDULER_FILE, source_files
+from chunkproof.model.extraction import SCHEDULER_FILE
+from chunkproof.model.vllm_source import source_files
 
 ALWAYS_FILES = (SCHEDULER_FILE, "vllm/v1/kv_cache_interface.py", "vllm/utils/math_utils.py")
 """Files kept from every wheel that has them, whether or not the methods reach them."""

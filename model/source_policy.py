@@ -31,18 +31,10 @@ from pathlib import Path
 
 from chunkproof.model.builtin import LATEST, builtin_policies, get_builtin, policy_for_release
 from chunkproof.model.errors import PolicyError
+from chunkproof.model.extraction import RESERVE_METHOD, SCHEDULER_FILE, SPLIT_METHOD, package_root
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.releases import MANIFEST, release_root
-from chunkproof.model.vllm_source import (
-    RESERVE_METHOD,
-    SCHEDULER_FILE,
-    SPLIT_METHOD,
-    MethodStage,
-    Overrides,
-    SchedulerMethods,
-    load_scheduler,
-    package_root,
-)
+from chunkproof.model.vllm_source import MethodStage, Overrides, SchedulerMethods, load_scheduler
 
 RELEASE_PREFIX = "vllm=="
 INSTALLED = "vllm"

@@ -29,10 +29,10 @@ from chunkproof.model.arith import ck30, ck32, ck33, valid
 from chunkproof.model.builtin import builtin_policies, policy_for_release
 from chunkproof.model.config import Config
 from chunkproof.model.errors import PolicyError
+from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.policy import Policy
 from chunkproof.model.releases import MANIFEST, release_root
 from chunkproof.model.vllm_source import (
-    SCHEDULER_FILE,
     Hits,
     SchedulerMethods,
     StandInError,

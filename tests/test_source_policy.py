@@ -15,9 +15,9 @@ import pytest
 
 from chunkproof.checker.cli import main
 from chunkproof.model.builtin import builtin_policies, policy_for_release
+from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.releases import release_root
-from chunkproof.model.vllm_source import SCHEDULER_FILE
 
 RELEASES = tuple(p.releases[0] for p in builtin_policies() if p.releases)
 """The first release of every built-in variant."""
