@@ -11,8 +11,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from chunkproof.checker.compare import Comparison, Side, compare_behaviour, counterexample_dirs
+from chunkproof.checker.compare import exit_status as compare_exit_status
+from chunkproof.checker.compare_report import (
+    compare_command,
+    document,
+    render_text,
+    write_markdown,
+)
 from chunkproof.checker.conform import DIFFERENT, EQUAL, UNKNOWN, conform
 from chunkproof.checker.conform import describe as describe_conformance
+from chunkproof.checker.graph_picture import save_graph
+from chunkproof.checker.pictures import check_picture_suffix, save_picture
 from chunkproof.checker.progress import Progress
 from chunkproof.checker.properties import PROPERTIES, parse_property_ids
 from chunkproof.checker.ranges import SMALL_GRID, Ranges, compact, parse_drop, parse_int_set
@@ -25,6 +35,7 @@ from chunkproof.checker.report import (
     render_table,
     verdicts_document,
 )
+from chunkproof.checker.repro import SOURCE_VARIABLE, write_repro
 from chunkproof.checker.search import explore
 from chunkproof.checker.traces import violates
 from chunkproof.model.budget import Adversarial
@@ -374,9 +385,10 @@ def _properties(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _run_explorer(
-    args: argparse.Namespace, policy: Policy
+    args: argparse.Namespace, policy: Policy, out: Path | None = None
 ) -> tuple[Ranges, list[Verdict], dict[str, Any]]:
-    """The explorer on the RANGES of ``args``: its ranges, verdicts and what it explored."""
+    """The explorer on the RANGES of ``args``: its ranges, verdicts and what it explored;
+    counterexamples under ``out`` (default ``--out``)."""
     ranges, wanted = _ranges(args), _properties(args)
     progress = Progress(f"exploring {policy.name}")
     exploration = explore(policy, ranges, wanted, args.window, args.jobs, progress.tick)
@@ -388,7 +400,7 @@ def _run_explorer(
         "transitions": tally.transitions,
         "seconds": round(progress.elapsed, 3),
     }
-    return ranges, exploration_verdicts(exploration, args.out), explored
+    return ranges, exploration_verdicts(exploration, args.out if out is None else out), explored
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
@@ -490,15 +502,22 @@ def _proof_plan(args: argparse.Namespace, defaults: bool) -> tuple[list[Cell], S
 
 
 def _prove(
-    args: argparse.Namespace, policy: Policy, wanted: tuple[str, ...], defaults: bool
+    args: argparse.Namespace,
+    policy: Policy,
+    wanted: tuple[str, ...],
+    defaults: bool,
+    out: Path | None = None,
 ) -> tuple[list[Verdict], dict[str, Any]]:
+    """The prover on the ranges of ``args`` (``defaults``: the production range);
+    certificates and counterexamples under ``out`` (default ``--out``)."""
+    out = args.out if out is None else out
     cells, scope = _proof_plan(args, defaults)
     pids = tuple(p for p in wanted if p in PROVER_PROPERTIES)
-    settings = Settings(policy, scope, args.window, args.timeout * 1000, args.out, not defaults)
+    settings = Settings(policy, scope, args.window, args.timeout * 1000, out, not defaults)
     progress = Progress(f"proving {policy.name}")
     results = prove_range(settings, cells, pids, args.jobs, progress.tick)
     progress.close()
-    verdicts = proof_verdicts(results, pids, _proof_range(cells, scope), args.out, policy)
+    verdicts = proof_verdicts(results, pids, _proof_range(cells, scope), out, policy)
     return verdicts, {"cells": len(cells), "seconds": round(progress.elapsed, 3)}
 
 
@@ -535,15 +554,26 @@ def _cmd_prove(args: argparse.Namespace) -> int:
     return exit_status(verdicts)
 
 
+def _check_run(
+    args: argparse.Namespace, policy: Policy, prove: bool, out: Path
+) -> tuple[Ranges, list[Verdict], dict[str, Any]]:
+    """SPEC CLI ``check``: the explorer on the RANGES and, with ``prove``, the prover on the
+    default production range, one verdict per property (:func:`combine`); files under ``out``.
+    Returns the explorer's ranges, the verdicts and what each engine did."""
+    ranges, verdicts, explored = _run_explorer(args, policy, out)
+    if not prove:
+        return ranges, verdicts, {"explored": explored}
+    proved, run = _prove(args, policy, _properties(args), defaults=True, out=out)
+    return ranges, combine(verdicts, proved), {"explored": explored, "proved": run}
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     """The explorer on the small grid plus the prover on the default production range."""
     policy = _policy(args.policy, args)
-    ranges, explored_verdicts, explored = _run_explorer(args, policy)
-    proved, run = _prove(args, policy, _properties(args), defaults=True)
-    verdicts = combine(explored_verdicts, proved)
+    ranges, verdicts, engines = _check_run(args, policy, prove=True, out=args.out)
+    explored, run = engines["explored"], engines["proved"]
     if args.json:
-        extra = {"explored": explored, "proved": run, **_source(policy)}
-        _emit(verdicts_document(policy, verdicts, extra))
+        _emit(verdicts_document(policy, verdicts, {**engines, **_source(policy)}))
     else:
         print(f"chunkproof check {policy.name} ({policy.summary})")
         print(
@@ -634,7 +664,31 @@ def _add_compare_parser(sub: Any) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    raise ChunkproofError("compare: not available yet")
+    """SPEC CLI ``compare``: both policies checked as by ``check`` (or by the explorer alone
+    with ``--no-prove``), their behaviour compared on the grid, one report; exit 1 when B
+    introduces a violation, else 3 when a verdict is undecided, else 0."""
+    a, b = _policy(args.policy, args, True), _policy(args.other, args, True)
+    if args.markdown is not None and not args.markdown.parent.is_dir():
+        raise ChunkproofError(f"--markdown {args.markdown}: no such directory")
+    sides = []
+    for policy, out in zip((a, b), counterexample_dirs(args.out, a, b), strict=True):
+        ranges, verdicts, engines = _check_run(args, policy, not args.no_prove, out)
+        sides.append(Side(policy, tuple(verdicts), engines))
+    progress = Progress(f"comparing {a.name} with {b.name}")
+    behaviour = compare_behaviour(a, b, ranges, args.jobs, progress.tick)
+    progress.close()
+    prover_range = None if args.no_prove else _proof_range(*_proof_plan(args, defaults=True))
+    command = compare_command(args, build_parser().parse_args(["compare", args.policy, args.other]))
+    comparison = Comparison(sides[0], sides[1], ranges, prover_range, behaviour, command)
+    if args.markdown is not None:
+        write_markdown(comparison, args.markdown)
+    if args.json:
+        _emit(document(comparison))
+    else:
+        print(render_text(comparison))
+        if args.markdown is not None:
+            print(f"markdown report written to {args.markdown}")
+    return compare_exit_status(comparison)
 
 
 # -- repro --------------------------------------------------------------------------------------
@@ -647,7 +701,15 @@ def _add_repro_parser(sub: Any) -> None:
 
 
 def _cmd_repro(args: argparse.Namespace) -> int:
-    raise ChunkproofError("repro: not available yet")
+    """SPEC CLI ``repro``: a standalone pytest file that runs the real methods along the trace."""
+    cx = Counterexample.load(args.file)
+    out = write_repro(cx, str(args.file), args.pytest)
+    print(f"wrote {out}: {cx.property} on {cx.policy}, {len(cx.steps)} recorded steps")
+    print(
+        f"run it with the vLLM source tree to test: {SOURCE_VARIABLE}=path/to/vllm-root "
+        f"pytest {out} (or with vllm installed)"
+    )
+    return EXIT_OK
 
 
 # -- show ---------------------------------------------------------------------------------------
@@ -657,11 +719,30 @@ def _add_show_parser(sub: Any) -> None:
     p = sub.add_parser("show", help="draw a counterexample (and its explorer state graph)")
     p.add_argument("file", type=Path, metavar="FILE")
     p.add_argument("--out", type=Path, metavar="PICTURE", help="the trace picture (.svg or .png)")
-    p.add_argument("--graph", type=Path, metavar="OUT.svg", help="the explorer's state graph")
+    p.add_argument(
+        "--graph",
+        type=Path,
+        metavar="OUT.svg",
+        help="the explorer's state graph of its configuration (.svg or .png; small ones only)",
+    )
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    raise ChunkproofError("show: not available yet")
+    """SPEC CLI ``show``: the counterexample's trace picture (``--out``) and the explorer's
+    state graph of its configuration (``--graph``), on the recorded policy and options."""
+    if args.out is None and args.graph is None:
+        raise ChunkproofError("show needs --out PICTURE.svg|.png, --graph OUT.svg, or both")
+    for flag, path in (("--out", args.out), ("--graph", args.graph)):
+        if path is not None:
+            check_picture_suffix(path, flag)
+    cx = Counterexample.load(args.file)
+    if args.out is not None:
+        print(f"picture: {save_picture(cx, args.out)}")
+    if args.graph is not None:
+        recorded = build_parser().parse_args(["replay", str(args.file), *cx.policy_options])
+        policy = _policy(cx.policy, recorded)
+        print(f"state graph: {save_graph(policy, cx, args.graph)}")
+    return EXIT_OK
 
 
 _HANDLERS = {

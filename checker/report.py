@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chunkproof.checker.pictures import save_picture
 from chunkproof.checker.properties import PROPERTIES
 from chunkproof.checker.search import Exploration, minimal_counterexample
+from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.policy import Policy
 from chunkproof.proofs.prover import CellVerdict
@@ -23,7 +25,8 @@ _FINDINGS = {
 
 @dataclass
 class Verdict:
-    """One property's verdict over a stated range, with its minimal counterexample."""
+    """One property's verdict over a stated range, with its minimal counterexample and the
+    picture drawn beside it."""
 
     property: str
     status: str
@@ -35,6 +38,7 @@ class Verdict:
     violating: int
     figure: dict[str, Any] | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
+    picture: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +47,7 @@ class Verdict:
             "status": self.status,
             "range": self.range,
             "counterexample": self.counterexample,
+            "picture": self.picture,
             "summary": self.summary,
             "method": self.method,
             "configs": self.configs,
@@ -54,15 +59,15 @@ class Verdict:
 
 def exploration_verdicts(exploration: Exploration, out_dir: Path | None) -> list[Verdict]:
     """One verdict per property: VIOLATED with a minimal counterexample written under
-    ``out_dir``, or PROVED by complete enumeration of the grid; findings outside the range
-    (degenerate region, refused configurations) are attached separately."""
+    ``out_dir`` with its picture, or PROVED by complete enumeration of the grid; findings
+    outside the range (degenerate region, refused configurations) are attached separately."""
     tally = exploration.tally
     rng = {**exploration.ranges.describe(), "configurations": tally.configs["main"]}
     if tally.configs["degenerate"] or tally.configs["refused"]:
         rng["excluded"] = {k: v for k, v in tally.configs.items() if k != "main" and v}
     verdicts = []
     for pid in exploration.properties:
-        cx_path, summary = _counterexample(exploration, pid, "main", out_dir)
+        cx_path, picture, summary = _counterexample(exploration, pid, "main", out_dir)
         violating = exploration.failing(pid, "main")
         status = VIOLATED if violating else PROVED
         if status == PROVED:
@@ -77,17 +82,19 @@ def exploration_verdicts(exploration: Exploration, out_dir: Path | None) -> list
             tally.configs["main"],
             violating,
             _figure(exploration, pid),
+            picture=picture,
         )
         for cat, words in _FINDINGS.items():
             count = exploration.failing(pid, cat)
             if count:
-                path, text = _counterexample(exploration, pid, cat, out_dir)
+                path, drawn, text = _counterexample(exploration, pid, cat, out_dir)
                 verdict.findings.append(
                     {
                         "kind": cat,
                         "description": words,
                         "violating_configs": count,
                         "counterexample": path,
+                        "picture": drawn,
                         "summary": text,
                     }
                 )
@@ -97,10 +104,12 @@ def exploration_verdicts(exploration: Exploration, out_dir: Path | None) -> list
 
 def _counterexample(
     exploration: Exploration, pid: str, cat: str, out_dir: Path | None
-) -> tuple[str | None, str]:
+) -> tuple[str | None, str | None, str]:
+    """The minimal counterexample of ``pid`` in ``cat``: its file and picture under
+    ``out_dir`` (None without one), and its summary."""
     cx = minimal_counterexample(exploration, pid, cat)
     if cx is None:
-        return None, ""
+        return None, None, ""
     cfg = cx.config
     where = (
         f"T={cfg.T} B={cfg.block} L={cfg.lookahead} M={cfg.max_sched}"
@@ -108,11 +117,18 @@ def _counterexample(
     )
     text = f"{where}: {cx.verdict}"
     if out_dir is None:
-        return None, text
+        return None, None, text
     suffix = "" if cat == "main" else f"-{cat}"
-    path = out_dir / exploration.policy.file_stem / f"{pid}{suffix}.json"
+    path, picture = save_with_picture(
+        cx, out_dir / exploration.policy.file_stem / f"{pid}{suffix}.json"
+    )
+    return path, picture, text
+
+
+def save_with_picture(cx: Counterexample, path: Path) -> tuple[str, str]:
+    """Write the counterexample file and its picture beside it (``P1.json``, ``P1.svg``)."""
     cx.save(path)
-    return str(path), text
+    return str(path), str(save_picture(cx, path.with_suffix(".svg")))
 
 
 def _proved_summary(exploration: Exploration, pid: str) -> str:
@@ -166,6 +182,8 @@ def render_table(verdicts: list[Verdict]) -> str:
         lines.append(f"      {v.summary}")
         if v.counterexample:
             lines.append(f"      counterexample: {v.counterexample}")
+        if v.picture:
+            lines.append(f"      picture: {v.picture}")
     findings = [(v.property, f) for v in verdicts for f in v.findings]
     if findings:
         lines += ["", "findings outside the verdict range:"]
@@ -177,6 +195,8 @@ def render_table(verdicts: list[Verdict]) -> str:
             lines.append(f"      e.g. {f['summary']}")
             if f["counterexample"]:
                 lines.append(f"      counterexample: {f['counterexample']}")
+            if f["picture"]:
+                lines.append(f"      picture: {f['picture']}")
     return "\n".join(lines)
 
 
@@ -207,7 +227,7 @@ def proof_verdicts(
             "certificates": str(out_dir / policy.file_stem) if out_dir and methods else None,
         }
         status = VIOLATED if violated else UNKNOWN if unknown else PROVED
-        path, summary = None, ""
+        path, picture, summary = None, None, ""
         with_cx = [v for v in violated if v.counterexample is not None]
         if with_cx:
             best = min(with_cx, key=_cx_rank)
@@ -220,7 +240,7 @@ def proof_verdicts(
             )
             if out_dir is not None:
                 target = out_dir / policy.file_stem / f"{pid}-prove.json"
-                path = str(cx.save(target))
+                path, picture = save_with_picture(cx, target)
         elif violated:
             why = violated[0].detail
             summary = f"violated in {len(violated)} of {len(cells)} cells ({why})"
@@ -230,7 +250,18 @@ def proof_verdicts(
             how = ", ".join(f"{m} {n}" for m, n in sorted(methods.items()))
             summary = f"proved on all {len(cells)} cells ({how}); certificates re-checked"
         verdicts.append(
-            Verdict(pid, status, rng, path, summary, "z3", len(cells), len(violated), figure)
+            Verdict(
+                pid,
+                status,
+                rng,
+                path,
+                summary,
+                "z3",
+                len(cells),
+                len(violated),
+                figure,
+                picture=picture,
+            )
         )
     return verdicts
 
@@ -245,7 +276,7 @@ def _cx_rank(v: CellVerdict) -> tuple[int, ...]:
 def combine(explored: list[Verdict], proved: list[Verdict]) -> list[Verdict]:
     """``check``: one row per property from both engines. The row is VIOLATED if either engine
     found a violation, else UNKNOWN if the prover could not decide, else PROVED; its
-    counterexample is the explorer's (smallest), else the prover's."""
+    counterexample (and picture) is the explorer's (smallest), else the prover's."""
     by_pid = {v.property: v for v in proved}
     rows = []
     for ex in explored:
@@ -267,6 +298,7 @@ def combine(explored: list[Verdict], proved: list[Verdict]) -> list[Verdict]:
                 ex.violating,
                 {"explorer": ex.figure, "prover": pr.figure},
                 ex.findings,
+                ex.picture if ex.counterexample else pr.picture,
             )
         )
     return rows

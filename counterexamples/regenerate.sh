@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerate the curated counterexamples from the explorer. Each line names the ranges; the
-# explorer minimises inside them (smallest T, then B, L, M, then trace length).
+# Regenerate the curated counterexamples from the explorer, and the standalone pytest repro of
+# each (pytest/test_POLICY_NAME.py). Each line names the ranges; the explorer minimises inside
+# them (smallest T, then B, L, M, then trace length).
 set -euo pipefail
 cd "$(dirname "$0")"
 tmp=$(mktemp -d)
@@ -12,6 +13,8 @@ pick() {  # pick NAME POLICY PROPERTY [RANGES...]
   chunkproof explore "$policy" --property "$prop" --out "$tmp/$name" --jobs 1 "$@" >/dev/null || true
   mkdir -p "$policy"
   cp "$tmp/$name/$policy/$prop.json" "$policy/$name.json"
+  local stem="${policy}_${name}"
+  chunkproof repro "$policy/$name.json" --pytest "pytest/test_${stem//[^[:alnum:]]/_}.py" >/dev/null
 }
 
 # vllm-0.33: the multi-module MTP livelock (0 < T mod B < L), smallest over the default grid.

@@ -1,8 +1,8 @@
-r"""The real split and reservation of a vLLM ``scheduler.py`` as policy stages.
+"""The real split and reservation of a vLLM ``scheduler.py`` as policy stages.
 
 vLLM is never imported. :func:`load_scheduler` extracts and compiles the two methods and
 everything they reach from the source text with :mod:`chunkproof.model.extraction` (whose
-errors become one-line :class:`~chunkproof.model.errors.PolicyError`\ s here).
+errors are re-raised here as one-line :class:`~chunkproof.model.errors.PolicyError`).
 
 Each compiled function also carries its stripped syntax tree as a
 :class:`~chunkproof.model.subset.SubsetFunction` (attribute

@@ -8,16 +8,15 @@ per machine), so they carry the ``fidelity`` marker. The bad-source tests build 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from vllm_copies import copy_release, patched_release
 
 from chunkproof.checker.cli import main
 from chunkproof.model.builtin import builtin_policies, policy_for_release
 from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.loading import resolve_policy
-from chunkproof.model.releases import release_root
 
 RELEASES = tuple(p.releases[0] for p in builtin_policies() if p.releases)
 """The first release of every built-in variant."""
@@ -102,52 +101,11 @@ def test_prove_on_release_finds_spec_k_minimum(
     assert status == 1 and "T=17 B=16 L=3" in out
 
 
-def _copy_release(version: str, into: Path, with_manifest: bool) -> Path:
-    """A copy of a cached release root (as a checkout or unpacked wheel would hold it)."""
-    shutil.copytree(release_root(version), into)
-    if not with_manifest:
-        (into / "manifest.json").unlink()
-    return into
-
-
-# The SPEC V lookahead-in-split fix, written into a copy of 0.33.0's methods the way a PR
-# would write it: the split resolves an end in the window (T - L, T); the reservation leaves
-# block-aligned ends alone.
-_SPLIT_RETURN = "        return max(end - start, 0)\n"
-_SPLIT_FIX = """        lookahead = self.num_prefill_lookahead
-        total = request.num_tokens
-        if lookahead >= 2 and total - lookahead < end < total:
-            crosses = start % block_size != 0 and next_block_boundary < total
-            window_floor = (total - lookahead) // block_size * block_size
-            if start + num_new_tokens >= total and not crosses:
-                end = total
-            elif window_floor > start:
-                end = window_floor
-"""
-_RESERVE_TEST = "        if 0 < remaining < self.num_prefill_lookahead:\n"
-_RESERVE_FIX = (
-    "        end = num_computed_tokens + num_new_tokens\n"
-    "        if 0 < remaining < self.num_prefill_lookahead"
-    " and end % self.cache_config.block_size:\n"
-)
-
-
-def _patched_release(into: Path) -> Path:
-    """0.33.0's source tree with the fix applied to a copy of its scheduler.py."""
-    root = _copy_release("0.33.0", into, with_manifest=False)
-    scheduler = root / SCHEDULER_FILE
-    text = scheduler.read_text()
-    assert text.count(_SPLIT_RETURN) == 1 and text.count(_RESERVE_TEST) == 1
-    text = text.replace(_SPLIT_RETURN, _SPLIT_FIX + _SPLIT_RETURN)
-    scheduler.write_text(text.replace(_RESERVE_TEST, _RESERVE_FIX))
-    return root
-
-
 @pytest.mark.fidelity
 def test_a_proposed_change_gets_a_verdict_in_one_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fixed = str(_patched_release(tmp_path / "fixed"))
+    fixed = str(patched_release(tmp_path / "fixed"))
     status, out, _ = run(
         ["check", fixed, "--property", "P1", "--json", "--out", str(tmp_path)], capsys
     )
@@ -161,7 +119,7 @@ def test_a_proposed_change_gets_a_verdict_in_one_command(
 def test_directory_and_file_forms(tmp_path: Path) -> None:
     """A directory or scheduler.py path: the release comes from the manifest, vllm/_version.py,
     or else the source (reservation present: the composition of vllm-latest)."""
-    root = _copy_release("0.28.0", tmp_path / "tree", with_manifest=True)
+    root = copy_release("0.28.0", tmp_path / "tree", with_manifest=True)
     assert resolve_policy(str(root)).composition == "C5"
     (root / "manifest.json").unlink()
     assert resolve_policy(str(root / SCHEDULER_FILE)).composition == "C9"
@@ -176,7 +134,7 @@ def test_installed_vllm_is_found_through_metadata(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """POLICY ``vllm``: the installed distribution, located by importlib.metadata."""
-    site = _copy_release("0.31.0", tmp_path / "site", with_manifest=False)
+    site = copy_release("0.31.0", tmp_path / "site", with_manifest=False)
     info = site / "vllm-0.31.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0\n")

@@ -1,0 +1,412 @@
+"""Standalone pytest repros of a counterexample (SPEC C; ``chunkproof repro FILE --pytest OUT``).
+
+The generated file needs pytest and a vLLM source tree, nothing else: it carries
+:mod:`chunkproof.model.extraction` verbatim (standard library only) to read the real
+``Scheduler._mamba_block_aligned_split`` and ``_reserve_prefill_lookahead`` from the source text,
+runs them on stand-ins holding exactly the counterexample's configuration, offers the recorded
+budgets step by step (then the largest budget until the prefill ends), and asserts the property
+on every step with chunkproof's own predicates (their source is copied in too, with the budget
+cap of the counterexample's composition). So the file fails on code with the bug and passes on a
+fix, and it cannot drift from the model: every function in it is the one chunkproof runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import textwrap
+from collections.abc import Callable
+from itertools import pairwise
+from pathlib import Path
+from string import Template
+from types import FunctionType
+from typing import Any, TypeGuard
+
+from chunkproof.checker import properties as props
+from chunkproof.checker.explorer import EDGE_PROPERTIES, WINDOW_PROPERTIES
+from chunkproof.model import extraction
+from chunkproof.model.budget import Adversarial
+from chunkproof.model.config import Config
+from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.loading import resolve_policy
+from chunkproof.model.vllm_source import Overrides, parse_overrides, standin_attributes
+
+SOURCE_VARIABLE = "CHUNKPROOF_VLLM_SOURCE"
+"""Names the root of a vLLM checkout or unpacked wheel for a generated test."""
+
+_SYMBOLS = {
+    "block": "B: the Mamba block size",
+    "prompt": "P: prompt tokens",
+    "max_sched": "M: max scheduled tokens per step",
+    "lookahead": "L: MTP prefill lookahead",
+    "tokens": "T: num_tokens",
+    "threshold": "theta: long-prefill threshold (0 = off)",
+    "hash_block": "H: hash block size",
+    "sched_block": "B_s: scheduler block size",
+    "drop": "D: EAGLE block drop",
+    "hash_lookahead": "L_h: hash lookahead tokens",
+    "start": "c0: num_computed_tokens at admission",
+    "junction": "J: shared-prefix junction",
+    "exact_junction": "S: shared-prefix checkpoint",
+    "partial_hits": "F: Mamba partial cache hits",
+    "checkpoints": "K: prefill checkpoint blocks",
+    "checkpoint_alignment": "alpha: checkpoint alignment (0 = None)",
+    "uncached_prefix": "u: uncached common prefix (0.24-0.25)",
+}
+"""Each config field with its history-note symbol, as the generated file comments it."""
+
+_STUCK = ("P1", "P2", "P7")
+"""Properties broken by a state whose chunk under the largest budget is 0 (SPEC P1, P2, P7)."""
+
+
+def write_repro(cx: Counterexample, source_name: str, out: Path) -> Path:
+    """Write the repro test of ``cx`` (read from ``source_name``) to ``out``."""
+    if out.suffix != ".py":
+        raise ChunkproofError(f"--pytest {out}: the test file must end in .py")
+    text = repro_source(cx, source_name)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    except OSError as exc:
+        raise ChunkproofError(f"--pytest {out}: cannot write: {exc.strerror}") from None
+    return out
+
+
+def repro_source(cx: Counterexample, source_name: str) -> str:
+    """The text of the standalone pytest file for ``cx`` (module docstring)."""
+    if not cx.steps:
+        raise ChunkproofError(f"{source_name}: the counterexample has no trace to replay")
+    cap = _cap_function(cx)
+    loader_imports, loader = _loader_source()
+    cfg = cx.config
+    scheduler, request = standin_attributes(cfg, _overrides(cx))
+    name = props.PROPERTIES[cx.property].name.lower().replace("-", "_")
+    values = {
+        "docstring": _docstring(cx, source_name),
+        "config": _config_literal(cfg),
+        "scheduler": _dict_literal(scheduler),
+        "request": _dict_literal(request),
+        "prefill_end": str(cfg.prefill_end),
+        "largest": str(_largest_budget(cx)),
+        "policy": cx.policy,
+        "recorded": _recorded_literal(cx),
+        "cap": cap.__name__,
+        "property": cx.property,
+        "test_name": f"test_{cx.property.lower()}_{name}",
+        "definition": props.PROPERTIES[cx.property].definition,
+        "check_body": _check(cx),
+        "functions": "\n\n\n".join(_function_sources([cap, *_predicates(cx)])),
+        "source_variable": SOURCE_VARIABLE,
+        "imports": "\n".join(sorted(set(_OWN_IMPORTS + loader_imports), key=_import_order)),
+        "loader": loader,
+    }
+    return _TEMPLATE.substitute(values)
+
+
+def _options(cx: Counterexample) -> tuple[str | None, list[str]]:
+    """The ``--compose`` and ``--set`` values the counterexample was checked with."""
+    options = list(cx.policy_options)
+    pairs = list(pairwise(options))
+    compose = next((value for option, value in pairs if option == "--compose"), None)
+    return compose, [value for option, value in pairs if option == "--set"]
+
+
+def _overrides(cx: Counterexample) -> Overrides:
+    """The ``--set`` values of the counterexample's policy."""
+    return parse_overrides(_options(cx)[1])
+
+
+def _largest_budget(cx: Counterexample) -> int:
+    """The most tokens one step can offer: the budget model's top, else M (SPEC S4)."""
+    model = cx.budget_model
+    return model.high if isinstance(model, Adversarial) else cx.config.max_sched
+
+
+def _cap_function(cx: Counterexample) -> FunctionType:
+    """The budget cap of ``schedule()`` in the composition of the counterexample's policy
+    (SPEC S3), rebuilt with the options it was checked with."""
+    compose, _ = _options(cx)
+    stage = resolve_policy(cx.policy, compose, _overrides(cx)).stage("cap")
+    if stage is None or stage.source is not None or not isinstance(stage.function, FunctionType):
+        raise ChunkproofError(f"{cx.policy}: its budget cap is not a plain function")
+    return stage.function
+
+
+def _predicates(cx: Counterexample) -> list[Callable[..., Any]]:
+    """chunkproof's predicate of the property (SPEC P), as the trace check calls it."""
+    pid = cx.property
+    if pid in _STUCK:
+        return [props.stuck]
+    if pid in EDGE_PROPERTIES:
+        return [EDGE_PROPERTIES[pid]]
+    if pid == "P5":
+        return [WINDOW_PROPERTIES[_window(cx)]]
+    raise ChunkproofError(f"no repro for property {pid}")
+
+
+def _window(cx: Counterexample) -> str:
+    """The form of P5 the counterexample was found under."""
+    return str(cx.details.get("window", "relaxed"))
+
+
+def _check(cx: Counterexample) -> str:
+    """The body of the generated ``violation(vllm, scheduler, step)``: SPEC P per property."""
+    pid = cx.property
+    if pid in _STUCK:
+        return (
+            "    largest = schedule_step(vllm, scheduler, step.c, LARGEST_BUDGET)\n"
+            "    if stuck(CONFIG, step.c, largest.chunk):\n"
+            "        return (\n"
+            '            f"stuck at c={step.c} < E={PREFILL_END}: even the largest budget, "\n'
+            '            f"{LARGEST_BUDGET}, yields 0 ({largest}); c, T and the flags never "\n'
+            '            "change"\n'
+            "        )\n"
+            "    return None\n"
+        )
+    predicate = _predicates(cx)[0].__name__
+    args = "CONFIG, step.c, step.n, step.end" if pid == "P5" else "CONFIG, step.c, step.end"
+    rule = props.PROPERTIES[pid]
+    return (
+        f"    if step.chunk > 0 and {predicate}({args}):\n"
+        "        return (\n"
+        f'            f"chunk [{{step.c}}, {{step.end}}) breaks {pid} {rule.name} "\n'
+        f'            f"({rule.definition}): {{step}}"\n'
+        "        )\n"
+        "    return None\n"
+    )
+
+
+def _function_sources(roots: list[Callable[..., Any]]) -> list[str]:
+    """The source of ``roots`` and, transitively, of every chunkproof function they call.
+
+    A name two different functions share is an error (the file has one namespace).
+    """
+    found: dict[str, Callable[..., Any]] = {}
+    stack = list(roots)
+    while stack:
+        function = stack.pop()
+        known = found.setdefault(function.__name__, function)
+        if known is not function:
+            raise ChunkproofError(f"two chunkproof functions are named {function.__name__}")
+        for name in function.__code__.co_names:
+            value = function.__globals__.get(name)
+            if _ours(value) and value.__name__ not in found:
+                stack.append(value)
+    return [
+        f"# from {f.__module__}\n{inspect.getsource(f).rstrip()}"
+        for f in sorted(found.values(), key=lambda f: (f.__module__, f.__name__))
+    ]
+
+
+def _ours(value: object) -> TypeGuard[FunctionType]:
+    """Whether ``value`` is a function of chunkproof's own."""
+    return isinstance(value, FunctionType) and value.__module__.startswith("chunkproof.")
+
+
+def _loader_source() -> tuple[list[str], str]:
+    """:mod:`chunkproof.model.extraction` without its docstring and ``__future__`` import:
+    its import lines (for the top of the file) and the rest."""
+    text = Path(extraction.__file__).read_text()
+    lines = text.splitlines()
+    imports, last = [], 0
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            assert node.end_lineno is not None
+            if not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+                imports += lines[node.lineno - 1 : node.end_lineno]
+            last = node.end_lineno
+    return imports, "\n".join(lines[last:]).strip() + "\n"
+
+
+_OWN_IMPORTS = [
+    "import importlib.util",
+    "import os",
+    "from types import SimpleNamespace",
+    "from typing import NamedTuple",
+]
+"""The generated test's own standard-library imports (besides the loader's)."""
+
+
+def _import_order(line: str) -> tuple[bool, str]:
+    """``import x`` lines first, then ``from x import y``, each alphabetical."""
+    return line.startswith("from "), line
+
+
+def _docstring(cx: Counterexample, source_name: str) -> str:
+    cfg = cx.config
+    source = (
+        f"vLLM source with sha256 {cx.source_sha256}"
+        if cx.source_sha256
+        else f"chunkproof's model {cx.policy}"
+    )
+    lines = [
+        f"Repro: {cx.property} {props.PROPERTIES[cx.property].name} breaks on {cx.policy} "
+        f"(B={cfg.block} L={cfg.lookahead} T={cfg.T} M={cfg.max_sched}).",
+        "",
+        *textwrap.wrap(f"What goes wrong: {cx.verdict}.", 96),
+        "",
+        "The test reads the real Scheduler._mamba_block_aligned_split and",
+        "Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not imported: no",
+        "torch, no GPU), runs them on stand-ins holding exactly the values below, offers the",
+        "counterexample's budgets step by step, then the largest budget until the prefill ends,",
+        f"and asserts {cx.property} on every step. It fails while the bug is in the code and",
+        "passes once it is fixed.",
+        "",
+        f"The source tree: ${SOURCE_VARIABLE} (the root of a vLLM checkout or unpacked wheel),",
+        "else the installed vllm (located, not imported).",
+        "",
+        *textwrap.wrap(
+            f"Generated by `chunkproof repro {source_name} --pytest ...` from a counterexample "
+            f"of {source}.",
+            96,
+        ),
+        "Everything below the line `chunkproof's source loader` is chunkproof.model.extraction,",
+        "verbatim; the property and budget-cap functions are chunkproof's own.",
+    ]
+    return '"""' + "\n".join(lines) + '\n"""'
+
+
+def _config_literal(cfg: Config) -> str:
+    lines = ["SimpleNamespace("]
+    for name, value in cfg.to_dict().items():
+        lines.append(f"    {name}={value!r},  # {_SYMBOLS[name]}")
+    return "\n".join(lines) + "\n)"
+
+
+def _dict_literal(values: dict[str, Any]) -> str:
+    body = "".join(f"    {json.dumps(k)}: {v!r},\n" for k, v in values.items())
+    return "{\n" + body + "}"
+
+
+def _recorded_literal(cx: Counterexample) -> str:
+    rows = [
+        f"    Step(c={s.c}, budget={s.budget}, n={s.n}, split={s.split}, "
+        f"reservation={s.reservation}, chunk={s.chunk}),"
+        for s in cx.steps
+    ]
+    note = textwrap.wrap(f"{cx.property}: {cx.verdict}", 92)
+    rows[-1:-1] = ["    # " + line for line in note]
+    return "[\n" + "\n".join(rows) + "\n]"
+
+
+_TEMPLATE = Template(
+    '''$docstring
+
+from __future__ import annotations
+
+$imports
+
+import pytest
+
+Config = SimpleNamespace  # chunkproof's configuration type, here a plain namespace
+
+# The configuration (chunkproof's model, SPEC S1).
+CONFIG = $config
+
+# What the real methods read: the stand-in scheduler (``self``) and request, by attribute path.
+# ``request.num_computed_tokens`` is the state c of each step. Reading any other attribute is an
+# error naming it, so no input of the real code is silently defaulted.
+SCHEDULER_ATTRIBUTES = $scheduler
+REQUEST_ATTRIBUTES = $request
+
+PREFILL_END = $prefill_end  # E = max(P, T - 1): the prefill is done when c reaches E
+LARGEST_BUDGET = $largest  # the most tokens one step can offer
+
+
+class Step(NamedTuple):
+    """One scheduling step: c, the budget offered, n after schedule()'s budget cap, after
+    _mamba_block_aligned_split, after _reserve_prefill_lookahead, and the chunk scheduled."""
+
+    c: int
+    budget: int
+    n: int
+    split: int
+    reservation: int
+    chunk: int
+
+    @property
+    def end(self) -> int:
+        return self.c + self.chunk
+
+
+# The counterexample: what $policy does, step by step.
+RECORDED = $recorded
+
+
+def $test_name(vllm: Extracted) -> None:
+    """$property: $definition."""
+    scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
+    budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
+    c, path = CONFIG.start, []
+    for budget in budgets:
+        if c >= PREFILL_END:
+            return
+        step = schedule_step(vllm, scheduler, c, budget)
+        path.append(step)
+        problem = violation(vllm, scheduler, step)
+        assert problem is None, f"$property: {problem}; steps: {path}"
+        c = step.end
+    pytest.fail(f"the prefill does not finish: c={c} < E={PREFILL_END}; steps: {path}")
+
+
+def violation(vllm: Extracted, scheduler: StandIn, step: Step) -> str | None:
+    """What breaks $property at this step, if anything."""
+$check_body
+
+def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int) -> Step:
+    """One step of schedule() for this request: the budget cap, the real split, then the
+    real reservation when the source has one."""
+    n = $cap(CONFIG, c, budget)
+    request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": c})
+    uncached = [CONFIG.uncached_prefix] if vllm.takes_uncached_prefix else []
+    split = scheduler._mamba_block_aligned_split(request, n, 0, 0, *uncached)
+    reservation = split
+    if vllm.has_reservation:
+        reservation = scheduler._reserve_prefill_lookahead(request, c, split)
+    return Step(c, budget, n, split, reservation, reservation)
+
+
+@pytest.fixture(scope="module")
+def vllm() -> Extracted:
+    """The real methods of the vLLM source tree, compiled from its text."""
+    root = vllm_source_root()
+    try:
+        return extract(DirectoryTree(root))
+    except SourceError as exc:
+        pytest.fail(f"cannot read the scheduler methods from {root}: {exc}", pytrace=False)
+
+
+def vllm_source_root() -> Path:
+    """$$$source_variable, else the directory holding the installed vllm package."""
+    named = os.environ.get("$source_variable")
+    if named:
+        root = Path(named)
+    else:
+        spec = importlib.util.find_spec("vllm")  # locates the package; does not import it
+        if spec is None or not spec.submodule_search_locations:
+            pytest.fail(
+                "no vLLM source: install vllm, or set $source_variable to the root of a "
+                "vLLM checkout or unpacked wheel",
+                pytrace=False,
+            )
+        root = Path(next(iter(spec.submodule_search_locations))).parent
+    if not (root / SCHEDULER_FILE).is_file():
+        pytest.fail(f"{root} has no {SCHEDULER_FILE}", pytrace=False)
+    return root
+
+
+# ---------------------------------------------------------------------------------------------
+# chunkproof's property and budget-cap functions (SPEC P, S3), copied from its source.
+# ---------------------------------------------------------------------------------------------
+
+$functions
+
+
+# ---------------------------------------------------------------------------------------------
+# chunkproof's source loader (chunkproof.model.extraction, verbatim).
+# ---------------------------------------------------------------------------------------------
+
+$loader'''
+)

@@ -1,0 +1,346 @@
+"""Pictures of counterexamples (issue 5): the marks they show, ``chunkproof show``, and the
+pictures ``check``, ``explore`` and ``prove`` write beside their counterexample files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import Cli
+from matplotlib.image import imread
+
+from chunkproof.checker import cli as cli_module
+from chunkproof.checker.graph_picture import MAX_GRAPH_STATES, graph_marks
+from chunkproof.checker.pictures import (
+    HEAD_ROWS,
+    MAX_ROWS,
+    RED,
+    Bar,
+    Failure,
+    Position,
+    trace_marks,
+)
+from chunkproof.checker.report import PROVED, VIOLATED, Verdict, combine, render_table
+from chunkproof.model.builtin import get_builtin
+from chunkproof.model.config import Config
+from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.step import Step, step
+
+COUNTEREXAMPLES = Path(__file__).parent.parent / "counterexamples"
+SPEC_K = COUNTEREXAMPLES / "vllm-0.33" / "p1-livelock-T49-B16-L3.json"
+P3_EAGLE = COUNTEREXAMPLES / "vllm-0.17" / "p3-poisoned-slot-eagle.json"
+P6_028 = COUNTEREXAMPLES / "vllm-0.28" / "p6-lost-resend-state.json"
+WINDOW_ON_WHITE = "#ffe3c2"
+"""The window's colour (#ffc078 at alpha 0.45) over the white background."""
+NARROW = ["--block", "4", "--lookahead", "2", "--prompt", "1-8", "--max-sched", "1-4"]
+
+
+def _svg_text(path: Path) -> str:
+    """All text of an SVG file (it must parse as XML with an <svg> root)."""
+    root = ET.parse(path).getroot()
+    assert root.tag.endswith("svg")
+    return " ".join(t.strip() for t in root.itertext() if t.strip())
+
+
+def _pixels_of(path: Path, hex_colour: str) -> np.ndarray:
+    """(y, x) of the PNG's pixels of ``hex_colour`` (within rounding), as fractions of its
+    height and width, one row per pixel."""
+    pixels = imread(path)[..., :3]
+    rgb = np.array([int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    ys, xs = np.nonzero(np.abs(pixels - rgb).max(axis=-1) < 0.02)
+    return np.column_stack([ys / pixels.shape[0], xs / pixels.shape[1]])
+
+
+def _one_line_error(err: str) -> None:
+    assert err.startswith("chunkproof: error:")
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+# -- the marks ---------------------------------------------------------------------------------
+
+
+def test_spec_k_marks_show_the_stuck_point_and_the_window() -> None:
+    """SPEC K: vllm-0.33, B=16 L=3 T=49 M=16: chunks 16, 32, 46, then stuck at 46."""
+    marks = trace_marks(Counterexample.load(SPEC_K))
+    assert marks.axis_ends == (("T", 49),)
+    assert marks.boundaries == (0, 16, 32, 48)
+    assert marks.window == (46, 49)
+    assert marks.bars == (
+        Bar(0, 0, 0, 16, 16),
+        Bar(1, 1, 16, 32, 16),
+        Bar(2, 2, 32, 46, 16),
+        Bar(3, 3, 46, 46, 16),
+    )
+    assert [b.label for b in marks.bars] == ["b=16"] * 4
+    assert [b.zero for b in marks.bars] == [False, False, False, True]
+    assert marks.positions == (Position(48, ("λ", "R*")),)
+    (failure,) = marks.failures
+    assert (failure.kind, failure.at, failure.row) == ("stuck", 46, 3)
+    assert failure.text.startswith("stuck at c=46")
+    assert "vllm-0.33" in marks.title and "P1 LIVE" in marks.title
+    assert "B=16 L=3 T=49 M=16" in marks.title
+    assert marks.verdict.startswith("stuck at c=46 < E=49")
+
+
+def test_p3_marks_the_crossing_and_the_poisoned_slot() -> None:
+    """vllm-0.17 with the EAGLE drop, B=4 T=5: [1, 5) runs past 4, keying 4 onto state@1."""
+    marks = trace_marks(Counterexample.load(P3_EAGLE))
+    crossing, poisoned = marks.failures
+    assert (crossing.kind, crossing.at, crossing.row) == ("crossing", 4, 1)
+    assert "[1, 5) runs past 4" in crossing.text
+    assert poisoned == Failure(
+        "poisoned", 4, "poisoned slot: key 4 holds state@1, not state@4", 1, 1
+    )
+    assert marks.window is None  # L = 0
+    assert "D=on" in marks.title
+
+
+def test_positions_follow_the_release_split() -> None:
+    """vllm-0.28 (V5) stops at lambda = fl(T, B) = 8, not at 0.33's ckpos(T) = 4; R* = 4 is the
+    resend position the chunk [0, 8) runs over (P6)."""
+    marks = trace_marks(Counterexample.load(P6_028))
+    assert marks.positions == (Position(4, ("R*",)), Position(8, ("λ",)))
+    (failure,) = marks.failures
+    assert (failure.kind, failure.at) == ("skipped", 4)
+
+
+def test_partial_hits_add_tau() -> None:
+    cx = Counterexample.load(SPEC_K)
+    fine = dataclasses.replace(cx, config=cx.config.replace(hash_block=4))
+    names = {p.at: p.names for p in trace_marks(fine).positions}
+    assert names == {48: ("λ", "τ", "R*")}
+
+
+def test_a_long_trace_elides_its_middle() -> None:
+    policy, cfg = get_builtin("vllm-0.33"), Config(block=4, prompt=250, max_sched=4, lookahead=3)
+    steps: list[Step] = []
+    c = 0
+    while not steps or steps[-1].chunk:
+        steps.append(step(policy, cfg, c, 4))
+        c = steps[-1].end
+    cx = dataclasses.replace(Counterexample.load(SPEC_K), config=cfg, steps=tuple(steps))
+    marks = trace_marks(cx)
+    assert len(steps) > MAX_ROWS
+    assert marks.rows == MAX_ROWS
+    assert marks.elided is not None
+    assert marks.elided.row == HEAD_ROWS
+    assert marks.elided.count == len(steps) - (MAX_ROWS - 1)
+    assert marks.bars[-1].step == len(steps) - 1
+    assert marks.failures[0].row == MAX_ROWS - 1
+    assert marks.failures[0].at == steps[-1].c
+
+
+# -- chunkproof show ---------------------------------------------------------------------------
+
+
+def test_show_writes_an_svg_with_the_marks(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "k.svg"
+    run = cli("show", str(SPEC_K), "--out", str(out))
+    assert run.code == 0, run.err
+    assert run.out == f"picture: {out}\n"
+    text = _svg_text(out)
+    for expected in (
+        "stuck at c=46: even b=16 gives 0",
+        "lookahead window (46, 49)",
+        "λ = R* = 48",
+        "b=16 → 32",
+        "b=16: chunk 0",
+        "T=49",
+        "step 4",
+    ):
+        assert expected in text, expected
+
+
+def test_show_writes_a_png_with_the_marks(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "k.png"
+    run = cli("show", str(SPEC_K), "--out", str(out))
+    assert run.code == 0, run.err
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    red = _pixels_of(out, RED)  # the verdict on top, the stuck point at the right bottom
+    assert ((red[:, 0] > 0.5) & (red[:, 1] > 0.8)).any()
+    window = _pixels_of(out, WINDOW_ON_WHITE)  # the shaded window (46, 49), at the right
+    assert len(window) > 10_000
+    assert np.median(window[:, 1]) > 0.85
+    assert len(_pixels_of(out, "#4c6ef5")) > 10_000  # the chunk bars
+
+
+def test_show_draws_the_p3_crossing(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "p3.svg"
+    assert cli("show", str(P3_EAGLE), "--out", str(out)).code == 0
+    text = _svg_text(out)
+    assert "[1, 5) runs past 4 from mid-block" in text
+    assert "poisoned slot: key 4 holds state@1" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--out", "k.pdf"], ".svg or .png"),
+        (["--graph", "k.txt"], ".svg or .png"),
+        (["--out", "k"], ".svg or .png"),
+        ([], "show needs --out"),
+    ],
+)
+def test_show_bad_input_is_one_line(cli: Cli, tmp_path: Path, argv: list[str], words: str) -> None:
+    argv = [str(tmp_path / a) if a.startswith("k") else a for a in argv]
+    run = cli("show", str(SPEC_K), *argv)
+    assert run.code == 2
+    _one_line_error(run.err)
+    assert words in run.err
+    assert not list(tmp_path.iterdir())
+
+
+def test_show_a_missing_file_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    run = cli("show", str(tmp_path / "none.json"), "--out", str(tmp_path / "x.svg"))
+    assert run.code == 2
+    _one_line_error(run.err)
+    assert "no such file" in run.err
+
+
+# -- the state graph ---------------------------------------------------------------------------
+
+
+def test_graph_marks_of_spec_k() -> None:
+    """Under budgets 1..16 from c=0 only b=16 moves (the split floors to the grid): the chain
+    0 -> 16 -> 32 -> 46, where the reservation trims 48 to 46 (off the grid: P4) and every
+    budget then gives 0 (P1)."""
+    marks = graph_marks(get_builtin("vllm-0.33"), Counterexample.load(SPEC_K))
+    assert [(n.c, n.broken, n.stays, n.on_path) for n in marks.nodes] == [
+        (0, (), "1-15", True),
+        (16, (), "1-15", True),
+        (32, ("P4",), "1-15", True),
+        (46, ("P1",), "1-16", True),
+    ]
+    assert [(e.source, e.target, e.budgets, e.broken, e.on_path) for e in marks.edges] == [
+        (0, 16, "16", (), True),
+        (16, 32, "16", (), True),
+        (32, 46, "16", ("P4",), True),
+    ]
+    assert marks.last_step == (46, 46)
+    assert marks.nodes[-1].colour_key(marks.property) == "P1"
+
+
+def test_graph_marks_of_the_p3_counterexample() -> None:
+    marks = graph_marks(get_builtin("vllm-0.17"), Counterexample.load(P3_EAGLE))
+    assert [n.c for n in marks.nodes] == [0, 1, 2, 3, 4, 5]
+    assert marks.nodes[-1].finished
+    crossing = next(e for e in marks.edges if (e.source, e.target) == (1, 5))
+    assert (crossing.budgets, crossing.on_path) == ("4", True)
+    assert "P3" in crossing.broken
+    assert marks.nodes[1].colour_key("P3") == "P3"
+    on_path = {(e.source, e.target) for e in marks.edges if e.on_path}
+    assert on_path == {(0, 1), (1, 5)}
+    # budgets 2-4 from 3 all finish the prefill: one edge, one compact label
+    assert next(e.budgets for e in marks.edges if (e.source, e.target) == (3, 5)) == "2-4"
+
+
+def test_show_graph_writes_an_svg(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "graph.svg"
+    run = cli("show", str(P3_EAGLE), "--graph", str(out))
+    assert run.code == 0, run.err
+    assert run.out == f"state graph: {out}\n"
+    text = _svg_text(out)
+    assert "state graph of B=4 L=0 T=5 M=4 D=on" in text
+    assert "P3 a chunk crosses a block end" in text
+    assert "b=2-4" in text
+    assert "counterexample path" in text
+
+
+def test_show_graph_refuses_a_large_config(cli: Cli, tmp_path: Path) -> None:
+    cx = Counterexample.load(SPEC_K)
+    big = dataclasses.replace(cx, config=Config(block=4, prompt=1000, max_sched=8, lookahead=2))
+    big.save(tmp_path / "big.json")
+    run = cli("show", str(tmp_path / "big.json"), "--graph", str(tmp_path / "g.svg"))
+    assert run.code == 2
+    _one_line_error(run.err)
+    assert f"at most {MAX_GRAPH_STATES} states" in run.err
+    huge = dataclasses.replace(cx, config=Config(block=16, prompt=1 << 20, max_sched=1 << 16))
+    huge.save(tmp_path / "huge.json")
+    run = cli("show", str(tmp_path / "huge.json"), "--graph", str(tmp_path / "g.svg"))
+    assert run.code == 2
+    _one_line_error(run.err)
+    assert "small configurations only" in run.err
+    assert not (tmp_path / "g.svg").exists()
+
+
+def test_show_graph_of_a_trace_that_does_not_replay(cli: Cli, tmp_path: Path) -> None:
+    data = json.loads(SPEC_K.read_text())
+    data["trace"][2]["chunk"] = 16  # 32 -> 48 is no transition of vllm-0.33 here
+    (tmp_path / "tampered.json").write_text(json.dumps(data))
+    run = cli("show", str(tmp_path / "tampered.json"), "--graph", str(tmp_path / "g.svg"))
+    assert run.code == 2
+    _one_line_error(run.err)
+    assert "does not replay" in run.err
+
+
+# -- pictures beside the counterexamples of explore, check and prove ---------------------------
+
+
+def test_explore_writes_each_picture_beside_its_counterexample(cli: Cli, tmp_path: Path) -> None:
+    run = cli("explore", "vllm-0.33", *NARROW, "--out", str(tmp_path), "--json", "--jobs", "1")
+    assert run.code == 1
+    verdicts = {v["property"]: v for v in run.json()["verdicts"]}
+    p1 = verdicts["P1"]
+    assert p1["counterexample"] == str(tmp_path / "vllm-0.33" / "P1.json")
+    assert p1["picture"] == str(tmp_path / "vllm-0.33" / "P1.svg")
+    assert "stuck at c=3" in _svg_text(Path(p1["picture"]))
+    for verdict in verdicts.values():
+        if verdict["counterexample"] is None:
+            assert verdict["picture"] is None
+        else:
+            assert verdict["picture"] == str(Path(verdict["counterexample"]).with_suffix(".svg"))
+            assert Path(verdict["picture"]).is_file()
+        for finding in verdict["findings"]:
+            assert Path(finding["picture"]).with_suffix(".json") == Path(finding["counterexample"])
+    assert verdicts["P3"]["status"] == "PROVED"
+    assert verdicts["P4"]["picture"] is not None
+    assert "ends at 3, off the B=4 grid" in _svg_text(Path(verdicts["P4"]["picture"]))
+
+
+def test_explore_prints_where_the_pictures_are(cli: Cli, tmp_path: Path) -> None:
+    run = cli("explore", "vllm-0.33", *NARROW, "--property", "P1", "--out", str(tmp_path))
+    assert run.code == 1
+    lines = run.out.splitlines()
+    cx_line = lines.index(f"      counterexample: {tmp_path / 'vllm-0.33' / 'P1.json'}")
+    assert lines[cx_line + 1] == f"      picture: {tmp_path / 'vllm-0.33' / 'P1.svg'}"
+    assert f"      picture: {tmp_path / 'vllm-0.33' / 'P1-degenerate.svg'}" in lines
+
+
+def test_check_writes_the_picture_beside_the_counterexample(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``check`` on the narrow grid; the prover's production range is narrowed to B=16."""
+    monkeypatch.setattr(cli_module, "PRODUCTION_BLOCKS", (16,))
+    argv = ["check", "vllm-0.33", *NARROW, "--property", "P1", "--out", str(tmp_path)]
+    run = cli(*argv, "--json", "--jobs", "1")
+    assert run.code == 1
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["counterexample"] == str(tmp_path / "vllm-0.33" / "P1.json")
+    assert verdict["picture"] == str(tmp_path / "vllm-0.33" / "P1.svg")
+    assert "stuck at c=3" in _svg_text(Path(verdict["picture"]))
+
+
+def test_prove_writes_the_picture_beside_its_counterexample(cli: Cli, tmp_path: Path) -> None:
+    argv = ["prove", "vllm-0.33", "--block", "16", "--lookahead", "3", "--drop", "off"]
+    run = cli(*argv, "--property", "P1", "--out", str(tmp_path), "--json", "--jobs", "1")
+    assert run.code == 1
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["picture"] == str(tmp_path / "vllm-0.33" / "P1-prove.svg")
+    assert "stuck at c=14" in _svg_text(Path(verdict["picture"]))  # SPEC K: T=17, one chunk
+
+
+def test_verdict_picture_in_json_table_and_combine() -> None:
+    explored = Verdict("P1", VIOLATED, {}, "x/P1.json", "s", "enum", 1, 1, picture="x/P1.svg")
+    proved = Verdict("P1", VIOLATED, {}, "x/P1-prove.json", "s", "z3", 1, 1, picture="x/p.svg")
+    assert explored.to_dict()["picture"] == "x/P1.svg"
+    assert "      picture: x/P1.svg" in render_table([explored]).splitlines()
+    assert combine([explored], [proved])[0].picture == "x/P1.svg"
+    nothing = Verdict("P1", PROVED, {}, None, "s", "enum", 1, 0)
+    assert nothing.to_dict()["picture"] is None
+    assert "picture" not in render_table([nothing])
+    assert combine([nothing], [proved])[0].picture == "x/p.svg"
