@@ -264,13 +264,26 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _policy(text: str, args: argparse.Namespace, only_sources: bool = False) -> Policy:
-    """POLICY with ``--compose`` and ``--set``; with ``only_sources`` (conform's two policies)
-    they apply to whichever of them is real vLLM source."""
+def _policy(text: str, args: argparse.Namespace) -> Policy:
+    """POLICY with ``--compose`` and ``--set`` (an error unless it is real vLLM source)."""
+    return resolve_policy(text, args.compose, parse_overrides(args.overrides))
+
+
+def _policy_pair(first: str, second: str, args: argparse.Namespace) -> tuple[Policy, Policy]:
+    """conform's and compare's two policies: ``--compose`` and ``--set`` apply to whichever of
+    them is real vLLM source, and are an error when neither is."""
     compose, overrides = args.compose, parse_overrides(args.overrides)
-    if only_sources and not names_source(text):
-        compose, overrides = None, ()
-    return resolve_policy(text, compose, overrides)
+    sources = [names_source(text) for text in (first, second)]
+    if (compose or overrides) and not any(sources):
+        option = "--compose" if compose else "--set"
+        raise ChunkproofError(
+            f"{option} applies to real vLLM source, and neither {first!r} nor {second!r} is"
+        )
+
+    def resolve(text: str, source: bool) -> Policy:
+        return resolve_policy(text, compose, overrides) if source else resolve_policy(text)
+
+    return resolve(first, sources[0]), resolve(second, sources[1])
 
 
 # -- trace --------------------------------------------------------------------------------------
@@ -603,7 +616,7 @@ def _add_conform_parser(sub: Any) -> None:
 
 def _cmd_conform(args: argparse.Namespace) -> int:
     """SPEC CLI ``conform``: Z3 per cell of the range, plus the exhaustive small grid."""
-    a, b = _policy(args.policy, args, True), _policy(args.against, args, True)
+    a, b = _policy_pair(args.policy, args.against, args)
     cells, scope = _proof_plan(args, defaults=False)
     grid = _ranges(args)
     progress = Progress(f"conform {a.name} against {b.name}")
@@ -667,7 +680,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     """SPEC CLI ``compare``: both policies checked as by ``check`` (or by the explorer alone
     with ``--no-prove``), their behaviour compared on the grid, one report; exit 1 when B
     introduces a violation, else 3 when a verdict is undecided, else 0."""
-    a, b = _policy(args.policy, args, True), _policy(args.other, args, True)
+    a, b = _policy_pair(args.policy, args.other, args)
     if args.markdown is not None and not args.markdown.parent.is_dir():
         raise ChunkproofError(f"--markdown {args.markdown}: no such directory")
     sides = []

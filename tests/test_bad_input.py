@@ -32,6 +32,9 @@ TRACE = ["trace", "vllm-0.33", "--lookahead", "3", "--budget", "16"]
         ["check", "--no-such-flag"],
         ["frobnicate"],
         ["replay", "/nonexistent/cx.json"],
+        ["conform", "vllm-0.33", "--against", "vllm-0.32", "--compose", "C9"],
+        ["show", "/nonexistent/cx.json", "--out", "x.svg"],
+        ["repro", "/nonexistent/cx.json", "--pytest", "x.py"],
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli: Cli, argv: list[str]) -> None:

@@ -345,6 +345,8 @@ def test_a_violation_only_the_prover_finds_is_a_regression(cli: Cli, tmp_path: P
         ["vllm-0.33", "lookahead-in-split", "--block", "16", "--prompt", "1", "--lookahead", "4"],
         ["vllm-0.33", "lookahead-in-split", "--markdown", "/nonexistent/dir/r.md"],
         ["vllm-0.33"],
+        ["vllm-0.33", "lookahead-in-split", "--set", "self.x=1", "--no-prove"],
+        ["vllm-0.33", "lookahead-in-split", "--compose", "C9", "--no-prove"],
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli: Cli, argv: list[str]) -> None:
