@@ -1,0 +1,70 @@
+"""Benchmark: compare's behaviour pass against a plain Python loop over the same runs.
+
+Both run in this process on the same grid (the default small grid, or ``--quick`` for its
+B = 4 slice) and the same two policies. The plain loop runs const(b) for every configuration
+and every budget 1..min(M, T - c0) with the native step function (``trajectory.run``), under A
+and under B, and counts the runs whose chunk ends differ; the behaviour pass steps all runs of a
+family at once through the explorer's vectorised tables. Printed: runs per second and the
+ratio, and whether both counted the same differing runs (they must).
+
+    python bench/compare.py [--quick] [--a vllm-latest] [--b lookahead-in-split]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from chunkproof.checker.compare import compare_behaviour
+from chunkproof.checker.ranges import SMALL_GRID, Ranges
+from chunkproof.checker.search import category
+from chunkproof.model.loading import resolve_policy
+from chunkproof.model.policy import Policy
+from chunkproof.model.trajectory import run
+
+
+def plain_loop(a: Policy, b: Policy, ranges: Ranges) -> tuple[int, int, float]:
+    """(runs per policy, differing runs, seconds) of a per-run native loop over the population
+    compare uses: configurations both policies accept, outside the degenerate region."""
+    runs = differing = 0
+    started = time.perf_counter()
+    for family in ranges.families():
+        for m in ranges.max_sched:
+            cfg = family.replace(max_sched=m)
+            if category(a, cfg) != "main" or category(b, cfg) != "main":
+                continue
+            for budget in range(1, min(m, cfg.T - cfg.start) + 1):
+                runs += 1
+                differing += run(a, cfg, [budget]).ends != run(b, cfg, [budget]).ends
+    return runs, differing, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only the B = 4 slice of the grid")
+    parser.add_argument("--a", default="vllm-latest")
+    parser.add_argument("--b", default="lookahead-in-split")
+    args = parser.parse_args()
+    a, b = resolve_policy(args.a), resolve_policy(args.b)
+    ranges = SMALL_GRID.narrowed(block=(4,)) if args.quick else SMALL_GRID
+
+    started = time.perf_counter()
+    tally = compare_behaviour(a, b, ranges, jobs=1).tally
+    seconds = time.perf_counter() - started
+    base_runs, base_differing, base_seconds = plain_loop(a, b, ranges)
+
+    print(f"{a.name} against {b.name}; grid {ranges.describe()}")
+    print(f"{'':<24}{'behaviour pass':>16}{'plain loop':>14}{'ratio':>10}")
+    print(f"{'seconds':<24}{seconds:>16,.2f}{base_seconds:>14,.2f}{base_seconds / seconds:>9.1f}x")
+    mine, theirs = tally.runs / seconds, base_runs / base_seconds
+    print(f"{'runs / s (per policy)':<24}{mine:>16,.0f}{theirs:>14,.0f}{mine / theirs:>9.1f}x")
+    same = (tally.runs, tally.differing_runs) == (base_runs, base_differing)
+    agree = "agree" if same else "DIFFER"
+    print(
+        f"(runs {tally.runs:,} and {base_runs:,}; differing runs {tally.differing_runs:,} and "
+        f"{base_differing:,}: the two {agree})"
+    )
+
+
+if __name__ == "__main__":
+    main()
