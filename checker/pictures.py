@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from chunkproof.checker.properties import PROPERTIES, resend_position
 from chunkproof.checker.slots import crossing_claim
-from chunkproof.model.arith import ck32, ck33, fl
+from chunkproof.model.arith import fl
 from chunkproof.model.builtin import get_builtin, is_builtin, policy_for_release
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError, PolicyError
-from chunkproof.model.splits import back_off
+from chunkproof.model.splits import CACHE_POSITIONS
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -177,45 +177,14 @@ def split_variant(policy: str) -> str:
     return "V9"
 
 
-def last_cache_position(cfg: Config, variant: str) -> int:
-    """lambda, the split's last cache position (history note 3): fl(P, B) in V1, fl(T, B) in
-    V2-V7 (each less B under the EAGLE drop D), ck32(T, B, D) in V8, and ck33(T, B, D, L_h)
-    (``get_mamba_prefill_checkpoint_position``) from V9 on."""
-    base = variant.split("+")[0]
-    if base == "V1":
-        return back_off(fl(cfg.prompt, cfg.block), cfg)
-    if base in _FLOORED:
-        return back_off(fl(cfg.T, cfg.block), cfg)
-    if base == "V8":
-        return ck32(cfg.T, cfg.block, cfg.drop)
-    return ck33(cfg.T, cfg.block, cfg.drop, cfg.hash_lookahead)
-
-
-_FLOORED = ("V2", "V2b", "V3", "V4", "V5", "V6", "V7", "V7'")
-"""Split variants whose lambda is fl(T, B) (history note 3)."""
-
-
-def tail_position(cfg: Config, variant: str) -> int | None:
-    """tau, the partial-tail stop of V4 and later, only with partial hits F (history note 3):
-    fl(P, H) in V4-V6, less H under D in V7, ck32(P, H, D) in V8, ck33(P, H, D, L_h) from V9."""
-    base = variant.split("+")[0]
-    if not cfg.partial_hits or base in ("V1", "V2", "V2b", "V3"):
-        return None
-    if base in ("V4", "V5", "V6"):
-        return fl(cfg.prompt, cfg.H)
-    if base in ("V7", "V7'"):
-        tau = fl(cfg.prompt, cfg.H)
-        return max(tau - cfg.H, 0) if cfg.drop else tau
-    if base == "V8":
-        return ck32(cfg.prompt, cfg.H, cfg.drop)
-    return ck33(cfg.prompt, cfg.H, cfg.drop, cfg.hash_lookahead)
-
-
 def cacheable_positions(cfg: Config, variant: str) -> tuple[Position, ...]:
-    """lambda, tau and R* (slot note 5) where they are > 0; coinciding ones share a mark."""
+    """lambda and tau of the split ``variant`` (:data:`~chunkproof.model.splits.CACHE_POSITIONS`;
+    tau only with partial hits F) and R* (slot note 5), where they are > 0; coinciding ones
+    share a mark."""
+    last_cache, tail = CACHE_POSITIONS[variant.split("+")[0]]
     named = (
-        ("λ", last_cache_position(cfg, variant)),
-        ("τ", tail_position(cfg, variant)),
+        ("λ", last_cache(cfg)),
+        ("τ", tail(cfg) if tail is not None and cfg.partial_hits else None),
         ("R*", resend_position(cfg)),
     )
     by_position: dict[int, list[str]] = {}

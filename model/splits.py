@@ -1,7 +1,9 @@
 """The Mamba block-aligned split of every release (history note section 3), plus proposed fixes.
 
-Each function maps ``(cfg, c, n)`` to the chunk length after the split: ``c`` is the split's
-start (computed tokens plus any hit), ``n`` the proposed chunk. They are written in the policy
+Each ``split_*`` function maps ``(cfg, c, n)`` to the chunk length after the split: ``c`` is
+the split's start (computed tokens plus any hit), ``n`` the proposed chunk; the positions they
+stop at (lambda, tau) are functions of ``cfg`` of their own, listed per variant in
+:data:`CACHE_POSITIONS`. They are written in the policy
 subset (:mod:`chunkproof.model.subset`) and are the only definition of each variant: the
 vectorised and symbolic forms are derived from this source.
 
@@ -11,6 +13,8 @@ vectorised and symbolic forms are derived from this source.
 ``checkpoints`` [K], ``checkpoint_alignment`` [alpha, 0 = none], ``max_sched`` [M],
 ``threshold`` [theta], ``uncached_prefix`` [u], ``lookahead`` [L].
 """
+
+from collections.abc import Callable
 
 from chunkproof.model.arith import ck30, ck32, ck33, fl, valid
 from chunkproof.model.config import Config
@@ -51,6 +55,49 @@ def align_end(cfg: Config, c: int, e: int) -> int:
     return e
 
 
+def lambda_prompt(cfg: Config) -> int:
+    """V1's last cache position lambda = fl(P, B), less B under D (history note 3, V1)."""
+    return back_off(fl(cfg.prompt, cfg.block), cfg)
+
+
+def lambda_tokens(cfg: Config) -> int:
+    """lambda of V2-V7: fl(T, B), less B under D (history note 3)."""
+    return back_off(fl(cfg.tokens, cfg.block), cfg)
+
+
+def lambda_ck32(cfg: Config) -> int:
+    """lambda of V8: ck32(T, B, D)."""
+    return ck32(cfg.tokens, cfg.block, cfg.drop)
+
+
+def lambda_ck33(cfg: Config) -> int:
+    """lambda of V9 (``get_mamba_prefill_checkpoint_position``): ck33(T, B, D, L_h)."""
+    return ck33(cfg.tokens, cfg.block, cfg.drop, cfg.hash_lookahead)
+
+
+def tau_floor(cfg: Config) -> int:
+    """The partial-tail stop tau of V4-V6 (with partial hits F): fl(P, H)."""
+    return fl(cfg.prompt, cfg.hash_block)
+
+
+def tau_v7(cfg: Config) -> int:
+    """tau of V7 and V7' (with F): fl(P, H), less H under D."""
+    tau = fl(cfg.prompt, cfg.hash_block)
+    if cfg.drop:
+        return max(tau - cfg.hash_block, 0)
+    return tau
+
+
+def tau_ck32(cfg: Config) -> int:
+    """tau of V8 (with F): ck32(P, H, D)."""
+    return ck32(cfg.prompt, cfg.hash_block, cfg.drop)
+
+
+def tau_ck33(cfg: Config) -> int:
+    """tau of V9 (with F): ck33(P, H, D, L_h)."""
+    return ck33(cfg.prompt, cfg.hash_block, cfg.drop, cfg.hash_lookahead)
+
+
 def stopmin(c: int, e: int, s1: int, s2: int, s3: int, s4: int) -> int:
     """stopmin(c, e, S): the earliest stop strictly inside (c, e), else e (history note 2)."""
     stops = (s1, s2, s3, s4)
@@ -64,7 +111,7 @@ def split_v1(cfg: Config, c: int, n: int) -> int:
     """
     if cfg.tokens - cfg.prompt != 0:
         return n
-    lam = back_off(fl(cfg.prompt, cfg.block), cfg)
+    lam = lambda_prompt(cfg)
     e = c + n
     if e < lam:
         return fl(n, cfg.block)
@@ -80,7 +127,7 @@ def split_v2(cfg: Config, c: int, n: int) -> int:
     """
     if c >= prefill_end(cfg):
         return n
-    lam = back_off(fl(cfg.tokens, cfg.block), cfg)
+    lam = lambda_tokens(cfg)
     e = c + n
     if e < lam:
         return fl(n, cfg.block)
@@ -106,12 +153,12 @@ def split_v4(cfg: Config, c: int, n: int) -> int:
     if c >= big_e:
         return n
     block = cfg.block
-    lam = back_off(fl(cfg.tokens, block), cfg)
+    lam = lambda_tokens(cfg)
     e = c + n
     if e < lam:
         e = fl(e, block)
     beta = next_boundary(c, block)
-    tau = fl(cfg.prompt, cfg.hash_block) if cfg.partial_hits else 0
+    tau = tau_floor(cfg) if cfg.partial_hits else 0
     s1 = beta if c % block != 0 and beta <= lam else 0
     s3 = tau if lam < tau < cfg.prompt else 0
     s4 = c + fl(cfg.junction - c, block) if c < cfg.junction < e else 0
@@ -128,11 +175,11 @@ def split_v5(cfg: Config, c: int, n: int) -> int:
     if c >= big_e:
         return n
     block = cfg.block
-    lam = back_off(fl(cfg.tokens, block), cfg)
+    lam = lambda_tokens(cfg)
     e = c + n
     if e < big_e:
         e = align_end(cfg, c, e)
-    tau = fl(cfg.prompt, cfg.hash_block) if cfg.partial_hits else 0
+    tau = tau_floor(cfg) if cfg.partial_hits else 0
     s1 = next_boundary(c, block) if c % block != 0 else 0
     s3 = tau if lam < tau < cfg.prompt else 0
     s4 = c + fl(cfg.junction - c, block) if c < cfg.junction < e else 0
@@ -149,14 +196,14 @@ def split_v6(cfg: Config, c: int, n: int) -> int:
     if c >= big_e:
         return n
     block = cfg.block
-    lam = back_off(fl(cfg.tokens, block), cfg)
+    lam = lambda_tokens(cfg)
     internal = cfg.checkpoints and c % block == 0
     if internal:
         lam = 0
     e = c + n
     if e < big_e and not internal:
         e = align_end(cfg, c, e)
-    tau = fl(cfg.prompt, cfg.hash_block) if cfg.partial_hits else 0
+    tau = tau_floor(cfg) if cfg.partial_hits else 0
     s1 = next_boundary(c, block) if c % block != 0 else 0
     s3 = tau if lam < tau < cfg.prompt else 0
     s4 = c + fl(cfg.junction - c, block) if c < cfg.junction < e else 0
@@ -182,7 +229,7 @@ def split_v7(cfg: Config, c: int, n: int) -> int:
     if c >= big_e:
         return n
     block = cfg.block
-    lam = back_off(fl(cfg.tokens, block), cfg)
+    lam = lambda_tokens(cfg)
     e = c + n
     p = ck30(big_e, cfg.hash_block, cfg.drop)
     internal = (
@@ -194,9 +241,7 @@ def split_v7(cfg: Config, c: int, n: int) -> int:
         lam = 0
     if e < big_e:
         e = align_end(cfg, c, e)
-    tau = fl(cfg.prompt, cfg.hash_block) if cfg.partial_hits and not internal else 0
-    if tau != 0 and cfg.drop:
-        tau = max(tau - cfg.hash_block, 0)
+    tau = tau_v7(cfg) if cfg.partial_hits and not internal else 0
     s1 = next_boundary(c, block) if c % block != 0 and not internal else 0
     s3 = tau if lam < tau < cfg.prompt else 0
     s4 = junction_stop(cfg, c, e)
@@ -220,7 +265,7 @@ def split_v8(cfg: Config, c: int, n: int) -> int:
     if c >= big_e:
         return n
     block = cfg.block
-    lam = ck32(cfg.tokens, block, cfg.drop)
+    lam = lambda_ck32(cfg)
     e = c + n
     p = ck32(big_e, ckpt_grid(cfg), cfg.drop)
     internal = (
@@ -232,7 +277,7 @@ def split_v8(cfg: Config, c: int, n: int) -> int:
         lam = 0
     if e < big_e:
         e = align_end(cfg, c, e)
-    tau = ck32(cfg.prompt, cfg.hash_block, cfg.drop) if cfg.partial_hits and not internal else 0
+    tau = tau_ck32(cfg) if cfg.partial_hits and not internal else 0
     s1 = next_boundary(c, block) if c % block != 0 and not internal else 0
     s3 = tau if lam < tau < cfg.prompt else 0
     s4 = junction_stop(cfg, c, e)
@@ -250,7 +295,7 @@ def split_v9(cfg: Config, c: int, n: int) -> int:
         return n
     block = cfg.block
     lh = cfg.hash_lookahead
-    lam = ck33(cfg.tokens, block, cfg.drop, lh)
+    lam = lambda_ck33(cfg)
     e = c + n
     p = ck33(big_e, ckpt_grid(cfg), cfg.drop, lh)
     internal = (
@@ -262,7 +307,7 @@ def split_v9(cfg: Config, c: int, n: int) -> int:
         lam = 0
     if e < big_e:
         e = align_end(cfg, c, e)
-    tau = ck33(cfg.prompt, cfg.hash_block, cfg.drop, lh) if cfg.partial_hits and not internal else 0
+    tau = tau_ck33(cfg) if cfg.partial_hits and not internal else 0
     s1 = next_boundary(c, block) if c % block != 0 and not internal else 0
     s3 = tau if lam < tau < cfg.prompt else 0
     s4 = junction_stop(cfg, c, e)
@@ -297,3 +342,22 @@ def split_lookahead_in_split(cfg: Config, c: int, n: int) -> int:
         if a > c:
             return a - c
     return k
+
+
+Position = Callable[[Config], int]
+
+CACHE_POSITIONS: dict[str, tuple[Position, Position | None]] = {
+    "V1": (lambda_prompt, None),
+    "V2": (lambda_tokens, None),
+    "V2b": (lambda_tokens, None),
+    "V3": (lambda_tokens, None),
+    "V4": (lambda_tokens, tau_floor),
+    "V5": (lambda_tokens, tau_floor),
+    "V6": (lambda_tokens, tau_floor),
+    "V7": (lambda_tokens, tau_v7),
+    "V7'": (lambda_tokens, tau_v7),
+    "V8": (lambda_ck32, tau_ck32),
+    "V9": (lambda_ck33, tau_ck33),
+}
+"""Each split variant's last cache position lambda and partial-tail stop tau (``None``: the
+variant has none), the very functions the splits call (history note 3)."""
