@@ -124,6 +124,18 @@ def test_committed_repros_are_current(cx_file: Path) -> None:
     assert committed.read_text() == repro_source(Counterexample.load(cx_file), name)
 
 
+def test_committed_repros_have_no_undefined_names() -> None:
+    """pyflakes (ruff's F rules) over the generated files: every name a repro uses is defined
+    in it, so no path of the test can fail for a reason other than the property."""
+    ruff = [sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F,E9"]
+    done = subprocess.run(
+        [*ruff, str(COUNTEREXAMPLES / "pytest")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout
+
+
 def repro_file_name(cx_file: Path) -> str:
     """``vllm-0.33/p1-x.json`` -> ``test_vllm_0_33_p1_x.py`` (as regenerate.sh names it)."""
     stem = f"{cx_file.parent.name}_{cx_file.stem}"
