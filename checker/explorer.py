@@ -32,16 +32,6 @@ from chunkproof.model.step import vectorised_stages
 from chunkproof.model.subset import parse
 from chunkproof.model.vectorised import INTERPRETER
 
-EDGE_PROPERTIES = {
-    "P3": props.crosses_block_end,
-    "P4": props.misaligned,
-    "P6": props.skips_resend,
-}
-"""Properties of one chunk [c, e): predicate(cfg, c, e)."""
-
-WINDOW_PROPERTIES = {"strict": props.in_window, "relaxed": props.in_window_relaxed}
-"""P5 forms: predicate(cfg, c, n, e)."""
-
 
 @dataclass(frozen=True)
 class FamilyTables:
@@ -95,10 +85,10 @@ def family_tables(
     moving = chunk > 0
     bad = {"P1": _pred(props.stuck, view, shape, c, chunk)}
     for pid in wanted:
-        if pid in EDGE_PROPERTIES:
-            bad[pid] = _pred(EDGE_PROPERTIES[pid], view, shape, c, e) & moving
+        if pid in props.EDGE_PROPERTIES:
+            bad[pid] = _pred(props.EDGE_PROPERTIES[pid], view, shape, c, e) & moving
         elif pid == "P5":
-            bad[pid] = _pred(WINDOW_PROPERTIES[window], view, shape, c, n, e) & moving
+            bad[pid] = _pred(props.WINDOW_PROPERTIES[window], view, shape, c, n, e) & moving
     out = []
     for f, (base, (_, high)) in enumerate(zip(bases, tops, strict=True)):
         rows = base.prefill_end - start

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chunkproof.checker.properties import PROPERTIES, resend_position
+from chunkproof.checker.properties import PROPERTIES, STUCK_PROPERTIES, resend_position
 from chunkproof.checker.slots import crossing_claim
 from chunkproof.model.arith import fl
 from chunkproof.model.builtin import get_builtin, is_builtin, policy_for_release
@@ -43,9 +43,6 @@ HEAD_ROWS = 6
 
 MAX_TICKS = 24
 """Above this many boundaries and chunk ends, matplotlib picks the axis ticks."""
-
-STUCK_PROPERTIES = ("P1", "P2", "P7")
-"""Properties whose counterexample ends in a state where the largest budget yields 0."""
 
 RED = "#c92a2a"
 BAR = "#4c6ef5"

@@ -8,6 +8,7 @@ states and budgets (:mod:`chunkproof.model.vectorised`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from chunkproof.checker.slots import runs_past_block
@@ -114,3 +115,21 @@ def skips_resend(cfg: Config, c: int, e: int) -> bool:
 def ideal_steps(cfg: Config, budget: int) -> int:
     """P7: the ideal number of steps ceil((E - c0) / b)."""
     return -(-(prefill_end(cfg) - cfg.start) // budget)
+
+
+STUCK_PROPERTIES = ("P1", "P2", "P7")
+"""Properties broken at a state whose chunk under the largest budget is 0 (:func:`stuck`): a
+livelock (P1) has no progress budget (P2) and never finishes (P7)."""
+
+EDGE_PROPERTIES: dict[str, Callable[..., bool]] = {
+    "P3": crosses_block_end,
+    "P4": misaligned,
+    "P6": skips_resend,
+}
+"""Properties of one chunk [c, e): predicate(cfg, c, e)."""
+
+WINDOW_PROPERTIES: dict[str, Callable[..., bool]] = {
+    "strict": in_window,
+    "relaxed": in_window_relaxed,
+}
+"""P5 forms: predicate(cfg, c, n, e)."""

@@ -24,7 +24,6 @@ from types import FunctionType
 from typing import Any, TypeGuard
 
 from chunkproof.checker import properties as props
-from chunkproof.checker.explorer import EDGE_PROPERTIES, WINDOW_PROPERTIES
 from chunkproof.model import extraction
 from chunkproof.model.budget import Adversarial
 from chunkproof.model.config import Config
@@ -56,9 +55,6 @@ _SYMBOLS = {
     "uncached_prefix": "u: uncached common prefix (0.24-0.25)",
 }
 """Each config field with its history-note symbol, as the generated file comments it."""
-
-_STUCK = ("P1", "P2", "P7")
-"""Properties broken by a state whose chunk under the largest budget is 0 (SPEC P1, P2, P7)."""
 
 
 def write_repro(cx: Counterexample, source_name: str, out: Path) -> Path:
@@ -137,12 +133,12 @@ def _cap_function(cx: Counterexample) -> FunctionType:
 def _predicates(cx: Counterexample) -> list[Callable[..., Any]]:
     """chunkproof's predicate of the property (SPEC P), as the trace check calls it."""
     pid = cx.property
-    if pid in _STUCK:
+    if pid in props.STUCK_PROPERTIES:
         return [props.stuck]
-    if pid in EDGE_PROPERTIES:
-        return [EDGE_PROPERTIES[pid]]
+    if pid in props.EDGE_PROPERTIES:
+        return [props.EDGE_PROPERTIES[pid]]
     if pid == "P5":
-        return [WINDOW_PROPERTIES[_window(cx)]]
+        return [props.WINDOW_PROPERTIES[_window(cx)]]
     raise ChunkproofError(f"no repro for property {pid}")
 
 
@@ -154,7 +150,7 @@ def _window(cx: Counterexample) -> str:
 def _check(cx: Counterexample) -> str:
     """The body of the generated ``violation(vllm, scheduler, step)``: SPEC P per property."""
     pid = cx.property
-    if pid in _STUCK:
+    if pid in props.STUCK_PROPERTIES:
         return (
             "    largest = schedule_step(vllm, scheduler, step.c, LARGEST_BUDGET)\n"
             "    if stuck(CONFIG, step.c, largest.chunk):\n"

@@ -7,8 +7,6 @@ from typing import Any
 
 from chunkproof.checker import properties as props
 from chunkproof.checker.explorer import (
-    EDGE_PROPERTIES,
-    WINDOW_PROPERTIES,
     StateGraph,
     Witness,
     budget_bounds,
@@ -35,14 +33,14 @@ class ModelMismatch(ChunkproofError):
 
 def violates(pid: str, cfg: Config, s: Step, window: str, high: int) -> bool:
     """Whether the final step ``s`` of a trace breaks property ``pid`` (SPEC P)."""
-    if pid in ("P1", "P2", "P7"):
+    if pid in props.STUCK_PROPERTIES:
         return s.budget == high and bool(props.stuck(cfg, s.c, s.chunk))
     if s.chunk == 0:
         return False
-    if pid in EDGE_PROPERTIES:
-        return bool(EDGE_PROPERTIES[pid](cfg, s.c, s.end))
+    if pid in props.EDGE_PROPERTIES:
+        return bool(props.EDGE_PROPERTIES[pid](cfg, s.c, s.end))
     if pid == "P5":
-        return bool(WINDOW_PROPERTIES[window](cfg, s.c, s.n, s.end))
+        return bool(props.WINDOW_PROPERTIES[window](cfg, s.c, s.n, s.end))
     raise ValueError(f"no trace check for {pid}")
 
 

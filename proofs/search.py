@@ -22,6 +22,7 @@ from typing import Any
 import z3
 
 from chunkproof.checker.explorer import budget_bounds
+from chunkproof.checker.properties import STUCK_PROPERTIES
 from chunkproof.checker.ranges import Ranges
 from chunkproof.checker.search import explore, minimal_counterexample
 from chunkproof.checker.traces import ModelMismatch, build_counterexample, violates
@@ -203,7 +204,7 @@ def _replayed(
         steps.append(s)
     final_c = found.final_state
     high = budget_bounds(cfg, None)[1]
-    final_budget = high if pid in ("P1", "P2", "P7") else found.final_budget
+    final_budget = high if pid in STUCK_PROPERTIES else found.final_budget
     steps.append(step(ts.policy, cfg, final_c, final_budget))
     if not violates(pid, cfg, steps[-1], window, high):
         raise AssertionError(f"{pid}: the solver's counterexample does not replay natively")

@@ -66,13 +66,6 @@ class Scope:
         }
 
 
-EDGE_PREDICATES: dict[str, Callable[..., bool]] = {
-    "P3": props.crosses_block_end,
-    "P4": props.misaligned,
-    "P6": props.skips_resend,
-}
-
-
 class TransitionSystem:
     """Symbolic parameters, their constraints, and the step relation of one cell."""
 
@@ -153,15 +146,15 @@ class TransitionSystem:
 
         P1/P2/P7: the largest budget M yields 0; step properties: the step (c, b) breaks it.
         """
-        if pid in ("P1", "P2", "P7"):
+        if pid in props.STUCK_PROPERTIES:
             return self._call(props.stuck, [self.view, c, self.chunk(c, self.M)])
         values = self.stages(c, b)
         e = c + values["chunk"]
         moving = values["chunk"] > 0
         if pid == "P5":
-            pred = props.in_window if window == "strict" else props.in_window_relaxed
+            pred = props.WINDOW_PROPERTIES[window]
             return z3.And(moving, self._call(pred, [self.view, c, values["cap"], e]))
-        return z3.And(moving, self._call(EDGE_PREDICATES[pid], [self.view, c, e]))
+        return z3.And(moving, self._call(props.EDGE_PROPERTIES[pid], [self.view, c, e]))
 
     def concrete(self, model: z3.ModelRef) -> dict[str, int]:
         """The parameter values of a model."""
