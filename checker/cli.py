@@ -38,7 +38,6 @@ from chunkproof.checker.report import (
 from chunkproof.checker.repro import SOURCE_VARIABLE, write_repro
 from chunkproof.checker.search import explore
 from chunkproof.checker.traces import violates
-from chunkproof.model.budget import Adversarial
 from chunkproof.model.builtin import ALIASES, builtin_policies
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample, replay_steps
@@ -49,7 +48,7 @@ from chunkproof.model.errors import (
     EXIT_VIOLATED,
     ChunkproofError,
 )
-from chunkproof.model.loading import resolve_policy
+from chunkproof.model.loading import recorded_policy, resolve_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.source_policy import names_source
 from chunkproof.model.trajectory import run
@@ -379,7 +378,10 @@ def _ranges(args: argparse.Namespace) -> Ranges:
     ranges = SMALL_GRID.narrowed(**changes)
     cells = ranges.cells()
     if cells == 0:
-        raise ChunkproofError("the ranges contain no valid configuration (is L > T everywhere?)")
+        raise ChunkproofError(
+            "the ranges contain no valid configuration (is L > T everywhere, or every --budget "
+            "above M and T?)"
+        )
     if cells > MAX_CELLS:
         raise ChunkproofError(
             f"the grid has about {cells:.2g} (state, budget) cells; the "
@@ -440,24 +442,26 @@ def _header(command: str, policy: Policy, ranges: Ranges, explored: dict[str, An
 # -- replay -------------------------------------------------------------------------------------
 
 
+def _counterexample_file(path: Path) -> Counterexample:
+    """A SPEC C file, read and checked: its property must be one of P1-P7."""
+    cx = Counterexample.load(path)
+    if cx.property not in PROPERTIES:
+        raise ChunkproofError(f"{path}: unknown property {cx.property!r} (not one of P1-P7)")
+    return cx
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
-    cx = Counterexample.load(args.file)
+    cx = _counterexample_file(args.file)
     if args.policy is None and not (args.compose or args.overrides):
-        # The recorded policy, rebuilt with the options it was checked with.
-        recorded = build_parser().parse_args(["replay", str(args.file), *cx.policy_options])
-        args.compose, args.overrides = recorded.compose, recorded.overrides
-    policy = _policy(args.policy or cx.policy, args)
+        policy = recorded_policy(cx)
+    else:
+        policy = _policy(args.policy or cx.policy, args)
     changed = cx.source_sha256 is not None and cx.source_sha256 != policy.source_sha256
     difference = replay_steps(policy, cx)
-    if difference is None and cx.steps:
-        high = (
-            cx.budget_model.high
-            if isinstance(cx.budget_model, Adversarial)
-            else cx.config.max_sched
-        )
-        window = str(cx.details.get("window", "relaxed"))
-        if not violates(cx.property, cx.config, cx.steps[-1], window, high):
-            difference = f"the last step no longer breaks {cx.property}"
+    if difference is None and not violates(
+        cx.property, cx.config, cx.steps[-1], cx.window(), cx.largest_budget()
+    ):
+        difference = f"the last step no longer breaks {cx.property}"
     reproduces = difference is None
     if args.json:
         _emit(
@@ -681,8 +685,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     with ``--no-prove``), their behaviour compared on the grid, one report; exit 1 when B
     introduces a violation, else 3 when a verdict is undecided, else 0."""
     a, b = _policy_pair(args.policy, args.other, args)
-    if args.markdown is not None and not args.markdown.parent.is_dir():
-        raise ChunkproofError(f"--markdown {args.markdown}: no such directory")
+    if args.markdown is not None:
+        _check_writable(args.markdown, "--markdown")
     sides = []
     for policy, out in zip((a, b), counterexample_dirs(args.out, a, b), strict=True):
         ranges, verdicts, engines = _check_run(args, policy, not args.no_prove, out)
@@ -693,15 +697,24 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     prover_range = None if args.no_prove else _proof_range(*_proof_plan(args, defaults=True))
     command = compare_command(args, build_parser().parse_args(["compare", args.policy, args.other]))
     comparison = Comparison(sides[0], sides[1], ranges, prover_range, behaviour, command)
-    if args.markdown is not None:
-        write_markdown(comparison, args.markdown)
     if args.json:
         _emit(document(comparison))
     else:
         print(render_text(comparison))
-        if args.markdown is not None:
+    if args.markdown is not None:
+        write_markdown(comparison, args.markdown)
+        if not args.json:
             print(f"markdown report written to {args.markdown}")
     return compare_exit_status(comparison)
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """Refuse a report path that cannot be written before any work is done."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ChunkproofError(f"{flag} {path}: no such directory")
+    if path.is_dir() or not os.access(path if path.exists() else folder, os.W_OK):
+        raise ChunkproofError(f"{flag} {path}: cannot write there")
 
 
 # -- repro --------------------------------------------------------------------------------------
@@ -715,7 +728,7 @@ def _add_repro_parser(sub: Any) -> None:
 
 def _cmd_repro(args: argparse.Namespace) -> int:
     """SPEC CLI ``repro``: a standalone pytest file that runs the real methods along the trace."""
-    cx = Counterexample.load(args.file)
+    cx = _counterexample_file(args.file)
     out = write_repro(cx, str(args.file), args.pytest)
     print(f"wrote {out}: {cx.property} on {cx.policy}, {len(cx.steps)} recorded steps")
     print(
@@ -748,12 +761,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
     for flag, path in (("--out", args.out), ("--graph", args.graph)):
         if path is not None:
             check_picture_suffix(path, flag)
-    cx = Counterexample.load(args.file)
+    cx = _counterexample_file(args.file)
+    policy = recorded_policy(cx)
     if args.out is not None:
-        print(f"picture: {save_picture(cx, args.out)}")
+        print(f"picture: {save_picture(cx, policy, args.out)}")
     if args.graph is not None:
-        recorded = build_parser().parse_args(["replay", str(args.file), *cx.policy_options])
-        policy = _policy(cx.policy, recorded)
         print(f"state graph: {save_graph(policy, cx, args.graph)}")
     return EXIT_OK
 

@@ -130,7 +130,7 @@ def explored_graph(policy: Policy, cx: Counterexample) -> tuple[FamilyTables, St
             f"--graph draws small configurations only: {config_text(cfg)} has "
             f"{cells:,} (state, budget) cells, more than {MAX_GRAPH_CELLS:,}"
         )
-    window = str(cx.details.get("window", "relaxed"))
+    window = cx.window()
     (tables,) = family_tables(policy, [cfg], (cfg.max_sched,), None, STEP_PROPERTIES, window)
     sg = state_graphs(tables)[0]
     states = sg.graph.number_of_nodes()

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from chunkproof.checker.properties import PROPERTIES, STUCK_PROPERTIES, resend_position
 from chunkproof.checker.slots import crossing_claim
 from chunkproof.model.arith import fl
-from chunkproof.model.builtin import get_builtin, is_builtin, policy_for_release
+from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError, PolicyError
+from chunkproof.model.policy import Policy
 from chunkproof.model.splits import CACHE_POSITIONS
 
 if TYPE_CHECKING:
@@ -160,17 +161,18 @@ def config_text(cfg: Config) -> str:
     return " ".join(parts + [text for shown, text in extras if shown])
 
 
-def split_variant(policy: str) -> str:
-    """The split variant (history note 3) of a built-in policy or of ``vllm==X.Y.Z``; the
-    latest one (V9) for any other policy (a checkout, an installed vllm, a user split)."""
-    version = policy.removeprefix("vllm==")
-    try:
-        if is_builtin(policy):
-            return get_builtin(policy).split_variant
-        if version != policy:
-            return policy_for_release(version).split_variant
-    except PolicyError:
-        pass
+def split_variant(policy: Policy) -> str:
+    """The released split variant (history note 3) whose lambda and tau ``policy`` stops at:
+    its own (the fixes: the variant they build on), that of the release its source comes from,
+    or the latest (V9) for a policy of neither kind (a user split, an unversioned checkout)."""
+    own = policy.split_variant.split("+")[0]
+    if own in CACHE_POSITIONS:
+        return own
+    if policy.releases:
+        try:
+            return policy_for_release(policy.releases[0]).split_variant
+        except PolicyError:
+            pass
     return "V9"
 
 
@@ -178,7 +180,7 @@ def cacheable_positions(cfg: Config, variant: str) -> tuple[Position, ...]:
     """lambda and tau of the split ``variant`` (:data:`~chunkproof.model.splits.CACHE_POSITIONS`;
     tau only with partial hits F) and R* (slot note 5), where they are > 0; coinciding ones
     share a mark."""
-    last_cache, tail = CACHE_POSITIONS[variant.split("+")[0]]
+    last_cache, tail = CACHE_POSITIONS[variant]
     named = (
         ("λ", last_cache(cfg)),
         ("τ", tail(cfg) if tail is not None and cfg.partial_hits else None),
@@ -266,12 +268,10 @@ def poisoned_slots(cx: Counterexample, row: int) -> tuple[Failure, ...]:
     return tuple(marks)
 
 
-def trace_marks(cx: Counterexample) -> TraceMarks:
-    """What the picture of ``cx`` shows (SPEC C; issue 5)."""
+def trace_marks(cx: Counterexample, policy: Policy) -> TraceMarks:
+    """What the picture of ``cx``, found on ``policy``, shows (SPEC C; issue 5)."""
     cfg = cx.config
-    if not cx.steps:
-        raise ChunkproofError("the counterexample has no steps to draw")
-    (bars, elided), positions = step_bars(cx), cacheable_positions(cfg, split_variant(cx.policy))
+    (bars, elided), positions = step_bars(cx), cacheable_positions(cfg, split_variant(policy))
     failures, window = failure_marks(cx, bars[-1].row), lookahead_window(cfg)
     points = (
         *(b.start for b in bars),
@@ -477,6 +477,6 @@ def _has_poison(marks: TraceMarks) -> bool:
     return any(f.kind == "poisoned" for f in marks.failures)
 
 
-def save_picture(cx: Counterexample, path: Path) -> Path:
-    """The picture of ``cx`` written to ``path`` (.svg or .png)."""
-    return render_trace(trace_marks(cx), path)
+def save_picture(cx: Counterexample, policy: Policy, path: Path) -> Path:
+    """The picture of ``cx``, found on ``policy``, written to ``path`` (.svg or .png)."""
+    return render_trace(trace_marks(cx, policy), path)

@@ -110,13 +110,14 @@ class Ranges:
         return batches
 
     def cells(self) -> int:
-        """Table cells (M, c, b) the explorer evaluates; 0 when no combination is valid."""
-        ms = len(self.max_sched)
-        top = max(self.max_sched)
+        """Table cells (M, c, b) the explorer evaluates; 0 when no combination is valid or no
+        budget of ``budget`` is ever offered (SPEC S4: b <= min(M, T))."""
+        low, high = self.budget or (1, max(self.max_sched))
         total = 0
         for lookahead, prompt in itertools.product(self.lookahead, self.prompt):
             if lookahead <= prompt:
-                total += ms * prompt * min(top, prompt)
+                offered = [min(high, m, prompt) - low + 1 for m in self.max_sched]
+                total += prompt * sum(count for count in offered if count > 0)
         variants = (
             len(self.block) * len(self.drop) * len(self.threshold) * len(self.hash_block or (1,))
         )

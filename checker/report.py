@@ -120,15 +120,15 @@ def _counterexample(
         return None, None, text
     suffix = "" if cat == "main" else f"-{cat}"
     path, picture = save_with_picture(
-        cx, out_dir / exploration.policy.file_stem / f"{pid}{suffix}.json"
+        cx, exploration.policy, out_dir / exploration.policy.file_stem / f"{pid}{suffix}.json"
     )
     return path, picture, text
 
 
-def save_with_picture(cx: Counterexample, path: Path) -> tuple[str, str]:
+def save_with_picture(cx: Counterexample, policy: Policy, path: Path) -> tuple[str, str]:
     """Write the counterexample file and its picture beside it (``P1.json``, ``P1.svg``)."""
     cx.save(path)
-    return str(path), str(save_picture(cx, path.with_suffix(".svg")))
+    return str(path), str(save_picture(cx, policy, path.with_suffix(".svg")))
 
 
 def _proved_summary(exploration: Exploration, pid: str) -> str:
@@ -240,7 +240,7 @@ def proof_verdicts(
             )
             if out_dir is not None:
                 target = out_dir / policy.file_stem / f"{pid}-prove.json"
-                path, picture = save_with_picture(cx, target)
+                path, picture = save_with_picture(cx, policy, target)
         elif violated:
             why = violated[0].detail
             summary = f"violated in {len(violated)} of {len(cells)} cells ({why})"

@@ -17,7 +17,6 @@ import inspect
 import json
 import textwrap
 from collections.abc import Callable
-from itertools import pairwise
 from pathlib import Path
 from string import Template
 from types import FunctionType
@@ -25,12 +24,13 @@ from typing import Any, TypeGuard
 
 from chunkproof.checker import properties as props
 from chunkproof.model import extraction
-from chunkproof.model.budget import Adversarial
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
-from chunkproof.model.loading import resolve_policy
-from chunkproof.model.vllm_source import Overrides, parse_overrides, standin_attributes
+from chunkproof.model.loading import recorded_policy
+from chunkproof.model.policy import Policy
+from chunkproof.model.source_policy import recorded_options
+from chunkproof.model.vllm_source import standin_attributes
 
 SOURCE_VARIABLE = "CHUNKPROOF_VLLM_SOURCE"
 """Names the root of a vLLM checkout or unpacked wheel for a generated test."""
@@ -72,12 +72,11 @@ def write_repro(cx: Counterexample, source_name: str, out: Path) -> Path:
 
 def repro_source(cx: Counterexample, source_name: str) -> str:
     """The text of the standalone pytest file for ``cx`` (module docstring)."""
-    if not cx.steps:
-        raise ChunkproofError(f"{source_name}: the counterexample has no trace to replay")
-    cap = _cap_function(cx)
+    policy = recorded_policy(cx)
+    cap = _cap_function(policy)
     loader_imports, loader = _loader_source()
     cfg = cx.config
-    scheduler, request = standin_attributes(cfg, _overrides(cx))
+    scheduler, request = standin_attributes(cfg, recorded_options(cx.policy_options)[1])
     name = props.PROPERTIES[cx.property].name.lower().replace("-", "_")
     values = {
         "docstring": _docstring(cx, source_name),
@@ -85,7 +84,7 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
         "scheduler": _dict_literal(scheduler),
         "request": _dict_literal(request),
         "prefill_end": str(cfg.prefill_end),
-        "largest": str(_largest_budget(cx)),
+        "largest": str(cx.largest_budget()),
         "policy": cx.policy,
         "recorded": _recorded_literal(cx),
         "cap": cap.__name__,
@@ -101,32 +100,11 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
     return _TEMPLATE.substitute(values)
 
 
-def _options(cx: Counterexample) -> tuple[str | None, list[str]]:
-    """The ``--compose`` and ``--set`` values the counterexample was checked with."""
-    options = list(cx.policy_options)
-    pairs = list(pairwise(options))
-    compose = next((value for option, value in pairs if option == "--compose"), None)
-    return compose, [value for option, value in pairs if option == "--set"]
-
-
-def _overrides(cx: Counterexample) -> Overrides:
-    """The ``--set`` values of the counterexample's policy."""
-    return parse_overrides(_options(cx)[1])
-
-
-def _largest_budget(cx: Counterexample) -> int:
-    """The most tokens one step can offer: the budget model's top, else M (SPEC S4)."""
-    model = cx.budget_model
-    return model.high if isinstance(model, Adversarial) else cx.config.max_sched
-
-
-def _cap_function(cx: Counterexample) -> FunctionType:
-    """The budget cap of ``schedule()`` in the composition of the counterexample's policy
-    (SPEC S3), rebuilt with the options it was checked with."""
-    compose, _ = _options(cx)
-    stage = resolve_policy(cx.policy, compose, _overrides(cx)).stage("cap")
+def _cap_function(policy: Policy) -> FunctionType:
+    """The budget cap of ``schedule()`` in the composition of ``policy`` (SPEC S3)."""
+    stage = policy.stage("cap")
     if stage is None or stage.source is not None or not isinstance(stage.function, FunctionType):
-        raise ChunkproofError(f"{cx.policy}: its budget cap is not a plain function")
+        raise ChunkproofError(f"{policy.name}: its budget cap is not a plain function")
     return stage.function
 
 
@@ -138,13 +116,8 @@ def _predicates(cx: Counterexample) -> list[Callable[..., Any]]:
     if pid in props.EDGE_PROPERTIES:
         return [props.EDGE_PROPERTIES[pid]]
     if pid == "P5":
-        return [props.WINDOW_PROPERTIES[_window(cx)]]
+        return [props.WINDOW_PROPERTIES[cx.window()]]
     raise ChunkproofError(f"no repro for property {pid}")
-
-
-def _window(cx: Counterexample) -> str:
-    """The form of P5 the counterexample was found under."""
-    return str(cx.details.get("window", "relaxed"))
 
 
 def _check(cx: Counterexample) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chunkproof.model.budget import BudgetModel, budget_model_from_dict
+from chunkproof.model.budget import Adversarial, BudgetModel, budget_model_from_dict
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
@@ -30,6 +30,15 @@ class Counterexample:
     source_sha256: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     policy_options: tuple[str, ...] = ()
+
+    def largest_budget(self) -> int:
+        """The most tokens one step can offer: the budget model's top, else M (SPEC S4)."""
+        model = self.budget_model
+        return model.high if isinstance(model, Adversarial) else self.config.max_sched
+
+    def window(self) -> str:
+        """The form of P5 the trace was checked under (relaxed unless recorded)."""
+        return str(self.details.get("window", "relaxed"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +64,8 @@ class Counterexample:
                 f"not a chunkproof counterexample (schema {data.get('schema')!r},"
                 f" expected {SCHEMA!r})"
             )
+        if not data.get("trace"):
+            raise ChunkproofError("malformed counterexample: the trace is empty")
         try:
             return cls(
                 policy=str(data["policy"]["name"]),
@@ -72,8 +83,12 @@ class Counterexample:
             raise ChunkproofError(f"malformed counterexample: missing or bad field {exc}") from None
 
     def save(self, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Write the file (SPEC C); a folder that cannot be written is bad input."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            raise ChunkproofError(f"{path}: cannot write: {exc.strerror}") from None
         return path
 
     @classmethod

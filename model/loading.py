@@ -6,11 +6,18 @@ import importlib
 import inspect
 
 from chunkproof.model.builtin import get_builtin, is_builtin
+from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import PolicyError
 from chunkproof.model.policy import Policy, Stage
-from chunkproof.model.source_policy import names_source, source_policy
+from chunkproof.model.source_policy import names_source, recorded_options, source_policy
 from chunkproof.model.subset import parse
 from chunkproof.model.vllm_source import Overrides
+
+
+def recorded_policy(cx: Counterexample) -> Policy:
+    """The policy a counterexample was found on, rebuilt with the ``--compose`` and ``--set``
+    options it was checked with (SPEC C)."""
+    return resolve_policy(cx.policy, *recorded_options(cx.policy_options))
 
 
 def resolve_policy(text: str, compose: str | None = None, overrides: Overrides = ()) -> Policy:

@@ -34,7 +34,13 @@ from chunkproof.model.errors import PolicyError
 from chunkproof.model.extraction import RESERVE_METHOD, SCHEDULER_FILE, SPLIT_METHOD, package_root
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.releases import MANIFEST, release_root
-from chunkproof.model.vllm_source import MethodStage, Overrides, SchedulerMethods, load_scheduler
+from chunkproof.model.vllm_source import (
+    MethodStage,
+    Overrides,
+    SchedulerMethods,
+    load_scheduler,
+    parse_overrides,
+)
 
 RELEASE_PREFIX = "vllm=="
 INSTALLED = "vllm"
@@ -104,6 +110,22 @@ def _options(compose: str | None, overrides: Overrides) -> tuple[str, ...]:
     for path, value in overrides:
         options += ["--set", f"{path}={value}"]
     return tuple(options)
+
+
+def recorded_options(options: tuple[str, ...]) -> tuple[str | None, Overrides]:
+    """The inverse of :func:`_options`: ``--compose`` and ``--set`` values from recorded
+    options; anything else is a one-line error."""
+    compose, sets = None, []
+    for flag, value in zip(options[::2], options[1::2], strict=False):
+        if flag == "--compose":
+            compose = value
+        elif flag == "--set":
+            sets.append(value)
+        else:
+            raise PolicyError(f"unknown recorded policy option {flag!r}")
+    if len(options) % 2:
+        raise PolicyError(f"recorded policy option {options[-1]!r} has no value")
+    return compose, parse_overrides(sets)
 
 
 def locate(text: str) -> Located:

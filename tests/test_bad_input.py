@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,39 @@ def test_a_malformed_counterexample_is_bad_input(cli: Cli, tmp_path: Path, conte
     run = cli("replay", str(path))
     assert run.code == 2
     assert len(run.err.strip().splitlines()) == 1
+
+
+SPEC_K = (
+    Path(__file__).resolve().parent.parent / "counterexamples/vllm-0.33/p1-livelock-T49-B16-L3.json"
+)
+
+
+@pytest.mark.parametrize("command", ["replay", "repro", "show"])
+@pytest.mark.parametrize(
+    ("change", "words"), [({"property": "P9"}, "unknown property"), ({"trace": []}, "empty")]
+)
+def test_a_counterexample_with_a_bad_property_or_no_trace_is_bad_input(
+    cli: Cli, tmp_path: Path, command: str, change: dict[str, object], words: str
+) -> None:
+    """Checked once on reading, for every command that reads a counterexample."""
+    path = tmp_path / "cx.json"
+    path.write_text(json.dumps({**json.loads(SPEC_K.read_text()), **change}))
+    extra = {"replay": [], "repro": ["--pytest", str(tmp_path / "t.py")]}
+    run = cli(command, str(path), *extra.get(command, ["--graph", str(tmp_path / "g.svg")]))
+    assert run.code == 2 and words in run.err, run.err
+    assert len(run.err.strip().splitlines()) == 1
+
+
+def test_an_unwritable_out_folder_is_bad_input(cli: Cli, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    argv = ["--block", "4", "--lookahead", "2", "--prompt", "5", "--max-sched", "2"]
+    run = cli("explore", "vllm-0.33", *argv, "--out", str(blocker / "out"))
+    assert run.code == 2 and "cannot write" in run.err, run.err
+    assert len(run.err.strip().splitlines()) == 1
+
+
+def test_a_budget_range_no_configuration_offers_is_bad_input(cli: Cli) -> None:
+    """No M of the range reaches the budgets: nothing to explore, not PROVED over nothing."""
+    run = cli("explore", "vllm-0.33", "--max-sched", "1-4", "--budget", "9-12")
+    assert run.code == 2 and "no valid configuration" in run.err

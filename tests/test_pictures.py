@@ -22,12 +22,15 @@ from chunkproof.checker.pictures import (
     Bar,
     Failure,
     Position,
+    TraceMarks,
     trace_marks,
 )
 from chunkproof.checker.report import PROVED, VIOLATED, Verdict, combine, render_table
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.loading import recorded_policy, resolve_policy
+from chunkproof.model.releases import release_root
 from chunkproof.model.step import Step, step
 
 COUNTEREXAMPLES = Path(__file__).parent.parent / "counterexamples"
@@ -64,9 +67,14 @@ def _one_line_error(err: str) -> None:
 # -- the marks ---------------------------------------------------------------------------------
 
 
+def _marks(cx: Counterexample) -> TraceMarks:
+    """The marks of ``cx`` on the policy it records."""
+    return trace_marks(cx, recorded_policy(cx))
+
+
 def test_spec_k_marks_show_the_stuck_point_and_the_window() -> None:
     """SPEC K: vllm-0.33, B=16 L=3 T=49 M=16: chunks 16, 32, 46, then stuck at 46."""
-    marks = trace_marks(Counterexample.load(SPEC_K))
+    marks = _marks(Counterexample.load(SPEC_K))
     assert marks.axis_ends == (("T", 49),)
     assert marks.boundaries == (0, 16, 32, 48)
     assert marks.window == (46, 49)
@@ -89,7 +97,7 @@ def test_spec_k_marks_show_the_stuck_point_and_the_window() -> None:
 
 def test_p3_marks_the_crossing_and_the_poisoned_slot() -> None:
     """vllm-0.17 with the EAGLE drop, B=4 T=5: [1, 5) runs past 4, keying 4 onto state@1."""
-    marks = trace_marks(Counterexample.load(P3_EAGLE))
+    marks = _marks(Counterexample.load(P3_EAGLE))
     crossing, poisoned = marks.failures
     assert (crossing.kind, crossing.at, crossing.row) == ("crossing", 4, 1)
     assert "[1, 5) runs past 4" in crossing.text
@@ -103,17 +111,27 @@ def test_p3_marks_the_crossing_and_the_poisoned_slot() -> None:
 def test_positions_follow_the_release_split() -> None:
     """vllm-0.28 (V5) stops at lambda = fl(T, B) = 8, not at 0.33's ckpos(T) = 4; R* = 4 is the
     resend position the chunk [0, 8) runs over (P6)."""
-    marks = trace_marks(Counterexample.load(P6_028))
+    marks = _marks(Counterexample.load(P6_028))
     assert marks.positions == (Position(4, ("R*",)), Position(8, ("λ",)))
     (failure,) = marks.failures
     assert (failure.kind, failure.at) == ("skipped", 4)
 
 
+@pytest.mark.fidelity
+def test_positions_of_a_source_policy_follow_its_release() -> None:
+    """The same counterexample drawn for 0.28.0's real source stops at 0.28's lambda (8)."""
+    cx = Counterexample.load(P6_028)
+    source = resolve_policy(str(release_root("0.28.0")))
+    assert trace_marks(cx, source).positions == _marks(cx).positions
+
+
 def test_partial_hits_add_tau() -> None:
+    """With H = 4 < B = 16 (partial hits) and P = 54: lambda = ck33(54, 16) = 48, tau =
+    ck33(54, 4) = 52, and R* on the H grid is 52 too."""
     cx = Counterexample.load(SPEC_K)
-    fine = dataclasses.replace(cx, config=cx.config.replace(hash_block=4))
-    names = {p.at: p.names for p in trace_marks(fine).positions}
-    assert names == {48: ("λ", "τ", "R*")}
+    fine = dataclasses.replace(cx, config=cx.config.replace(prompt=54, tokens=54, hash_block=4))
+    names = {p.at: p.names for p in _marks(fine).positions}
+    assert names == {48: ("λ",), 52: ("τ", "R*")}
 
 
 def test_a_long_trace_elides_its_middle() -> None:
@@ -124,7 +142,7 @@ def test_a_long_trace_elides_its_middle() -> None:
         steps.append(step(policy, cfg, c, 4))
         c = steps[-1].end
     cx = dataclasses.replace(Counterexample.load(SPEC_K), config=cfg, steps=tuple(steps))
-    marks = trace_marks(cx)
+    marks = _marks(cx)
     assert len(steps) > MAX_ROWS
     assert marks.rows == MAX_ROWS
     assert marks.elided is not None
