@@ -265,14 +265,8 @@ def render_graph(marks: GraphMarks, path: Path) -> Path:
 
 
 def _layout(marks: GraphMarks) -> dict[int, tuple[float, float]]:
-    """States left to right in the order of c, evenly spaced at x = 0, 1, 2, ... on one line:
-    a networkx multipartite layout with one layer per state."""
-    graph: nx.DiGraph[int] = nx.DiGraph()
-    graph.add_nodes_from(n.c for n in marks.nodes)
-    half = (len(marks.nodes) - 1) / 2
-    layers = {n.c: [n.c] for n in marks.nodes}
-    raw = nx.multipartite_layout(graph, subset_key=layers, scale=half, center=(half, 0))
-    return {c: (float(x), float(y)) for c, (x, y) in raw.items()}
+    """States left to right in the order of c, evenly spaced at x = 0, 1, 2, ... on one line."""
+    return {n.c: (float(x), 0.0) for x, n in enumerate(marks.nodes)}
 
 
 def _draw_edges(ax: Axes, marks: GraphMarks, pos: dict[int, tuple[float, float]]) -> None:

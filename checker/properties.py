@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from chunkproof.checker.slots import runs_past_block
 from chunkproof.model.arith import ck33
 from chunkproof.model.config import Config
-from chunkproof.model.splits import max_chunk, prefill_end
+from chunkproof.model.splits import ckpt_grid, max_chunk, prefill_end
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,7 @@ def in_window_relaxed(cfg: Config, c: int, n: int, e: int) -> bool:
 
 def resend_position(cfg: Config) -> int:
     """R* = ckpos(P, A, D) (slot note 5): A = H with partial hits, else the scheduler block."""
-    unit = cfg.hash_block if cfg.partial_hits else cfg.sched_block
-    return ck33(cfg.prompt, unit, cfg.drop, cfg.hash_lookahead)
+    return ck33(cfg.prompt, ckpt_grid(cfg), cfg.drop, cfg.hash_lookahead)
 
 
 def skips_resend(cfg: Config, c: int, e: int) -> bool:

@@ -65,11 +65,6 @@ class Config:
         """E = max(P, T - 1) (SPEC S1)."""
         return max(self.prompt, self.T - 1)
 
-    @property
-    def max_chunk(self) -> int:
-        """m = min(M, theta) if theta > 0 else M (history note section 2)."""
-        return min(self.max_sched, self.threshold) if self.threshold > 0 else self.max_sched
-
     def replace(self, **changes: Any) -> Config:
         """A copy with ``changes``. A field left at its derived default (``tokens`` = prompt,
         ``hash_block`` = ``sched_block`` = block, ``partial_hits`` = H < B_s) is derived

@@ -308,7 +308,9 @@ class _Collector:
             self._need(module, name)
             return _Link(module.rel, name)
         if name not in module.imports:
-            raise SourceError(f"{module.label}: {name!r} is neither a function nor an import here")
+            raise SourceError(
+                f"{module.label}:{line}: {name!r} is neither a function nor an import here"
+            )
         source, imported, line = module.imports[name]
         rel = self._find(source)
         if rel is not None and imported is not None:

@@ -69,7 +69,7 @@ from chunkproof.model.extraction import (
     SourceTree,
     package_root,
 )
-from chunkproof.model.subset import SUBSET_ATTRIBUTE, SubsetFunction, Value, parse
+from chunkproof.model.subset import SUBSET_ATTRIBUTE, SubsetFunction, Value, parse, validate
 
 
 class StandInError(PolicyError):
@@ -322,8 +322,10 @@ def source_files(tree: SourceTree) -> list[str]:
 def _attach(compiled: extraction.Compiled) -> None:
     """Give a compiled function (or the function under a property, staticmethod or
     classmethod) the syntax tree it was compiled from, without decorators, for the
-    policy-subset interpreter."""
+    policy-subset interpreter; a function outside the subset is rejected here."""
     bare = copy.copy(compiled.node)
     bare.decorator_list = []
     tree = SubsetFunction(bare.name, bare, compiled.label, compiled.namespace)
+    if not isinstance(compiled.member, property):  # a property is read natively
+        validate(tree)  # reject code outside the policy subset now, with file and line
     setattr(compiled.function, SUBSET_ATTRIBUTE, tree)

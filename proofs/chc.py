@@ -61,12 +61,17 @@ def _attempt(
     fp.set("spacer.random_seed", seed)
     fp.register_relation(reach)
     fp.declare_var(c, c2, b, *params)
-    fp.rule(reach(0, *params), [ts.params, extra, *ts.assumptions])
     step = [ts.in_prefill(c), ts.budget_ok(b), c2 == c + ts.chunk(c, b)]
-    fp.rule(reach(c2, *params), [reach(c, *params), *step])
     bad = ts.violation(pid, c, b, window)
+    # The path conditions of asserts in the policy source mention the step's c and b: they
+    # belong to the step rule and the query, and are complete only once both are translated.
+    asserted = list(ts.assumptions)
+    fp.rule(reach(0, *params), [ts.params, extra])
+    fp.rule(reach(c2, *params), [reach(c, *params), *step, *asserted])
     try:
-        answer = fp.query(z3.And(reach(c, *params), ts.in_prefill(c), ts.budget_ok(b), bad))
+        answer = fp.query(
+            z3.And(reach(c, *params), ts.in_prefill(c), ts.budget_ok(b), bad, *asserted)
+        )
     except z3.Z3Exception:  # Spacer reports its timeout as "canceled"
         return "unknown", None
     if answer == z3.unsat:

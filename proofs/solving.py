@@ -27,11 +27,6 @@ def _solver(index: int, seed: int, ctx: z3.Context | None) -> z3.Solver:
     return solver
 
 
-def check(formulas: list[Any], timeout_ms: int) -> str:
-    """sat, unsat or unknown for the conjunction of ``formulas``."""
-    return _portfolio(lambda s: s.add(*formulas), None, timeout_ms)
-
-
 def check_text(smtlib: str, timeout_ms: int) -> str:
     """sat, unsat or unknown for SMT-LIB assertions, parsed in a fresh context."""
     ctx = z3.Context()

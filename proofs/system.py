@@ -41,7 +41,8 @@ class Cell:
 class Scope:
     """The range of the symbolic parameters; ``None`` upper bounds are unbounded.
 
-    theta ranges over {0} and [max(L, 1), theta_max]; M over [max(L, 1), max_sched_max]
+    theta ranges over {0} and [max(L, 1), inf) (or {0} alone without ``threshold``); M over
+    [max(L, 1, max_sched_min), max_sched_max]
     (SPEC CLI: outside that, the reservation alone can hold a request, a finding of its own).
     """
 
@@ -50,10 +51,6 @@ class Scope:
     threshold: bool = True
     prompt_min: int = 1
     max_sched_min: int = 1
-
-    @property
-    def unbounded(self) -> bool:
-        return self.prompt_max is None and self.max_sched_max is None
 
     def describe(self, cell: Cell) -> dict[str, Any]:
         low = max(cell.lookahead, 1)

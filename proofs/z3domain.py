@@ -1,8 +1,9 @@
 """The symbolic form of a subset function: the same syntax tree evaluated over Z3 terms.
 
 Integers are Z3 ``Int`` terms (or Python ints for concrete parameters), conditions Z3 ``Bool``
-terms. ``//`` and ``%`` keep Python's floor semantics for any divisor sign; for a positive
-constant divisor they are SMT-LIB ``div``/``mod``, which agree with Python there. ``assert``
+terms. ``//`` and ``%`` keep Python's floor semantics for any divisor sign: ``//`` is SMT-LIB
+``div`` for a positive divisor (which floors there) and ``-left div -right`` otherwise, and ``%``
+is ``left - right * (left // right)``. ``assert``
 statements become path conditions collected in :attr:`Z3Domain.assumptions`.
 """
 

@@ -28,10 +28,11 @@ import pytest
 from chunkproof.model.arith import ck30, ck32, ck33, valid
 from chunkproof.model.builtin import builtin_policies, policy_for_release
 from chunkproof.model.config import Config
-from chunkproof.model.errors import PolicyError
+from chunkproof.model.errors import PolicyError, SubsetError
 from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.policy import Policy
 from chunkproof.model.releases import MANIFEST, release_root
+from chunkproof.model.splits import max_chunk
 from chunkproof.model.vllm_source import (
     Hits,
     SchedulerMethods,
@@ -300,7 +301,7 @@ def split_outcomes(version: str, case: Case, result: int) -> list[str]:
         tags.append("final chunk off grid")
     if (
         _key(version) >= (0, 27, 0)
-        and block > cfg.max_chunk
+        and block > max_chunk(cfg)
         and result > 0
         and end % block
         and end < cfg.prefill_end
@@ -489,6 +490,26 @@ def test_unresolvable_helper_is_one_line_error(tmp_path: Path) -> None:
         },
     )
     assert _one_line_error(path).startswith(f"{path}:1: cannot resolve 'helper'")
+
+
+def test_helper_outside_the_subset_is_rejected_on_loading(tmp_path: Path) -> None:
+    """A helper the methods reach is checked against the policy subset when the source is
+    loaded, not at its first vectorised or symbolic use."""
+    path = _tree(
+        tmp_path,
+        {
+            SCHEDULER_FILE: (
+                "from vllm.helpers import snap\n\nclass Scheduler:\n"
+                "    def _mamba_block_aligned_split(self, request, n, l=0, x=0):\n"
+                "        return snap(n)\n"
+            ),
+            "vllm/helpers.py": (
+                "def snap(n):\n    for _ in range(2):\n        n = n - 1\n    return n\n"
+            ),
+        },
+    )
+    with pytest.raises(SubsetError, match=r"helpers\.py:2: For is outside the policy subset"):
+        load_scheduler(path)
 
 
 FAKE_SCHEDULER = """\

@@ -189,8 +189,7 @@ def vllm_source_root() -> Path:
 # from chunkproof.checker.properties
 def resend_position(cfg: Config) -> int:
     """R* = ckpos(P, A, D) (slot note 5): A = H with partial hits, else the scheduler block."""
-    unit = cfg.hash_block if cfg.partial_hits else cfg.sched_block
-    return ck33(cfg.prompt, unit, cfg.drop, cfg.hash_lookahead)
+    return ck33(cfg.prompt, ckpt_grid(cfg), cfg.drop, cfg.hash_lookahead)
 
 
 # from chunkproof.checker.properties
@@ -217,6 +216,14 @@ def ck33(n: int, h: int, drop: bool, hash_lookahead: int) -> int:
 def fl(x: int, m: int) -> int:
     """fl(x, m) = m * floor(x / m): ``x`` floored onto the grid of ``m`` (history note 2)."""
     return x // m * m
+
+
+# from chunkproof.model.splits
+def ckpt_grid(cfg: Config) -> int:
+    """G := H if F else B_s: the grid of the prefill checkpoint position (V8, V9)."""
+    if cfg.partial_hits:
+        return cfg.hash_block
+    return cfg.sched_block
 
 
 # from chunkproof.model.stages
@@ -510,7 +517,9 @@ class _Collector:
             self._need(module, name)
             return _Link(module.rel, name)
         if name not in module.imports:
-            raise SourceError(f"{module.label}: {name!r} is neither a function nor an import here")
+            raise SourceError(
+                f"{module.label}:{line}: {name!r} is neither a function nor an import here"
+            )
         source, imported, line = module.imports[name]
         rel = self._find(source)
         if rel is not None and imported is not None:
