@@ -112,11 +112,7 @@ def rank(cx: Counterexample) -> tuple[int, ...]:
 def describe(cx: Counterexample | None) -> str:
     if cx is None:
         return "none"
-    cfg = cx.config
-    drop = " D=on" if cfg.drop else ""
-    return (
-        f"T={cfg.T} B={cfg.block} L={cfg.lookahead} M={cfg.max_sched}{drop}, {len(cx.steps)} steps"
-    )
+    return f"{cx.config.describe()}, {len(cx.steps)} steps"
 
 
 def main() -> None:

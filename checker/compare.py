@@ -213,12 +213,7 @@ class RunAt:
         return (self.key[1], self.key[2])
 
     def describe(self) -> str:
-        cfg = self.cfg
-        extra = f"{' D=on' if cfg.drop else ''}{f' theta={cfg.threshold}' if cfg.threshold else ''}"
-        return (
-            f"T={cfg.T} B={cfg.block} L={cfg.lookahead} M={cfg.max_sched}{extra} "
-            f"const({self.budget})"
-        )
+        return f"{self.cfg.describe()} const({self.budget})"
 
 
 @dataclass

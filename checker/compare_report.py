@@ -98,12 +98,7 @@ def _counterexample(v: Verdict) -> tuple[str, str] | None:
     if v.counterexample is None:
         return None
     cx = Counterexample.load(Path(v.counterexample))
-    cfg = cx.config
-    where = (
-        f"T={cfg.T} B={cfg.block} L={cfg.lookahead} M={cfg.max_sched}"
-        f"{' D=on' if cfg.drop else ''}{f' theta={cfg.threshold}' if cfg.threshold else ''}"
-    )
-    return v.counterexample, f"{where}: {cx.verdict}"
+    return v.counterexample, f"{cx.config.describe()}: {cx.verdict}"
 
 
 def _counterexamples(comparison: Comparison) -> Iterator[tuple[str, str, str, str]]:

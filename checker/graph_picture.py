@@ -27,7 +27,7 @@ from chunkproof.checker.explorer import (
     family_tables,
     state_graphs,
 )
-from chunkproof.checker.pictures import config_text, new_figure, picture_style, save_figure
+from chunkproof.checker.pictures import new_figure, picture_style, save_figure
 from chunkproof.checker.properties import PROPERTIES
 from chunkproof.checker.ranges import compact
 from chunkproof.model.counterexample import Counterexample
@@ -127,7 +127,7 @@ def explored_graph(policy: Policy, cx: Counterexample) -> tuple[FamilyTables, St
     cells = (cfg.prefill_end - cfg.start) * high
     if cells > MAX_GRAPH_CELLS:
         raise ChunkproofError(
-            f"--graph draws small configurations only: {config_text(cfg)} has "
+            f"--graph draws small configurations only: {cfg.describe()} has "
             f"{cells:,} (state, budget) cells, more than {MAX_GRAPH_CELLS:,}"
         )
     window = cx.window()
@@ -136,7 +136,7 @@ def explored_graph(policy: Policy, cx: Counterexample) -> tuple[FamilyTables, St
     states = sg.graph.number_of_nodes()
     if states > MAX_GRAPH_STATES:
         raise ChunkproofError(
-            f"--graph draws at most {MAX_GRAPH_STATES} states: {config_text(cfg)} reaches {states}"
+            f"--graph draws at most {MAX_GRAPH_STATES} states: {cfg.describe()} reaches {states}"
         )
     return tables, sg
 
@@ -170,7 +170,7 @@ def graph_marks(policy: Policy, cx: Counterexample) -> GraphMarks:
     last = cx.steps[-1]
     return GraphMarks(
         title=(
-            f"{cx.policy}: state graph of {config_text(cfg)} under budgets 1..{cfg.max_sched}"
+            f"{cx.policy}: state graph of {cfg.describe()} under budgets 1..{cfg.max_sched}"
             f"   ({cx.property} {PROPERTIES[cx.property].name} counterexample in bold)"
         ),
         property=AS_DRAWN.get(cx.property, cx.property),

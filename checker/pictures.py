@@ -147,20 +147,6 @@ def check_picture_suffix(path: Path, flag: str) -> None:
         )
 
 
-def config_text(cfg: Config) -> str:
-    """B, L, T, M, then whatever else is not at its default (P, D, theta, H, L_h, c0)."""
-    parts = [f"B={cfg.block}", f"L={cfg.lookahead}", f"T={cfg.T}", f"M={cfg.max_sched}"]
-    extras = (
-        (cfg.prompt != cfg.T, f"P={cfg.prompt}"),
-        (cfg.drop, "D=on"),
-        (cfg.threshold > 0, f"theta={cfg.threshold}"),
-        (cfg.H != cfg.block, f"H={cfg.H}"),
-        (cfg.hash_lookahead > 0, f"L_h={cfg.hash_lookahead}"),
-        (cfg.start > 0, f"c0={cfg.start}"),
-    )
-    return " ".join(parts + [text for shown, text in extras if shown])
-
-
 def split_variant(policy: Policy) -> str:
     """The released split variant (history note 3) whose lambda and tau ``policy`` stops at:
     its own (the fixes: the variant they build on), that of the release its source comes from,
@@ -284,7 +270,7 @@ def trace_marks(cx: Counterexample, policy: Policy) -> TraceMarks:
     return TraceMarks(
         title=(
             f"{cx.policy}: {cx.property} {PROPERTIES[cx.property].name} violated"
-            f"   ({config_text(cfg)})"
+            f"   ({cfg.describe()})"
         ),
         verdict=cx.verdict,
         axis_ends=ends,

@@ -110,12 +110,7 @@ def _counterexample(
     cx = minimal_counterexample(exploration, pid, cat)
     if cx is None:
         return None, None, ""
-    cfg = cx.config
-    where = (
-        f"T={cfg.T} B={cfg.block} L={cfg.lookahead} M={cfg.max_sched}"
-        f"{' D=on' if cfg.drop else ''}{f' theta={cfg.threshold}' if cfg.threshold else ''}"
-    )
-    text = f"{where}: {cx.verdict}"
+    text = f"{cx.config.describe()}: {cx.verdict}"
     if out_dir is None:
         return None, None, text
     suffix = "" if cat == "main" else f"-{cat}"
@@ -233,11 +228,7 @@ def proof_verdicts(
             best = min(with_cx, key=_cx_rank)
             cx = best.counterexample
             assert cx is not None
-            cfg = cx.config
-            summary = (
-                f"T={cfg.T} B={cfg.block} L={cfg.lookahead} M={cfg.max_sched}"
-                f"{' D=on' if cfg.drop else ''}: {cx.verdict} ({best.detail})"
-            )
+            summary = f"{cx.config.describe()}: {cx.verdict} ({best.detail})"
             if out_dir is not None:
                 target = out_dir / policy.file_stem / f"{pid}-prove.json"
                 path, picture = save_with_picture(cx, policy, target)

@@ -212,7 +212,7 @@ def _docstring(cx: Counterexample, source_name: str) -> str:
     )
     lines = [
         f"Repro: {cx.property} {props.PROPERTIES[cx.property].name} breaks on {cx.policy} "
-        f"(B={cfg.block} L={cfg.lookahead} T={cfg.T} M={cfg.max_sched}).",
+        f"({cfg.describe()}).",
         "",
         *textwrap.wrap(f"What goes wrong: {cx.verdict}.", 96),
         "",

@@ -65,6 +65,21 @@ class Config:
         """E = max(P, T - 1) (SPEC S1)."""
         return max(self.prompt, self.T - 1)
 
+    def describe(self) -> str:
+        """How reports name a configuration: T, B, L, M, then whatever is not at its default
+        (P, D, theta, H, L_h, c0)."""
+        extras = (
+            (self.prompt != self.tokens, f"P={self.prompt}"),
+            (self.drop, "D=on"),
+            (self.threshold > 0, f"theta={self.threshold}"),
+            (self.hash_block != self.block, f"H={self.hash_block}"),
+            (self.hash_lookahead > 0, f"L_h={self.hash_lookahead}"),
+            (self.start > 0, f"c0={self.start}"),
+        )
+        parts = [f"T={self.tokens}", f"B={self.block}", f"L={self.lookahead}"]
+        parts.append(f"M={self.max_sched}")
+        return " ".join(parts + [text for shown, text in extras if shown])
+
     def replace(self, **changes: Any) -> Config:
         """A copy with ``changes``. A field left at its derived default (``tokens`` = prompt,
         ``hash_block`` = ``sched_block`` = block, ``partial_hits`` = H < B_s) is derived

@@ -91,7 +91,7 @@ def test_spec_k_marks_show_the_stuck_point_and_the_window() -> None:
     assert (failure.kind, failure.at, failure.row) == ("stuck", 46, 3)
     assert failure.text.startswith("stuck at c=46")
     assert "vllm-0.33" in marks.title and "P1 LIVE" in marks.title
-    assert "B=16 L=3 T=49 M=16" in marks.title
+    assert "T=49 B=16 L=3 M=16" in marks.title
     assert marks.verdict.startswith("stuck at c=46 < E=49")
 
 
@@ -263,7 +263,7 @@ def test_show_graph_writes_an_svg(cli: Cli, tmp_path: Path) -> None:
     assert run.code == 0, run.err
     assert run.out == f"state graph: {out}\n"
     text = _svg_text(out)
-    assert "state graph of B=4 L=0 T=5 M=4 D=on" in text
+    assert "state graph of T=5 B=4 L=0 M=4 D=on" in text
     assert "P3 a chunk crosses a block end" in text
     assert "b=2-4" in text
     assert "counterexample path" in text

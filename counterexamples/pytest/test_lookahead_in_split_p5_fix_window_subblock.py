@@ -1,4 +1,4 @@
-"""Repro: P5 WINDOW breaks on lookahead-in-split (B=4 L=2 T=5 M=2).
+"""Repro: P5 WINDOW breaks on lookahead-in-split (T=5 B=4 L=2 M=2).
 
 What goes wrong: chunk [3, 4) ends inside the lookahead window (3, 5).
 

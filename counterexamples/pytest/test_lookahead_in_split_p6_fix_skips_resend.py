@@ -1,4 +1,4 @@
-"""Repro: P6 COVER breaks on lookahead-in-split (B=4 L=2 T=5 M=5).
+"""Repro: P6 COVER breaks on lookahead-in-split (T=5 B=4 L=2 M=5).
 
 What goes wrong: chunk [0, 5) runs over the resend position R*=4 with budget 5, so R* is never
 cached; an identical resend hits 0.

@@ -1,4 +1,4 @@
-"""Repro: P1 LIVE breaks on vllm-0.15 (B=4 L=0 T=4 M=1).
+"""Repro: P1 LIVE breaks on vllm-0.15 (T=4 B=4 L=0 M=1).
 
 What goes wrong: stuck at c=0 < E=4: even the largest budget, 1, yields 0, and c, T and the
 flags never change.

@@ -1,4 +1,4 @@
-"""Repro: P3 NOCROSS breaks on vllm-0.17 (B=4 L=0 T=5 M=4).
+"""Repro: P3 NOCROSS breaks on vllm-0.17 (T=5 B=4 L=0 M=4 D=on).
 
 What goes wrong: chunk [1, 5) starts mid-block and runs past 4: the cache keys 4 onto the block
 holding state@1.

@@ -1,4 +1,4 @@
-"""Repro: P6 COVER breaks on vllm-0.28 (B=4 L=0 T=8 M=8).
+"""Repro: P6 COVER breaks on vllm-0.28 (T=8 B=4 L=0 M=8).
 
 What goes wrong: chunk [0, 8) runs over the resend position R*=4 with budget 8, so R* is never
 cached; an identical resend hits 0.

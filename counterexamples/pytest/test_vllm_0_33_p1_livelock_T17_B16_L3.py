@@ -1,4 +1,4 @@
-"""Repro: P1 LIVE breaks on vllm-0.33 (B=16 L=3 T=17 M=16).
+"""Repro: P1 LIVE breaks on vllm-0.33 (T=17 B=16 L=3 M=16).
 
 What goes wrong: stuck at c=14 < E=17: even the largest budget, 16, yields 0, and c, T and the
 flags never change.

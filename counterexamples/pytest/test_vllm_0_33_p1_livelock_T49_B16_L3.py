@@ -1,4 +1,4 @@
-"""Repro: P1 LIVE breaks on vllm-0.33 (B=16 L=3 T=49 M=16).
+"""Repro: P1 LIVE breaks on vllm-0.33 (T=49 B=16 L=3 M=16).
 
 What goes wrong: stuck at c=46 < E=49: even the largest budget, 16, yields 0, and c, T and the
 flags never change.

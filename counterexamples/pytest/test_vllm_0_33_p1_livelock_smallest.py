@@ -1,4 +1,4 @@
-"""Repro: P1 LIVE breaks on vllm-0.33 (B=4 L=2 T=5 M=2).
+"""Repro: P1 LIVE breaks on vllm-0.33 (T=5 B=4 L=2 M=2).
 
 What goes wrong: stuck at c=3 < E=5: even the largest budget, 2, yields 0, and c, T and the
 flags never change.

@@ -1,4 +1,4 @@
-"""Repro: P4 ALIGN breaks on vllm-0.33 (B=4 L=2 T=5 M=4).
+"""Repro: P4 ALIGN breaks on vllm-0.33 (T=5 B=4 L=2 M=4).
 
 What goes wrong: chunk [0, 3) ends off the block grid (B=4) before E=5.
 
