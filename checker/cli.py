@@ -1,5 +1,7 @@
 """The ``chunkproof`` command line (SPEC CLI): parse, dispatch, print, and exit with the
-contract's status (0 holds, 1 violated, 2 bad input, 3 unknown or incomplete)."""
+contract's status (0 holds, 1 violated, 2 bad input or no configuration in range, 3 unknown or
+incomplete). The engines run in :mod:`chunkproof.checker.runs`; this module only reads
+arguments and prints."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from chunkproof.checker.compare import Comparison, Side, compare_behaviour, counterexample_dirs
+from chunkproof.checker.compare import Comparison, Side, compare_behaviour
 from chunkproof.checker.compare import exit_status as compare_exit_status
 from chunkproof.checker.compare_report import (
     compare_command,
@@ -21,22 +23,23 @@ from chunkproof.checker.compare_report import (
 )
 from chunkproof.checker.conform import DIFFERENT, EQUAL, UNKNOWN, conform
 from chunkproof.checker.conform import describe as describe_conformance
+from chunkproof.checker.defaults import production_space, small_space, user_space
 from chunkproof.checker.graph_picture import save_graph
+from chunkproof.checker.output import RunFolder, run_folder
 from chunkproof.checker.pictures import check_picture_suffix, save_picture
 from chunkproof.checker.progress import Progress
-from chunkproof.checker.properties import PROPERTIES, parse_property_ids
-from chunkproof.checker.ranges import SMALL_GRID, Ranges, compact, parse_drop, parse_int_set
+from chunkproof.checker.ranges import add_range_flags, budget_range, range_texts
 from chunkproof.checker.report import (
+    VIOLATED,
     Verdict,
     combine,
     exit_status,
-    exploration_verdicts,
-    proof_verdicts,
+    range_lines,
     render_table,
     verdicts_document,
 )
 from chunkproof.checker.repro import SOURCE_VARIABLE, write_repro
-from chunkproof.checker.search import explore
+from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
 from chunkproof.checker.traces import violates
 from chunkproof.model.builtin import ALIASES, builtin_policies
 from chunkproof.model.config import Config
@@ -53,11 +56,12 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.source_policy import names_source
 from chunkproof.model.trajectory import run
 from chunkproof.model.vllm_source import parse_overrides
-from chunkproof.proofs.prover import PROVER_PROPERTIES, Settings, prove_range
-from chunkproof.proofs.system import Cell, Scope
+from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
+from chunkproof.spec.space import Space
 
 DEFAULT_OUT = Path("chunkproof-out")
-MAX_CELLS = 300_000_000
+MAX_CONFIGS = 5_000_000
+"""Largest number of configurations the explorer enumerates in one run."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,27 +90,21 @@ _positive = _at_least(1)
 _natural = _at_least(0)
 
 
-def _add_ranges(p: argparse.ArgumentParser, properties: bool = True) -> None:
-    g = p.add_argument_group("ranges (default: the small exhaustive grid)")
-    g.add_argument("--block", help="block sizes B, e.g. 4,8,16 or 16-64")
-    g.add_argument("--lookahead", help="lookaheads L, e.g. 0-8")
-    g.add_argument("--prompt", help="prompt lengths T = P, e.g. 1-48")
-    g.add_argument("--max-sched", help="max scheduled tokens M, e.g. 1-32")
-    g.add_argument("--budget", help="narrow the per-step budgets to lo-hi within 1..M")
-    g.add_argument("--drop", help="EAGLE block drop: off, on or both")
-    g.add_argument("--threshold", help="long-prefill thresholds theta, e.g. 0,16")
-    g.add_argument("--hash-block", help="hash block sizes H (each must divide B)")
-    if not properties:
-        return
-    g.add_argument(
+def _retention(text: str) -> int:
+    """``--retention none`` or an integer >= 0 (-1 stands for none)."""
+    return -1 if text == "none" else _natural(text)
+
+
+def _add_properties(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
         "--property",
         help=f"properties to check, e.g. P1,P3 (default all of {','.join(PROPERTIES)})",
     )
-    g.add_argument(
+    p.add_argument(
         "--window",
-        choices=("relaxed", "strict"),
-        default="relaxed",
-        help="form of P5 (default relaxed)",
+        choices=("strict", "relaxed"),
+        default=DEFAULT_WINDOW,
+        help="form of P5 (default strict: no chunk ends in (T - L, T))",
     )
 
 
@@ -116,13 +114,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         default=DEFAULT_OUT,
-        help=f"folder for counterexample files (default {DEFAULT_OUT})",
+        help=f"folder for counterexample files and certificates (default {DEFAULT_OUT})",
     )
     p.add_argument(
         "--jobs",
         type=_positive,
         default=os.cpu_count() or 1,
-        help="worker processes (default: the number of CPUs)",
+        help="worker processes (default and cap: the CPUs this process may use)",
     )
 
 
@@ -139,26 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("policies", help="list the built-in policies")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("trace", help="the chunks one request gets under given budgets")
-    p.add_argument("policy", metavar="POLICY")
-    p.add_argument("--block", type=_positive, required=True)
-    p.add_argument("--lookahead", type=_natural, default=0)
-    p.add_argument("--prompt", type=_positive, required=True)
-    p.add_argument("--tokens", type=_positive, help="num_tokens T (default: the prompt)")
-    budgets = p.add_mutually_exclusive_group()
-    budgets.add_argument("--budget", type=_positive, help="const(b)")
-    budgets.add_argument("--budgets", help="b1,b2,...: one per step, the last repeats")
-    p.add_argument("--drop", action="store_true", help="EAGLE block drop on")
-    p.add_argument("--max-sched", type=_positive, help="M (default: the largest budget)")
-    p.add_argument("--threshold", type=_natural, default=0)
-    p.add_argument("--hash-block", type=_positive)
-    p.add_argument("--hash-lookahead", type=_natural, default=0, help="L_h (0.33)")
-    p.add_argument("--start", type=_natural, default=0, help="admission start c0")
-    p.add_argument("--json", action="store_true")
+    _add_trace_parser(sub)
 
     for name, text in (
-        ("explore", "exhaustively explore a grid of small configurations"),
-        ("check", "check a policy (default vllm-latest); one row per property"),
+        ("explore", "exhaustively explore every configuration of a range"),
+        ("check", "check a policy (default vllm-latest) with both engines; one row per property"),
+        ("prove", "prove properties with Z3 over a range, or refute them"),
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument(
@@ -167,9 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
             nargs="?" if name == "check" else None,
             default="vllm-latest" if name == "check" else None,
         )
-        _add_ranges(p)
+        add_range_flags(p)
+        _add_properties(p)
         _add_run_options(p)
-        if name == "check":
+        if name != "explore":
             p.add_argument("--timeout", type=_positive, default=20, help="seconds per query")
 
     p = sub.add_parser("replay", help="re-run a counterexample file")
@@ -177,15 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", help="replay on this policy instead of the recorded one")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("prove", help="prove properties with Z3 over a range, or refute them")
-    p.add_argument("policy", metavar="POLICY")
-    _add_ranges(p)
-    _add_run_options(p)
-    p.add_argument("--unbounded", action="store_true", help="no upper bound on T and M")
-    p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
-
     _add_conform_parser(sub)
-
     _add_compare_parser(sub)
     _add_repro_parser(sub)
     _add_show_parser(sub)
@@ -287,6 +264,36 @@ def _policy_pair(first: str, second: str, args: argparse.Namespace) -> tuple[Pol
 
 # -- trace --------------------------------------------------------------------------------------
 
+MAX_TRACE_STEPS = 1_000_000
+"""A trace longer than this is refused (a budget far below the prompt)."""
+
+
+def _add_trace_parser(sub: Any) -> None:
+    p = sub.add_parser("trace", help="the chunks one request gets under given budgets")
+    p.add_argument("policy", metavar="POLICY")
+    p.add_argument("--block", type=_positive, required=True, help="Mamba block B")
+    p.add_argument("--lookahead", type=_natural, default=0)
+    p.add_argument("--prompt", type=_positive, required=True)
+    p.add_argument("--tokens", type=_positive, help="num_tokens T (default: the prompt)")
+    budgets = p.add_mutually_exclusive_group()
+    budgets.add_argument("--budget", type=_positive, help="const(b)")
+    budgets.add_argument("--budgets", help="b1,b2,...: one per step, the last repeats")
+    p.add_argument("--drop", action="store_true", help="EAGLE block drop on")
+    p.add_argument("--max-sched", type=_positive, help="M (default: the largest budget)")
+    p.add_argument("--threshold", type=_natural, default=0)
+    p.add_argument("--split-block", type=_positive, help="G (default B)")
+    p.add_argument("--hash-block", type=_positive, help="H (default G)")
+    p.add_argument("--hash-lookahead", type=_natural, default=0, help="L_h (0.33)")
+    p.add_argument("--start", type=_natural, default=0, help="admission start c0")
+    p.add_argument("--external", type=_natural, default=0, help="the external part x of c0")
+    p.add_argument("--junction", type=_natural, default=0, help="shared-prefix junction J")
+    p.add_argument("--exact-junction", action="store_true", help="exact junction S on")
+    p.add_argument("--checkpoints", action="store_true", help="internal checkpoints K on")
+    p.add_argument("--checkpoint-alignment", type=_natural, default=1, help="alpha (with K)")
+    p.add_argument("--uncached-prefix", type=_natural, default=0, help="u (0.24-0.25)")
+    p.add_argument("--retention", type=_retention, default=-1, help="R: none or >= 0")
+    p.add_argument("--json", action="store_true")
+
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     policy = _policy(args.policy, args)
@@ -305,13 +312,27 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         max_sched=args.max_sched or max(budgets),
         lookahead=args.lookahead,
         threshold=args.threshold,
+        split_block=args.split_block or 0,
         hash_block=args.hash_block or 0,
         drop=args.drop,
         hash_lookahead=args.hash_lookahead,
         start=args.start,
+        external=args.external,
+        junction=args.junction,
+        exact_junction=args.exact_junction,
+        checkpoints=args.checkpoints,
+        checkpoint_alignment=args.checkpoint_alignment if args.checkpoints else 0,
+        uncached_prefix=args.uncached_prefix,
+        retention=args.retention,
     )
     if max(budgets) > cfg.max_sched:
         raise ChunkproofError(f"a budget of {max(budgets)} exceeds --max-sched {cfg.max_sched}")
+    steps_needed = -(-(cfg.prefill_end - cfg.start) // max(min(budgets[-1], cfg.T), 1))
+    if steps_needed + len(budgets) > MAX_TRACE_STEPS:
+        raise ChunkproofError(
+            f"the trace would take about {steps_needed} steps; chunkproof traces at most "
+            f"{MAX_TRACE_STEPS}: give a larger budget"
+        )
     trajectory = run(policy, cfg, budgets)
     refused = policy.accepts(cfg)
     if args.json:
@@ -323,6 +344,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                 "ends": trajectory.ends,
                 "outcome": trajectory.outcome,
                 "stuck_at": trajectory.stuck_at,
+                "unsafe": trajectory.steps[-1].unsafe if trajectory.steps else None,
                 "steps": [s.to_dict() for s in trajectory.steps],
                 "source_sha256": policy.source_sha256,
                 "accepted": refused is None,
@@ -330,22 +352,20 @@ def _cmd_trace(args: argparse.Namespace) -> int:
             }
         )
         return EXIT_OK
-    print(
-        f"{policy.name}: B={cfg.block} L={cfg.lookahead} P={cfg.prompt} T={cfg.T} "
-        f"E={cfg.prefill_end} M={cfg.max_sched} theta={cfg.threshold} "
-        f"D={'on' if cfg.drop else 'off'} c0={cfg.start}"
-    )
+    print(f"{policy.name}: {cfg.describe()} E={cfg.prefill_end}")
     if refused:
         print(f"note: this release refuses the configuration ({refused})")
     print(f"{'c':>6} {'budget':>6} {'n':>6} {'split':>6} {'reserve':>7} {'chunk':>6} {'end':>6}")
     for s in trajectory.steps:
         print(
             f"{s.c:>6} {s.budget:>6} {s.n:>6} {s.split:>6} {s.reservation:>7} {s.chunk:>6} "
-            f"{s.end if s.chunk else '-':>6}"
+            f"{s.end if s.chunk > 0 else '-':>6}"
         )
     print(f"ends: {', '.join(map(str, trajectory.ends)) or '(none)'}")
     if trajectory.finished:
         print(f"finished in {len(trajectory.steps)} steps")
+    elif trajectory.outcome == "unsafe":
+        print(f"breaks P0 at c={trajectory.stuck_at}: {trajectory.steps[-1].unsafe}")
     else:
         print(f"stuck at c={trajectory.stuck_at}: every step yields 0")
     return EXIT_OK
@@ -361,33 +381,7 @@ def _budget_list(text: str) -> tuple[int, ...]:
     return values
 
 
-# -- explore / check ----------------------------------------------------------------------------
-
-
-def _ranges(args: argparse.Namespace) -> Ranges:
-    changes: dict[str, Any] = {}
-    for name in ("block", "lookahead", "prompt", "max_sched", "threshold", "hash_block"):
-        text = getattr(args, name)
-        if text is not None:
-            changes[name] = parse_int_set(text, "--" + name.replace("_", "-"))
-    if args.drop is not None:
-        changes["drop"] = parse_drop(args.drop)
-    if args.budget is not None:
-        values = parse_int_set(args.budget, "--budget")
-        changes["budget"] = (values[0], values[-1])
-    ranges = SMALL_GRID.narrowed(**changes)
-    cells = ranges.cells()
-    if cells == 0:
-        raise ChunkproofError(
-            "the ranges contain no valid configuration (is L > T everywhere, or every --budget "
-            "above M and T?)"
-        )
-    if cells > MAX_CELLS:
-        raise ChunkproofError(
-            f"the grid has about {cells:.2g} (state, budget) cells; the "
-            f"explorer enumerates at most {MAX_CELLS:.0e}: narrow the ranges"
-        )
-    return ranges
+# -- explore / prove / check ----------------------------------------------------------------------
 
 
 def _properties(args: argparse.Namespace) -> tuple[str, ...]:
@@ -399,54 +393,156 @@ def _properties(args: argparse.Namespace) -> tuple[str, ...]:
         raise ChunkproofError(f"--property: {exc}") from None
 
 
-def _run_explorer(
-    args: argparse.Namespace, policy: Policy, out: Path | None = None
-) -> tuple[Ranges, list[Verdict], dict[str, Any]]:
-    """The explorer on the RANGES of ``args``: its ranges, verdicts and what it explored;
-    counterexamples under ``out`` (default ``--out``)."""
-    ranges, wanted = _ranges(args), _properties(args)
-    progress = Progress(f"exploring {policy.name}")
-    exploration = explore(policy, ranges, wanted, args.window, args.jobs, progress.tick)
-    progress.close()
-    tally = exploration.tally
-    explored = {
-        "configs": tally.configs,
-        "states": tally.states,
-        "transitions": tally.transitions,
-        "seconds": round(progress.elapsed, 3),
-    }
-    return ranges, exploration_verdicts(exploration, args.out if out is None else out), explored
+def _explorer_space(args: argparse.Namespace, policy: Policy) -> Space:
+    """The explorer's space: the range flags given, else the default grids."""
+    texts, budget = range_texts(args), budget_range(args)
+    space = user_space(texts, budget, production=False) if texts else small_space(policy, budget)
+    _check_size(space)
+    return space
+
+
+def _prover_space(args: argparse.Namespace, policy: Policy, defaults: bool) -> Space:
+    """The prover's space: the range flags given (unless ``defaults``), else the default
+    production range."""
+    texts, budget = range_texts(args), budget_range(args)
+    if texts and not defaults:
+        return user_space(texts, budget, production=True)
+    return production_space(policy, budget)
+
+
+def _check_size(space: Space) -> None:
+    """Refuse a grid the explorer cannot enumerate before expanding it."""
+    total = 0
+    for grid in space.grids:
+        size = 1
+        for name in ("prompt", "max_sched", "block", "lookahead"):
+            values = grid.sets[name]
+            size *= getattr(values, "size", lambda: 1)()
+        total += size
+    if total > MAX_CONFIGS:
+        raise ChunkproofError(
+            f"the range has about {total:.2g} configurations; the explorer enumerates at most "
+            f"{MAX_CONFIGS:.0e}: narrow it (or use `chunkproof prove`)"
+        )
+
+
+def _proof_run(args: argparse.Namespace, minimise: bool) -> ProofRun:
+    return ProofRun(args.window, args.timeout * 1000, args.jobs, minimise)
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
     policy = _policy(args.policy, args)
-    ranges, verdicts, explored = _run_explorer(args, policy)
-    if args.json:
-        _emit(verdicts_document(policy, verdicts, {"explored": explored, **_source(policy)}))
-    else:
-        print(_header(args.command, policy, ranges, explored))
-        print(render_table(verdicts))
-    return exit_status(verdicts)
+    space = _explorer_space(args, policy)
+    with run_folder(args.out) as out:
+        progress = Progress(f"exploring {policy.name}", enabled=not args.json)
+        verdicts, explored = explore_space(
+            policy, space, _properties(args), args.window, args.jobs, out, progress.tick
+        )
+        progress.close()
+    return _report(args, policy, verdicts, {"explored": explored}, out, space, None)
 
 
-def _header(command: str, policy: Policy, ranges: Ranges, explored: dict[str, Any]) -> str:
-    rng = ", ".join(f"{k}={v}" for k, v in ranges.describe().items())
-    return (
-        f"chunkproof {command} {policy.name} ({policy.summary})\n"
-        f"range: {rng}\n"
-        f"explored {explored['configs']['main']} configurations, {explored['states']} reachable "
-        f"states, {explored['transitions']} transitions in {explored['seconds']:.1f} s\n"
+def _cmd_prove(args: argparse.Namespace) -> int:
+    policy = _policy(args.policy, args)
+    wanted = _properties(args)
+    if not set(wanted) & set(PROVER_PROPERTIES):
+        raise ChunkproofError(
+            f"the prover decides {', '.join(PROVER_PROPERTIES)}; P2 and P7 are figures of "
+            "`chunkproof explore`"
+        )
+    space = _prover_space(args, policy, defaults=False)
+    with run_folder(args.out) as out:
+        progress = Progress(f"proving {policy.name}", enabled=not args.json)
+        verdicts, proved = prove_space(
+            policy, space, wanted, _proof_run(args, minimise=True), out, progress.tick
+        )
+        progress.close()
+    return _report(args, policy, verdicts, {"proved": proved}, out, None, space)
+
+
+def _check_run(
+    args: argparse.Namespace, policy: Policy, prove: bool, out: RunFolder
+) -> tuple[list[Verdict], dict[str, Any], Space, Space | None]:
+    """SPEC CLI ``check``: the explorer on the range flags (default grids) and, with ``prove``,
+    the prover on the default production range for the properties the explorer did not find
+    violated (a violation needs no proof attempt); one verdict per property
+    (:func:`~chunkproof.checker.report.combine`)."""
+    space = _explorer_space(args, policy)
+    progress = Progress(f"exploring {policy.name}", enabled=not args.json)
+    verdicts, explored = explore_space(
+        policy, space, _properties(args), args.window, args.jobs, out, progress.tick
     )
+    progress.close()
+    if not prove:
+        return verdicts, {"explored": explored}, space, None
+    production = _prover_space(args, policy, defaults=True)
+    undecided = tuple(v.property for v in verdicts if v.status != VIOLATED)
+    progress = Progress(f"proving {policy.name}", enabled=not args.json)
+    proved, run_info = prove_space(
+        policy, production, undecided, _proof_run(args, minimise=False), out, progress.tick
+    )
+    progress.close()
+    return combine(verdicts, proved), {"explored": explored, "proved": run_info}, space, production
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """The explorer on its default grids plus the prover on the default production range."""
+    policy = _policy(args.policy, args)
+    with run_folder(args.out) as out:
+        verdicts, engines, space, production = _check_run(args, policy, True, out)
+    return _report(args, policy, verdicts, engines, out, space, production)
+
+
+def _report(
+    args: argparse.Namespace,
+    policy: Policy,
+    verdicts: list[Verdict],
+    engines: dict[str, Any],
+    out: RunFolder,
+    explored: Space | None,
+    proved: Space | None,
+) -> int:
+    """Print the verdicts (text or ``--json``); the exit status of SPEC CLI."""
+    written = [str(p) for p in out.written]
+    if args.json:
+        document = verdicts_document(policy, verdicts, {**engines, **_source(policy)})
+        _emit({**document, "files": written})
+        return exit_status(verdicts)
+    print(f"chunkproof {args.command} {policy.name} ({policy.summary})")
+    if explored is not None:
+        info = engines["explored"]
+        configs = info["configs"]
+        excluded = ", ".join(f"{v} {k}" for k, v in configs.items() if k != "main" and v)
+        print(
+            f"explorer: {configs['main']} configurations"
+            + (f" (excluded: {excluded})" if excluded else "")
+            + f", {info['states']} reachable states, {info['transitions']} transitions "
+            f"in {info['seconds']:.1f} s, over:"
+        )
+        print("\n".join(range_lines(explored.describe())))
+    if proved is not None:
+        info = engines["proved"]
+        print(
+            f"prover: {info['cells']} cells in {info['seconds']:.1f} s "
+            f"({info['empty_cells']} without a configuration); each cell fixes B, G, H, L, "
+            "alpha and R, every other input is symbolic, over:"
+        )
+        print("\n".join(range_lines(proved.describe())))
+    print()
+    print(render_table(verdicts))
+    if written:
+        print(f"\nfiles written under {args.out}: {len(written)}")
+    return exit_status(verdicts)
 
 
 # -- replay -------------------------------------------------------------------------------------
 
 
 def _counterexample_file(path: Path) -> Counterexample:
-    """A SPEC C file, read and checked: its property must be one of P1-P7."""
+    """A SPEC C file, read and checked: its property must be one of P0-P7."""
     cx = Counterexample.load(path)
     if cx.property not in PROPERTIES:
-        raise ChunkproofError(f"{path}: unknown property {cx.property!r} (not one of P1-P7)")
+        raise ChunkproofError(f"{path}: unknown property {cx.property!r} (not one of P0-P7)")
     return cx
 
 
@@ -485,127 +581,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK if reproduces else EXIT_VIOLATED
 
 
-# -- prove / check -------------------------------------------------------------------------------
-
-PRODUCTION_BLOCKS = (16, 64, 528, 800, 1600, 2096, 4416)
-"""SPEC CLI: the default production range of block sizes."""
-
-
-def _proof_plan(args: argparse.Namespace, defaults: bool) -> tuple[list[Cell], Scope]:
-    """Cells (B, L, D) and the symbolic scope; ``defaults`` ignores the numeric RANGES (check)."""
-
-    def pick(name: str, fallback: tuple[int, ...]) -> tuple[int, ...]:
-        text = None if defaults else getattr(args, name)
-        return fallback if text is None else parse_int_set(text, "--" + name.replace("_", "-"))
-
-    blocks = pick("block", PRODUCTION_BLOCKS)
-    if min(blocks) < 1:
-        raise ChunkproofError("--block must be positive")
-    lookaheads = pick("lookahead", tuple(range(9)))
-    drops = parse_drop(args.drop) if args.drop and not defaults else (False, True)
-    prompts = pick("prompt", (1, 1 << 20))
-    scheds = pick("max_sched", (1, 1 << 16))
-    thresholds = pick("threshold", (0, 1))
-    unbounded = getattr(args, "unbounded", False)
-    scope = Scope(
-        prompt_max=None if unbounded else prompts[-1],
-        max_sched_max=None if unbounded else scheds[-1],
-        threshold=thresholds != (0,),
-        prompt_min=prompts[0],
-        max_sched_min=scheds[0],
-    )
-    cells = [Cell(b, la, d) for b in blocks for la in lookaheads for d in drops]
-    return cells, scope
-
-
-def _prove(
-    args: argparse.Namespace,
-    policy: Policy,
-    wanted: tuple[str, ...],
-    defaults: bool,
-    out: Path | None = None,
-) -> tuple[list[Verdict], dict[str, Any]]:
-    """The prover on the ranges of ``args`` (``defaults``: the production range);
-    certificates and counterexamples under ``out`` (default ``--out``)."""
-    out = args.out if out is None else out
-    cells, scope = _proof_plan(args, defaults)
-    pids = tuple(p for p in wanted if p in PROVER_PROPERTIES)
-    settings = Settings(policy, scope, args.window, args.timeout * 1000, out, not defaults)
-    progress = Progress(f"proving {policy.name}")
-    results = prove_range(settings, cells, pids, args.jobs, progress.tick)
-    progress.close()
-    verdicts = proof_verdicts(results, pids, _proof_range(cells, scope), out, policy)
-    return verdicts, {"cells": len(cells), "seconds": round(progress.elapsed, 3)}
-
-
-def _proof_range(cells: list[Cell], scope: Scope) -> dict[str, Any]:
-    """The range of the prover's cells and symbolic scope, as stated in a verdict."""
-    return {
-        "block": compact(tuple(sorted({c.block for c in cells}))),
-        "lookahead": compact(tuple(sorted({c.lookahead for c in cells}))),
-        "drop": "both" if len({c.drop for c in cells}) == 2 else str(cells[0].drop).lower(),
-        **scope.describe(Cell(1, 0, False)),
-        "threshold": "0 or >= max(L, 1)" if scope.threshold else "0",
-        "prompt": f"{scope.prompt_min}-{scope.prompt_max or 'inf'} (and >= max(L, 1))",
-        "max_sched": f"{scope.max_sched_min}-{scope.max_sched_max or 'inf'} (and >= max(L, 1))",
-    }
-
-
-def _cmd_prove(args: argparse.Namespace) -> int:
-    policy = _policy(args.policy, args)
-    wanted = _properties(args)
-    if not set(wanted) & set(PROVER_PROPERTIES):
-        raise ChunkproofError(
-            f"the prover decides {', '.join(PROVER_PROPERTIES)}; P2 and P7 are figures of "
-            "`chunkproof explore`"
-        )
-    verdicts, run = _prove(args, policy, wanted, defaults=False)
-    if args.json:
-        _emit(verdicts_document(policy, verdicts, {"proved": run, **_source(policy)}))
-    else:
-        print(f"chunkproof prove {policy.name} ({policy.summary})")
-        rng = verdicts[0].range if verdicts else {}
-        print("range: " + ", ".join(f"{k}={v}" for k, v in rng.items()))
-        print(f"{run['cells']} cells (B, L, D) in {run['seconds']:.1f} s\n")
-        print(render_table(verdicts))
-    return exit_status(verdicts)
-
-
-def _check_run(
-    args: argparse.Namespace, policy: Policy, prove: bool, out: Path
-) -> tuple[Ranges, list[Verdict], dict[str, Any]]:
-    """SPEC CLI ``check``: the explorer on the RANGES and, with ``prove``, the prover on the
-    default production range, one verdict per property (:func:`combine`); files under ``out``.
-    Returns the explorer's ranges, the verdicts and what each engine did."""
-    ranges, verdicts, explored = _run_explorer(args, policy, out)
-    if not prove:
-        return ranges, verdicts, {"explored": explored}
-    proved, run = _prove(args, policy, _properties(args), defaults=True, out=out)
-    return ranges, combine(verdicts, proved), {"explored": explored, "proved": run}
-
-
-def _cmd_check(args: argparse.Namespace) -> int:
-    """The explorer on the small grid plus the prover on the default production range."""
-    policy = _policy(args.policy, args)
-    ranges, verdicts, engines = _check_run(args, policy, prove=True, out=args.out)
-    explored, run = engines["explored"], engines["proved"]
-    if args.json:
-        _emit(verdicts_document(policy, verdicts, {**engines, **_source(policy)}))
-    else:
-        print(f"chunkproof check {policy.name} ({policy.summary})")
-        print(
-            f"explorer: {explored['configs']['main']} configurations of the small grid "
-            f"({', '.join(f'{k}={v}' for k, v in ranges.describe().items())})"
-        )
-        print(
-            f"prover: {run['cells']} cells of the production range (B in "
-            f"{','.join(map(str, PRODUCTION_BLOCKS))}, L 0-8, D both, T <= 2^20, "
-            f"M <= 2^16, theta 0 or >= L) in {run['seconds']:.1f} s\n"
-        )
-        print(render_table(verdicts))
-    return exit_status(verdicts)
-
-
 # -- conform ------------------------------------------------------------------------------------
 
 
@@ -613,7 +588,7 @@ def _add_conform_parser(sub: Any) -> None:
     p = sub.add_parser("conform", help="prove two policies give the same chunk everywhere")
     p.add_argument("policy", metavar="POLICY")
     p.add_argument("--against", required=True, metavar="POLICY", help="the other policy")
-    _add_ranges(p, properties=False)
+    add_range_flags(p)
     p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -621,13 +596,13 @@ def _add_conform_parser(sub: Any) -> None:
 def _cmd_conform(args: argparse.Namespace) -> int:
     """SPEC CLI ``conform``: Z3 per cell of the range, plus the exhaustive small grid."""
     a, b = _policy_pair(args.policy, args.against, args)
-    cells, scope = _proof_plan(args, defaults=False)
-    grid = _ranges(args)
-    progress = Progress(f"conform {a.name} against {b.name}")
-    result = conform(a, b, cells, scope, grid, args.timeout * 1000, progress.tick)
+    production = _prover_space(args, a, defaults=False)
+    grid = _explorer_space(args, a)
+    progress = Progress(f"conform {a.name} against {b.name}", enabled=not args.json)
+    result = conform(a, b, production, grid, args.timeout * 1000, progress.tick)
     progress.close()
     over = {
-        "z3": {"cells": len(cells), **_proof_range(cells, scope)},
+        "z3": {"cells": result.cells, **production.describe()},
         "grid": {"configs": result.grid_configs, **grid.describe()},
     }
     if args.json:
@@ -643,18 +618,14 @@ def _cmd_conform(args: argparse.Namespace) -> int:
         )
     else:
         print(f"{a.name}: {a.summary}\n{b.name}: {b.summary}")
-        print(describe_conformance(result, a, b, _conform_ranges(over)))
+        lines = [
+            f"Z3: {result.cells} cells over:",
+            *range_lines(production.describe()),
+            f"grid: {result.grid_configs} configurations over:",
+            *range_lines(grid.describe()),
+        ]
+        print(describe_conformance(result, a, b, lines))
     return _CONFORM_EXIT[result.status]
-
-
-def _conform_ranges(over: dict[str, dict[str, Any]]) -> list[str]:
-    """The two ranges of a conform verdict, in words."""
-    z3_range = ", ".join(f"{k}={v}" for k, v in over["z3"].items() if k != "cells")
-    grid = ", ".join(f"{k}={v}" for k, v in over["grid"].items() if k != "configs")
-    return [
-        f"Z3: {over['z3']['cells']} cells ({z3_range})",
-        f"grid: {over['grid']['configs']} configurations ({grid})",
-    ]
 
 
 _CONFORM_EXIT = {EQUAL: EXIT_OK, DIFFERENT: EXIT_VIOLATED, UNKNOWN: EXIT_UNKNOWN}
@@ -669,7 +640,8 @@ def _add_compare_parser(sub: Any) -> None:
     )
     p.add_argument("policy", metavar="POLICY_A")
     p.add_argument("other", metavar="POLICY_B")
-    _add_ranges(p)
+    add_range_flags(p)
+    _add_properties(p)
     _add_run_options(p)
     p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
     p.add_argument(
@@ -688,15 +660,18 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.markdown is not None:
         _check_writable(args.markdown, "--markdown")
     sides = []
-    for policy, out in zip((a, b), counterexample_dirs(args.out, a, b), strict=True):
-        ranges, verdicts, engines = _check_run(args, policy, not args.no_prove, out)
-        sides.append(Side(policy, tuple(verdicts), engines))
-    progress = Progress(f"comparing {a.name} with {b.name}")
-    behaviour = compare_behaviour(a, b, ranges, args.jobs, progress.tick)
+    with run_folder(args.out) as out:
+        same = a.file_stem == b.file_stem
+        for policy, side in ((a, "A"), (b, "B")):
+            folder = out.within(side) if same else out
+            verdicts, engines, space, _ = _check_run(args, policy, not args.no_prove, folder)
+            sides.append(Side(policy, tuple(verdicts), engines))
+    progress = Progress(f"comparing {a.name} with {b.name}", enabled=not args.json)
+    behaviour = compare_behaviour(a, b, space, args.jobs, progress.tick)
     progress.close()
-    prover_range = None if args.no_prove else _proof_range(*_proof_plan(args, defaults=True))
+    prover = None if args.no_prove else _prover_space(args, a, defaults=True).describe()
     command = compare_command(args, build_parser().parse_args(["compare", args.policy, args.other]))
-    comparison = Comparison(sides[0], sides[1], ranges, prover_range, behaviour, command)
+    comparison = Comparison(sides[0], sides[1], space, prover, behaviour, command)
     if args.json:
         _emit(document(comparison))
     else:

@@ -7,7 +7,7 @@ costs.
   UNKNOWN, :data:`UNDECIDED` (:func:`verdict_change`).
 * **Behaviour.** On every configuration of the grid, for every constant budget (SPEC S4
   ``const(b)``), the chunk sequences of A and B from c0 are computed together from the
-  explorer's vectorised tables (:func:`chunkproof.checker.explorer.family_tables`), and every
+  models' dense tables (:meth:`chunkproof.spec.request.RequestModel.table`), and every
   pair that differs is classified (:data:`KINDS`); the (state, budget) steps reachable under
   either policy (SPEC S4 adversarial budgets) whose chunks differ are counted as well.
 * **Cost.** SPEC P7 from the same runs: steps to finish against ceil((E - c0) / b).
@@ -24,19 +24,18 @@ import multiprocessing
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from chunkproof.checker.explorer import FamilyTables, budget_bounds, family_tables
-from chunkproof.checker.ranges import Ranges
 from chunkproof.checker.report import PROVED, UNKNOWN, VIOLATED, Verdict
-from chunkproof.checker.search import category
+from chunkproof.checker.search import categories, usable_jobs
 from chunkproof.model.config import Config
 from chunkproof.model.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.policy import Policy
 from chunkproof.model.trajectory import Trajectory, run
+from chunkproof.spec.request import Batch, RequestModel
+from chunkproof.spec.space import Space
 
 FIXED, INTRODUCED, UNCHANGED, UNDECIDED = "fixed", "introduced", "unchanged", "undecided"
 
@@ -72,15 +71,6 @@ class VerdictRow:
     @property
     def change(self) -> str:
         return verdict_change(self.a.status, self.b.status)
-
-
-def counterexample_dirs(out: Path, a: Policy, b: Policy) -> tuple[Path, Path]:
-    """Where A's and B's files go: ``out`` for both (each policy writes to its own folder
-    ``out/<file_stem>``), or ``out/A`` and ``out/B`` when the two folder names are equal, so
-    that neither overwrites the other's counterexamples and certificates."""
-    if a.file_stem == b.file_stem:
-        return out / "A", out / "B"
-    return out, out
 
 
 def verdict_rows(a: Side, b: Side) -> list[VerdictRow]:
@@ -155,42 +145,49 @@ class PairedRuns:
     differ: np.ndarray
 
 
-def paired_runs(chunks: np.ndarray, valid: np.ndarray, start: int, end: int) -> PairedRuns:
-    """Run both policies' tables ``chunks[p, i, c - c0, j]`` in lockstep on the runs marked
-    ``valid[i, j]`` (SPEC S4 ``const(budgets[j])`` under M = ms[i]). A step of 0 under a
-    constant budget repeats forever (SPEC P1: c, T and the flags do not change), so it ends the
-    run as stuck; two runs take the same chunks exactly when their states agree at every step."""
+def paired_runs(
+    chunks: np.ndarray, valid: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> PairedRuns:
+    """Run both policies' tables ``chunks[p, i, c - c0_i, j]`` in lockstep on the runs marked
+    ``valid[i, j]`` (SPEC S4 ``const(low_i + j)`` for instance i, which starts at ``start[i]``
+    and finishes at ``end[i]``). A step of 0 under a constant budget repeats forever (SPEC P1:
+    c, T and the flags do not change), and a step that breaks P0 (-1 in the table) ends the run,
+    so both count as stuck; two runs take the same chunks exactly when their states agree at
+    every step."""
     shape = (2, *valid.shape)
     side, rows, cols = np.indices(shape)
-    c = np.full(shape, start, dtype=np.int64)
+    first = start[rows]
+    c = first.copy()
     steps = np.zeros(shape, dtype=np.int64)
     stuck = np.zeros(shape, dtype=bool)
     differ = np.zeros(valid.shape, dtype=bool)
     live = np.broadcast_to(valid, shape).copy()
     while live.any():
-        k = np.where(live, chunks[side, rows, np.where(live, c - start, 0), cols], 0)
-        stuck |= live & (k == 0)
+        k = np.where(live, chunks[side, rows, np.where(live, c - first, 0), cols], 0)
+        stuck |= live & (k <= 0)
         live &= k > 0
-        c += k
+        c += np.where(live, k, 0)
         steps += live
-        live &= c < end
+        live &= c < end[rows]
         differ |= c[0] != c[1]
     return PairedRuns(steps, c, stuck, differ & valid)
 
 
-def reachable(chunks: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """``reach[p, i, s]``: state c0 + s < E is reachable from c0 under policy p when any budget
-    ``valid[i]`` offers may come at each step (SPEC S4 adversarial budgets). Chunks never go
-    back, so one pass in increasing c is complete."""
-    sides, ms, states, _ = chunks.shape
-    reach = np.zeros((sides, ms, states), dtype=bool)
+def reachable(chunks: np.ndarray, valid: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """``reach[p, i, s]``: state c0_i + s < E_i (``length[i]`` = E_i - c0_i) is reachable from
+    c0 under policy p when any budget ``valid[i]`` offers may come at each step (SPEC S4
+    adversarial budgets). Chunks never go back, so one pass in increasing c is complete."""
+    sides, instances, states, _ = chunks.shape
+    reach = np.zeros((sides, instances, states), dtype=bool)
     reach[:, :, 0] = True
+    inside = length[None, :, None]
     for s in range(states):
         k = chunks[:, :, s, :]
         target = s + k
-        p, i, j = np.nonzero(reach[:, :, s, None] & valid[None] & (k > 0) & (target < states))
+        moves = reach[:, :, s, None] & valid[None] & (k > 0) & (target < inside)
+        p, i, j = np.nonzero(moves)
         reach[p, i, target[p, i, j]] = True
-    return reach
+    return reach & (np.arange(states)[None, None, :] < length[None, :, None])
 
 
 @dataclass(frozen=True, order=True)
@@ -325,41 +322,32 @@ class BehaviourTally:
             mine.merge(theirs)
 
 
-def _exclusion(a: Policy, b: Policy, cfg: Config) -> str | None:
-    """Why a configuration is outside the verdicts' range (SPEC S1b, degenerate region), or
-    ``None`` when both policies' verdicts cover it."""
-    cat_a, cat_b = category(a, cfg), category(b, cfg)
-    if cat_a == "refused":
-        return "refused by A"
-    if cat_b == "refused":
-        return "refused by B"
-    if "degenerate" in (cat_a, cat_b):
-        return "in the degenerate region"
-    return None
+EXCLUSIONS = ("refused by A", "refused by B", "in the degenerate region")
 
 
-def _family(
-    a: Policy, b: Policy, ta: FamilyTables, tb: FamilyTables, ranges: Ranges
-) -> BehaviourTally:
-    """The tally of one family (every M of one configuration)."""
+def _batch_tally(a: RequestModel, b: RequestModel, batch: Batch) -> BehaviourTally:
+    """The tally of one batch of configurations: the configurations both policies' verdicts
+    cover (both accept them, neither finds them degenerate), every const(b) run of each."""
     tally = BehaviourTally()
-    base, ms = ta.base, ta.ms
-    cfgs = [base.replace(max_sched=m) for m in ms]
-    included = np.zeros(len(ms), dtype=bool)
-    for i, cfg in enumerate(cfgs):
-        why = _exclusion(a, b, cfg)
-        if why is None:
-            included[i] = True
-        else:
-            tally.excluded[why] = tally.excluded.get(why, 0) + 1
+    cat_a, cat_b = categories(a.policy, batch), categories(b.policy, batch)
+    reasons = np.select(
+        [cat_a == 2, cat_b == 2, (cat_a == 1) | (cat_b == 1)], [0, 1, 2], default=-1
+    )
+    for index, why in enumerate(EXCLUSIONS):
+        count = int((reasons == index).sum())
+        if count:
+            tally.excluded[why] = tally.excluded.get(why, 0) + count
+    included = reasons < 0
     tally.configs = int(included.sum())
-    highs = np.array([budget_bounds(cfg, ranges.budget)[1] for cfg in cfgs])
-    valid = included[:, None] & (ta.budgets[None, :] <= highs[:, None])
+    ta, tb = a.table(batch), b.table(batch)
+    width = ta.chunk.shape[2]
+    budgets = batch.low[:, None] + np.arange(width)[None, :]
+    valid = included[:, None] & (budgets <= batch.high[:, None])
     chunks = np.stack([ta.chunk, tb.chunk])
-    runs = paired_runs(chunks, valid, base.start, base.prefill_end)
-    _tally_kinds(tally, runs, valid, cfgs, ta.budgets)
-    _tally_steps(tally, chunks, valid)
-    _tally_cost(tally, runs, valid, cfgs, ta.budgets, base.prefill_end - base.start)
+    runs = paired_runs(chunks, valid, batch.start, batch.end)
+    _tally_kinds(tally, runs, valid, batch.configs, budgets)
+    _tally_steps(tally, chunks, valid, batch.end - batch.start)
+    _tally_cost(tally, runs, valid, batch, budgets)
     return tally
 
 
@@ -377,13 +365,15 @@ def _tally_kinds(
         hits = np.argwhere(codes == code)
         if len(hits):
             tally.kinds[kind] += len(hits)
-            i, j = hits[0]
-            tally.offer(kind, RunAt.of(cfgs[i], int(budgets[j])))
+            for i, j in hits[np.lexsort((hits[:, 1], hits[:, 0]))][:EXAMPLES_PER_KIND]:
+                tally.offer(kind, RunAt.of(cfgs[i], int(budgets[i, j])))
 
 
-def _tally_steps(tally: BehaviourTally, chunks: np.ndarray, valid: np.ndarray) -> None:
+def _tally_steps(
+    tally: BehaviourTally, chunks: np.ndarray, valid: np.ndarray, length: np.ndarray
+) -> None:
     """Reachable (state, budget) steps, per policy and under either, and those that differ."""
-    reach = reachable(chunks, valid)
+    reach = reachable(chunks, valid, length)
     offered = valid.sum(axis=1)
     tally.states = [int((r.sum(axis=1) * (offered > 0)).sum()) for r in reach]
     either = reach[0] | reach[1]
@@ -396,16 +386,17 @@ def _tally_cost(
     tally: BehaviourTally,
     runs: PairedRuns,
     valid: np.ndarray,
-    cfgs: list[Config],
+    batch: Batch,
     budgets: np.ndarray,
-    length: int,
 ) -> None:
     """SPEC P7: steps against ceil((E - c0) / b), per policy and over the runs both finish."""
-    ideal = np.broadcast_to(-(-length // budgets), valid.shape)
+    ideal = -(-(batch.end - batch.start)[:, None] // np.maximum(budgets, 1))
     finished = valid & ~runs.stuck
     both = finished[0] & finished[1]
-    below_block = budgets[None, :] < cfgs[0].block
+    block = np.broadcast_to(np.asarray(batch.fields["block"]), (len(batch),))
+    below_block = budgets < block[:, None]
     for side in (0, 1):
+        cfgs = batch.configs
         _add_cost(tally.cost[side], valid, finished[side], runs.steps[side], ideal, cfgs, budgets)
         tally.cost[side].starved += int((valid & ~finished[side] & below_block).sum())
         _add_cost(tally.both_finished[side], both, both, runs.steps[side], ideal, cfgs, budgets)
@@ -428,41 +419,30 @@ def _add_cost(
     if finished.any():
         excess = np.where(finished, steps - ideal, np.iinfo(np.int64).min)
         i, j = np.argwhere(excess == excess.max())[0]
-        cost.offer_worst(int(excess[i, j]), RunAt.of(cfgs[i], int(budgets[j])))
-
-
-def _batch(a: Policy, b: Policy, batch: list[Config], ranges: Ranges) -> BehaviourTally:
-    tally = BehaviourTally()
-    pairs = zip(
-        family_tables(a, batch, ranges.max_sched, ranges.budget),
-        family_tables(b, batch, ranges.max_sched, ranges.budget),
-        strict=True,
-    )
-    for ta, tb in pairs:
-        tally.merge(_family(a, b, ta, tb, ranges))
-    return tally
+        cost.offer_worst(int(excess[i, j]), RunAt.of(cfgs[i], int(budgets[i, j])))
 
 
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(a: Policy, b: Policy, ranges: Ranges) -> None:
-    _WORKER.update(a=a, b=b, ranges=ranges)
+def _worker_init(a: RequestModel, b: RequestModel) -> None:
+    _WORKER.update(a=a, b=b)
 
 
-def _worker(batch: list[Config]) -> BehaviourTally:
-    return _batch(_WORKER["a"], _WORKER["b"], batch, _WORKER["ranges"])
+def _worker(batch: Batch) -> BehaviourTally:
+    return _batch_tally(_WORKER["a"], _WORKER["b"], batch)
 
 
-def _tallies(a: Policy, b: Policy, ranges: Ranges, jobs: int) -> Iterator[BehaviourTally]:
-    batches = ranges.batches()
-    if jobs <= 1 or len(batches) < 2:
+def _tallies(
+    a: RequestModel, b: RequestModel, batches: list[Batch], jobs: int
+) -> Iterator[BehaviourTally]:
+    if usable_jobs(jobs) <= 1 or len(batches) < 2:
         for batch in batches:
-            yield _batch(a, b, batch, ranges)
+            yield _batch_tally(a, b, batch)
         return
-    # fork: the policies (functions, closures) are inherited, not pickled.
+    # fork: the policies (functions, syntax trees) are inherited, not pickled.
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(jobs, initializer=_worker_init, initargs=(a, b, ranges)) as pool:
+    with ctx.Pool(usable_jobs(jobs), initializer=_worker_init, initargs=(a, b)) as pool:
         yield from pool.imap_unordered(_worker, batches)
 
 
@@ -487,18 +467,20 @@ class Behaviour:
 def compare_behaviour(
     a: Policy,
     b: Policy,
-    ranges: Ranges,
+    space: Space,
     jobs: int = 1,
     tick: Callable[[int, int], None] | None = None,
 ) -> Behaviour:
-    """Every const(b) run of every configuration of ``ranges`` under both policies (module
+    """Every const(b) run of every configuration of ``space`` under both policies (module
     docstring); the examples are re-run natively and must show the kind the tables gave."""
     started = time.monotonic()
-    total, batches = BehaviourTally(), len(ranges.batches())
-    for done, tally in enumerate(_tallies(a, b, ranges, jobs), 1):
+    model_a, model_b = RequestModel(a, space), RequestModel(b, space)
+    batches = list(model_a.batches())
+    total = BehaviourTally()
+    for done, tally in enumerate(_tallies(model_a, model_b, batches, jobs), 1):
         total.merge(tally)
         if tick is not None:
-            tick(done, batches)
+            tick(done, len(batches))
     examples = {kind: [_example(a, b, at, kind) for at in total.examples(kind)] for kind in KINDS}
     return Behaviour(total, examples, time.monotonic() - started)
 
@@ -520,7 +502,7 @@ class Comparison:
 
     a: Side
     b: Side
-    ranges: Ranges
+    space: Space
     prover_range: dict[str, Any] | None
     behaviour: Behaviour
     command: str

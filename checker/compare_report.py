@@ -24,12 +24,12 @@ from chunkproof.checker.compare import (
     VerdictRow,
     exit_status,
 )
-from chunkproof.checker.properties import PROPERTIES
 from chunkproof.checker.report import VIOLATED, Verdict
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.trajectory import Trajectory
+from chunkproof.spec.properties import PROPERTIES
 
 RESULT_OPTIONS = (
     "block",

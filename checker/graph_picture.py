@@ -18,21 +18,14 @@ from typing import TYPE_CHECKING
 import networkx as nx
 import numpy as np
 
-from chunkproof.checker.explorer import (
-    ConfigResult,
-    FamilyTables,
-    StateGraph,
-    budget_bounds,
-    evaluate_config,
-    family_tables,
-    state_graphs,
-)
+from chunkproof.checker.explorer import Explored, explore_batch
 from chunkproof.checker.pictures import new_figure, picture_style, save_figure
-from chunkproof.checker.properties import PROPERTIES
-from chunkproof.checker.ranges import compact
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
+from chunkproof.spec.properties import PROPERTIES
+from chunkproof.spec.request import RequestModel, budget_bounds, make_batch
+from chunkproof.spec.space import Ints, Space
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -50,9 +43,9 @@ STEP_PROPERTIES = ("P3", "P4", "P5", "P6")
 GRAPH_PROPERTIES = ("P1", *STEP_PROPERTIES)
 """The properties a node can be coloured by, in order of precedence."""
 
-AS_DRAWN = {"P2": "P1", "P7": "P1"}
-"""P2 and P7 fail exactly where P1 does in the explorer (a state the largest budget cannot
-move), so their counterexamples draw as P1."""
+AS_DRAWN = {"P2": "P1", "P7": "P1", "P0": "P1"}
+"""P2 fails exactly where P1 does (a state the largest budget cannot move), P7 where a budget
+cannot move it, and a P0 step ends the run there: their counterexamples draw as P1."""
 
 COLOURS = {
     "P1": "#e03131",
@@ -119,53 +112,65 @@ class GraphMarks:
     """The counterexample's violating step (c, c + chunk)."""
 
 
-def explored_graph(policy: Policy, cx: Counterexample) -> tuple[FamilyTables, StateGraph]:
-    """The explorer's tables and state graph of ``cx``'s configuration under budgets 1..M;
-    a configuration too large to draw is a one-line error."""
+def explored_graph(policy: Policy, cx: Counterexample) -> Explored:
+    """The explorer's exhaustive run of ``cx``'s configuration under its offered budgets; a
+    configuration too large to draw is a one-line error."""
     cfg = cx.config
-    high = budget_bounds(cfg, None)[1]
-    cells = (cfg.prefill_end - cfg.start) * high
+    low, high = budget_bounds(cfg, None)
+    cells = (cfg.prefill_end - cfg.start) * max(high - low + 1, 1)
     if cells > MAX_GRAPH_CELLS:
         raise ChunkproofError(
             f"--graph draws small configurations only: {cfg.describe()} has "
             f"{cells:,} (state, budget) cells, more than {MAX_GRAPH_CELLS:,}"
         )
-    window = cx.window()
-    (tables,) = family_tables(policy, [cfg], (cfg.max_sched,), None, STEP_PROPERTIES, window)
-    sg = state_graphs(tables)[0]
-    states = sg.graph.number_of_nodes()
+    model = RequestModel(policy, Space(()), cx.window())
+    explored = explore_batch(model, make_batch([cfg], None))
+    states = len(explored.states)
     if states > MAX_GRAPH_STATES:
         raise ChunkproofError(
             f"--graph draws at most {MAX_GRAPH_STATES} states: {cfg.describe()} reaches {states}"
         )
-    return tables, sg
+    return explored
 
 
 def graph_marks(policy: Policy, cx: Counterexample) -> GraphMarks:
     """What the state-graph picture of ``cx`` shows: the explorer's reachable states under
-    ``adversarial(1..M)`` (SPEC S4) and the properties each step breaks (SPEC P; explorer:
-    ``family_tables``, ``state_graphs``, ``evaluate_config``)."""
+    ``adversarial(1..M)`` (SPEC S4) and the properties each step breaks (SPEC P)."""
     cfg = cx.config
-    tables, sg = explored_graph(policy, cx)
-    graph = sg.graph
-    result = evaluate_config(tables, sg, cfg.max_sched, None)
+    explored = explored_graph(policy, cx)
+    steps = explored.steps
+    source_c = explored.states[steps.source, 1]
+    graph: nx.DiGraph[int] = nx.DiGraph()
+    graph.add_nodes_from(int(c) for c in explored.states[:, 1])
+    chunk = steps.record["chunk"]
+    for c, k in zip(source_c.tolist(), chunk.tolist(), strict=True):
+        graph.add_edge(int(c), int(c) + int(k))
     path_nodes, path_edges = _path(cx, graph)
+    top = budget_bounds(cfg, None)[1]
     nodes, edges = [], []
     for c in sorted(graph.nodes):
         if c >= cfg.prefill_end:
             nodes.append(GraphNode(c, (), True, "", c in path_nodes))
             continue
-        groups = _budget_groups(tables, result, c)
-        stays = groups.pop(0, ())
-        out = [
-            GraphEdge(c, c + k, compact(bs), _edge_broken(result, c, bs), (c, c + k) in path_edges)
-            for k, bs in sorted(groups.items())
-        ]
-        broken = {p for e in out for p in e.broken}
-        if _stuck(result, c):
-            broken.add("P1")
-        order = tuple(p for p in GRAPH_PROPERTIES if p in broken)
-        nodes.append(GraphNode(c, order, False, compact(stays) if stays else "", c in path_nodes))
+        mine = np.flatnonzero(source_c == c)
+        groups: dict[int, list[int]] = {}
+        for i in mine:
+            groups.setdefault(int(chunk[i]), []).append(int(steps.action[i]))
+        for members in groups.values():
+            if members[-1] == top:
+                members.extend(range(top + 1, cfg.max_sched + 1))
+        stays = groups.pop(0, [])
+        out = []
+        for k, budgets in sorted(groups.items()):
+            rows = mine[chunk[mine] == k]
+            broken = tuple(p for p in STEP_PROPERTIES if steps.bad[p][rows].any())
+            edge = GraphEdge(c, c + k, _compact(budgets), broken, (c, c + k) in path_edges)
+            out.append(edge)
+        broken_here = {p for e in out for p in e.broken}
+        if steps.bad["P1"][mine].any():
+            broken_here.add("P1")
+        order = tuple(p for p in GRAPH_PROPERTIES if p in broken_here)
+        nodes.append(GraphNode(c, order, False, _compact(stays) if stays else "", c in path_nodes))
         edges += out
     last = cx.steps[-1]
     return GraphMarks(
@@ -180,53 +185,35 @@ def graph_marks(policy: Policy, cx: Counterexample) -> GraphMarks:
     )
 
 
+def _compact(values: Sequence[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3,7"``."""
+    pairs = [(v, v) for v in sorted(set(values))]
+    return Ints(_merged(pairs)).describe()
+
+
+def _merged(pairs: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    merged: list[tuple[int, int]] = []
+    for low, high in pairs:
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(high, merged[-1][1]))
+        else:
+            merged.append((low, high))
+    return tuple(merged)
+
+
 def _path(cx: Counterexample, graph: nx.DiGraph[int]) -> tuple[set[int], set[tuple[int, int]]]:
     """The states and transitions of the counterexample's trace; each must be in the graph."""
     nodes, edges = {cx.config.start}, set()
     for index, s in enumerate(cx.steps):
-        if not graph.has_edge(s.c, s.end):
+        if s.unsafe is None and not graph.has_edge(s.c, s.end):
             raise ChunkproofError(
                 f"step {index} ({s.c} -> {s.end} with budget {s.budget}) is not a transition "
                 "of the policy's state graph: the counterexample does not replay on it"
             )
-        nodes.add(s.end)
-        if s.chunk > 0:
+        nodes.add(s.end if s.unsafe is None else s.c)
+        if s.chunk > 0 and s.unsafe is None:
             edges.add((s.c, s.end))
     return nodes, edges
-
-
-def _budget_groups(
-    tables: FamilyTables, result: ConfigResult, c: int
-) -> dict[int, tuple[int, ...]]:
-    """chunk -> the offered budgets 1..M giving it at state c. Budgets above T - c0 act as
-    T - c0 (``budget_bounds``), so they join the group of the largest one evaluated."""
-    row = tables.chunk[0][c - tables.base.start, : len(result.budgets)]
-    groups: dict[int, list[int]] = {}
-    for b, k in zip(result.budgets.tolist(), row.tolist(), strict=True):
-        groups.setdefault(int(k), []).append(int(b))
-    top = int(result.budgets[-1])
-    for members in groups.values():
-        if members[-1] == top:
-            members.extend(range(top + 1, result.cfg.max_sched + 1))
-    return {k: tuple(v) for k, v in groups.items()}
-
-
-def _row(result: ConfigResult, c: int) -> int:
-    """The row of state c in the result's masks (its reachable states, sorted)."""
-    return int(np.searchsorted(result.reach, c))
-
-
-def _edge_broken(result: ConfigResult, c: int, budgets: Sequence[int]) -> tuple[str, ...]:
-    """The step properties (P3-P6) a transition breaks with one of its budgets (those above
-    the evaluated ones act as the largest, see :func:`_budget_groups`)."""
-    cols = [int(np.searchsorted(result.budgets, b)) for b in budgets if b <= result.budgets[-1]]
-    row = _row(result, c)
-    return tuple(p for p in STEP_PROPERTIES if bool(result.masks[p][row, cols].any()))
-
-
-def _stuck(result: ConfigResult, c: int) -> bool:
-    """P1 at c: the largest budget yields 0 (SPEC P1)."""
-    return bool(result.masks["P1"][_row(result, c)].any())
 
 
 # -- rendering ----------------------------------------------------------------------------------

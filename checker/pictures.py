@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chunkproof.checker.properties import PROPERTIES, STUCK_PROPERTIES, resend_position
-from chunkproof.checker.slots import crossing_claim
 from chunkproof.model.arith import fl
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
@@ -25,6 +23,8 @@ from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError, PolicyError
 from chunkproof.model.policy import Policy
 from chunkproof.model.splits import CACHE_POSITIONS
+from chunkproof.spec.properties import PROPERTIES, STUCK_PROPERTIES, resend_position
+from chunkproof.spec.slots import crossing_claim
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -215,17 +215,20 @@ def step_bars(cx: Counterexample) -> tuple[tuple[Bar, ...], Elision | None]:
 def failure_marks(cx: Counterexample, row: int) -> tuple[Failure, ...]:
     """The failure of the last step, according to the property (SPEC P).
 
-    P1/P2/P7: the stuck point; P3: the block end the chunk runs past, and every poisoned slot
+    P0: the step that raises or leaves [0, its input]; P1/P2/P7: the stuck point;
+    P3: the block end the chunk runs past, and every poisoned slot
     the slot oracle found (``details["poisoned"]``); P4: the off-grid end; P5: the end inside
     the window; P6: the skipped resend position R*. ``row`` is the last step's row.
     """
     cfg, pid = cx.config, cx.property
     last = cx.steps[-1]
     c, e = last.c, last.end
+    if pid == "P0" or last.unsafe is not None:
+        return (Failure("unsafe", c, f"at c={c}: {last.unsafe}", row),)
     if pid in STUCK_PROPERTIES:
-        return (Failure("stuck", c, f"stuck at c={c}: even b={last.budget} gives 0", row),)
+        return (Failure("stuck", c, f"stuck at c={c}: b={last.budget} gives 0", row),)
     if pid == "P3":
-        claim = crossing_claim(c, e, cfg.block)
+        claim = crossing_claim(cfg, c, e)
         if claim is None:
             raise ChunkproofError(f"the last chunk [{c}, {e}) crosses no block end: not a P3 trace")
         crossing = Failure("crossing", claim, f"[{c}, {e}) runs past {claim} from mid-block", row)

@@ -1,4 +1,5 @@
-"""A progress bar on standard error, shown only for runs longer than a second on a terminal."""
+"""Progress on standard error (cells proved, configurations explored, time left), shown only on
+a terminal, only for runs longer than a second, and never under ``--json``."""
 
 from __future__ import annotations
 
@@ -10,13 +11,19 @@ from typing import TextIO
 class Progress:
     """Call :meth:`tick` with (done, total); call :meth:`close` when the run ends."""
 
-    def __init__(self, label: str, stream: TextIO | None = None, delay: float = 1.0) -> None:
+    def __init__(
+        self,
+        label: str,
+        stream: TextIO | None = None,
+        delay: float = 1.0,
+        enabled: bool = True,
+    ) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.delay = delay
         self.started = time.monotonic()
         self.shown = False
-        self.enabled = self.stream.isatty()
+        self.enabled = enabled and self.stream.isatty()
 
     def tick(self, done: int, total: int) -> None:
         elapsed = time.monotonic() - self.started
@@ -25,13 +32,16 @@ class Progress:
         width = 30
         filled = width * done // max(total, 1)
         bar = "#" * filled + "." * (width - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {done}/{total} {elapsed:5.1f}s")
+        left = elapsed * (total - done) / done if done else 0.0
+        self.stream.write(
+            f"\r{self.label} [{bar}] {done}/{total} {elapsed:5.1f}s, about {left:5.1f}s left"
+        )
         self.stream.flush()
         self.shown = True
 
     def close(self) -> None:
         if self.shown:
-            self.stream.write("\r" + " " * 79 + "\r")
+            self.stream.write("\r" + " " * 100 + "\r")
             self.stream.flush()
 
     @property

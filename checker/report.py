@@ -1,22 +1,28 @@
-"""Verdicts (SPEC P: PROVED, VIOLATED, UNKNOWN), their JSON document and their text table."""
+"""Verdicts (SPEC P: PROVED, VIOLATED, UNKNOWN; and EMPTY: no configuration in range), their
+JSON document and their text table.
+
+A verdict states its range: every input of SPEC S1 with its set or fixed value
+(:meth:`chunkproof.spec.space.Space.describe`), how many configurations it covered and which it
+excluded (refused by the release, in the degenerate region), so no PROVED reads wider than it
+is. A range with no configuration in scope is never PROVED (EMPTY, exit status 2).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from chunkproof.checker.output import RunFolder
 from chunkproof.checker.pictures import save_picture
-from chunkproof.checker.properties import PROPERTIES
 from chunkproof.checker.search import Exploration, minimal_counterexample
 from chunkproof.model.counterexample import Counterexample
-from chunkproof.model.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
+from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.policy import Policy
-from chunkproof.proofs.prover import CellVerdict
+from chunkproof.spec.properties import PROPERTIES
 
-PROVED, VIOLATED, UNKNOWN = "PROVED", "VIOLATED", "UNKNOWN"
+PROVED, VIOLATED, UNKNOWN, EMPTY = "PROVED", "VIOLATED", "UNKNOWN", "EMPTY"
 
-_FINDINGS = {
+FINDINGS = {
     "degenerate": "in the degenerate region (M < L, or a static 0 < theta < L), where the "
     "reservation alone can hold a request at T - L",
     "refused": "outside the configurations this release accepts (SPEC S1b)",
@@ -57,43 +63,58 @@ class Verdict:
         }
 
 
-def exploration_verdicts(exploration: Exploration, out_dir: Path | None) -> list[Verdict]:
-    """One verdict per property: VIOLATED with a minimal counterexample written under
-    ``out_dir`` with its picture, or PROVED by complete enumeration of the grid; findings
-    outside the range (degenerate region, refused configurations) are attached separately."""
+def save_counterexample(
+    cx: Counterexample, policy: Policy, out: RunFolder, name: str
+) -> tuple[str, str]:
+    """Write the counterexample file and its picture beside it (``P1.json``, ``P1.svg``) into
+    the run folder; their final paths."""
+    staged = out.path(policy.file_stem, f"{name}.json")
+    cx.save(staged)
+    picture = save_picture(cx, policy, staged.with_suffix(".svg"))
+    return out.record(staged), out.record(picture)
+
+
+def exploration_verdicts(
+    exploration: Exploration, rng: dict[str, Any], out: RunFolder | None
+) -> list[Verdict]:
+    """One verdict per property: VIOLATED with a minimal counterexample written under ``out``
+    with its picture, PROVED by complete enumeration of the range's configurations, or EMPTY when
+    the range holds none inside the verdict's scope; findings outside it (degenerate region,
+    refused configurations) are attached separately."""
     tally = exploration.tally
-    rng = {**exploration.ranges.describe(), "configurations": tally.configs["main"]}
-    if tally.configs["degenerate"] or tally.configs["refused"]:
-        rng["excluded"] = {k: v for k, v in tally.configs.items() if k != "main" and v}
+    main = tally.configs["main"]
     verdicts = []
     for pid in exploration.properties:
-        cx_path, picture, summary = _counterexample(exploration, pid, "main", out_dir)
+        path, picture, summary = _counterexample(exploration, pid, "main", out)
         violating = exploration.failing(pid, "main")
-        status = VIOLATED if violating else PROVED
-        if status == PROVED:
-            summary = _proved_summary(exploration, pid)
+        if violating:
+            status = VIOLATED
+        elif main:
+            status, summary = PROVED, _proved_summary(exploration, pid)
+        else:
+            status, summary = EMPTY, "no configuration in range (" + _held(tally.configs) + ")"
         verdict = Verdict(
             pid,
             status,
             rng,
-            cx_path,
-            summary,
-            "exhaustive enumeration (networkx state graphs)",
-            tally.configs["main"],
+            path,
+            _with_figure(exploration, pid, summary) if violating else summary,
+            "exhaustive enumeration (breadth-first, every reachable state)",
+            main,
             violating,
             _figure(exploration, pid),
             picture=picture,
         )
-        for cat, words in _FINDINGS.items():
+        for cat, words in FINDINGS.items():
             count = exploration.failing(pid, cat)
             if count:
-                path, drawn, text = _counterexample(exploration, pid, cat, out_dir)
+                found, drawn, text = _counterexample(exploration, pid, cat, out)
                 verdict.findings.append(
                     {
                         "kind": cat,
                         "description": words,
                         "violating_configs": count,
-                        "counterexample": path,
+                        "counterexample": found,
                         "picture": drawn,
                         "summary": text,
                     }
@@ -102,28 +123,28 @@ def exploration_verdicts(exploration: Exploration, out_dir: Path | None) -> list
     return verdicts
 
 
+def _held(configs: dict[str, int]) -> str:
+    """What a range held when none of it is in scope."""
+    return (
+        f"{configs['refused']} configurations the release refuses, "
+        f"{configs['degenerate']} in the degenerate region"
+    )
+
+
 def _counterexample(
-    exploration: Exploration, pid: str, cat: str, out_dir: Path | None
+    exploration: Exploration, pid: str, cat: str, out: RunFolder | None
 ) -> tuple[str | None, str | None, str]:
-    """The minimal counterexample of ``pid`` in ``cat``: its file and picture under
-    ``out_dir`` (None without one), and its summary."""
+    """The minimal counterexample of ``pid`` in ``cat``: its file and picture in the run folder
+    (None without one), and its summary."""
     cx = minimal_counterexample(exploration, pid, cat)
     if cx is None:
         return None, None, ""
     text = f"{cx.config.describe()}: {cx.verdict}"
-    if out_dir is None:
+    if out is None:
         return None, None, text
     suffix = "" if cat == "main" else f"-{cat}"
-    path, picture = save_with_picture(
-        cx, exploration.policy, out_dir / exploration.policy.file_stem / f"{pid}{suffix}.json"
-    )
+    path, picture = save_counterexample(cx, exploration.policy, out, f"{pid}{suffix}")
     return path, picture, text
-
-
-def save_with_picture(cx: Counterexample, policy: Policy, path: Path) -> tuple[str, str]:
-    """Write the counterexample file and its picture beside it (``P1.json``, ``P1.svg``)."""
-    cx.save(path)
-    return str(path), str(save_picture(cx, policy, path.with_suffix(".svg")))
 
 
 def _proved_summary(exploration: Exploration, pid: str) -> str:
@@ -136,8 +157,19 @@ def _proved_summary(exploration: Exploration, pid: str) -> str:
         )
     if pid == "P7":
         cost = tally.cost
-        return f"every const(b) run finishes; worst excess {cost['worst_excess']} steps"
+        return f"all {cost['runs']} const(b) runs finish; worst excess {cost['worst_excess']} steps"
     return f"holds on all {tally.configs['main']} configurations"
+
+
+def _with_figure(exploration: Exploration, pid: str, summary: str) -> str:
+    """A violated P2 or P7 row also states its figure."""
+    cost = exploration.tally.cost
+    if pid == "P7":
+        return (
+            f"{cost['stuck_runs']} of {cost['runs']} const(b) runs never finish "
+            f"({cost['stuck_runs_below_block']} with b < B); e.g. {summary}"
+        )
+    return summary
 
 
 def _figure(exploration: Exploration, pid: str) -> dict[str, Any] | None:
@@ -149,12 +181,15 @@ def _figure(exploration: Exploration, pid: str) -> dict[str, Any] | None:
 
 
 def exit_status(verdicts: list[Verdict]) -> int:
-    """SPEC CLI: 1 if a property is violated, else 3 if one is unknown, else 0."""
+    """SPEC CLI: 1 if a property is violated, else 3 if one is unknown, else 2 if no verdict
+    covers any configuration, else 0."""
     statuses = {v.status for v in verdicts}
     if VIOLATED in statuses:
         return EXIT_VIOLATED
     if UNKNOWN in statuses:
         return EXIT_UNKNOWN
+    if statuses == {EMPTY}:
+        return EXIT_BAD_INPUT
     return EXIT_OK
 
 
@@ -173,7 +208,7 @@ def render_table(verdicts: list[Verdict]) -> str:
         name = f"{v.property} {PROPERTIES[v.property].name}"
         unit = "cells" if v.method == "z3" else "configs"
         scope = f"{v.violating} of {v.configs} {unit}" if v.status == VIOLATED else ""
-        lines.append(f"  {name:<19} {v.status:<9} {scope}")
+        lines.append(f"  {name:<19} {v.status:<9} {scope}".rstrip())
         lines.append(f"      {v.summary}")
         if v.counterexample:
             lines.append(f"      counterexample: {v.counterexample}")
@@ -195,88 +230,44 @@ def render_table(verdicts: list[Verdict]) -> str:
     return "\n".join(lines)
 
 
-def proof_verdicts(
-    cell_verdicts: list[CellVerdict],
-    properties: tuple[str, ...],
-    rng: dict[str, Any],
-    out_dir: Path | None,
-    policy: Policy,
-) -> list[Verdict]:
-    """One verdict per property from the prover's cells: VIOLATED if a cell is (with the
-    smallest counterexample: T, then B, L, M, then the trace), else UNKNOWN if a cell is, else
-    PROVED; the summary says which method proved how many cells."""
-    verdicts = []
-    for pid in properties:
-        cells = [v for v in cell_verdicts if v.property == pid]
-        violated = [v for v in cells if v.status == VIOLATED]
-        unknown = [v for v in cells if v.status == UNKNOWN]
-        methods: dict[str, int] = {}
-        for v in cells:
-            if v.status == PROVED:
-                methods[v.method] = methods.get(v.method, 0) + 1
-        figure = {
-            "cells": len(cells),
-            "proved_by": methods,
-            "violated_cells": [v.cell.describe() for v in violated],
-            "unknown_cells": [{**v.cell.describe(), "why": v.detail} for v in unknown],
-            "certificates": str(out_dir / policy.file_stem) if out_dir and methods else None,
-        }
-        status = VIOLATED if violated else UNKNOWN if unknown else PROVED
-        path, picture, summary = None, None, ""
-        with_cx = [v for v in violated if v.counterexample is not None]
-        if with_cx:
-            best = min(with_cx, key=_cx_rank)
-            cx = best.counterexample
-            assert cx is not None
-            summary = f"{cx.config.describe()}: {cx.verdict} ({best.detail})"
-            if out_dir is not None:
-                target = out_dir / policy.file_stem / f"{pid}-prove.json"
-                path, picture = save_with_picture(cx, policy, target)
-        elif violated:
-            why = violated[0].detail
-            summary = f"violated in {len(violated)} of {len(cells)} cells ({why})"
-        elif unknown:
-            summary = f"{len(unknown)} of {len(cells)} cells undecided: {unknown[0].detail}"
-        else:
-            how = ", ".join(f"{m} {n}" for m, n in sorted(methods.items()))
-            summary = f"proved on all {len(cells)} cells ({how}); certificates re-checked"
-        verdicts.append(
-            Verdict(
-                pid,
-                status,
-                rng,
-                path,
-                summary,
-                "z3",
-                len(cells),
-                len(violated),
-                figure,
-                picture=picture,
-            )
-        )
-    return verdicts
-
-
-def _cx_rank(v: CellVerdict) -> tuple[int, ...]:
-    cx = v.counterexample
-    assert cx is not None
-    cfg = cx.config
-    return (cfg.T, cfg.block, cfg.lookahead, cfg.max_sched, len(cx.steps), int(cfg.drop))
+def range_lines(rng: dict[str, Any]) -> list[str]:
+    """A range as text lines: every input with its set or fixed value (a union shows one line
+    per grid)."""
+    budget = rng.get("budget", "1-M")
+    if "union" in rng:
+        lines = []
+        for grid in rng["union"]:
+            label = grid.get("grid") or "grid"
+            rest = ", ".join(f"{k}={v}" for k, v in grid.items() if k != "grid")
+            lines.append(f"  {label}: {rest}, budget={budget}")
+        return lines
+    return ["  " + ", ".join(f"{k}={v}" for k, v in rng.items())]
 
 
 def combine(explored: list[Verdict], proved: list[Verdict]) -> list[Verdict]:
     """``check``: one row per property from both engines. The row is VIOLATED if either engine
-    found a violation, else UNKNOWN if the prover could not decide, else PROVED; its
-    counterexample (and picture) is the explorer's (smallest), else the prover's."""
+    found a violation, else UNKNOWN if one could not decide, else PROVED if either covered a
+    configuration, else EMPTY; its counterexample (and picture) is the explorer's (smallest),
+    else the prover's."""
     by_pid = {v.property: v for v in proved}
     rows = []
     for ex in explored:
         pr = by_pid.get(ex.property)
         if pr is None:
+            if ex.status == VIOLATED:
+                ex.summary = f"explorer: {ex.summary}; prover: not run (violated on the grid)"
             rows.append(ex)
             continue
         statuses = {ex.status, pr.status}
-        status = VIOLATED if VIOLATED in statuses else UNKNOWN if UNKNOWN in statuses else PROVED
+        status = (
+            VIOLATED
+            if VIOLATED in statuses
+            else UNKNOWN
+            if UNKNOWN in statuses
+            else PROVED
+            if PROVED in statuses
+            else EMPTY
+        )
         rows.append(
             Verdict(
                 ex.property,

@@ -22,7 +22,6 @@ from string import Template
 from types import FunctionType
 from typing import Any, TypeGuard
 
-from chunkproof.checker import properties as props
 from chunkproof.model import extraction
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
@@ -30,29 +29,34 @@ from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.loading import recorded_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.source_policy import recorded_options
+from chunkproof.model.step import VIEW_FIELDS, step_view
 from chunkproof.model.vllm_source import standin_attributes
+from chunkproof.spec import properties as props
 
 SOURCE_VARIABLE = "CHUNKPROOF_VLLM_SOURCE"
 """Names the root of a vLLM checkout or unpacked wheel for a generated test."""
 
 _SYMBOLS = {
-    "block": "B: the Mamba block size",
+    "block": "B: the Mamba group's block size (the state grid)",
     "prompt": "P: prompt tokens",
     "max_sched": "M: max scheduled tokens per step",
     "lookahead": "L: MTP prefill lookahead",
     "tokens": "T: num_tokens",
     "threshold": "theta: long-prefill threshold (0 = off)",
+    "split_block": "G: cache_config.block_size (the split's grid)",
     "hash_block": "H: hash block size",
     "sched_block": "B_s: scheduler block size",
     "drop": "D: EAGLE block drop",
     "hash_lookahead": "L_h: hash lookahead tokens",
-    "start": "c0: num_computed_tokens at admission",
+    "start": "c0: where the request is admitted (its prefix hits)",
+    "external": "x: the part of c0 a KV connector loaded",
     "junction": "J: shared-prefix junction",
     "exact_junction": "S: shared-prefix checkpoint",
     "partial_hits": "F: Mamba partial cache hits",
     "checkpoints": "K: prefill checkpoint blocks",
     "checkpoint_alignment": "alpha: checkpoint alignment (0 = None)",
     "uncached_prefix": "u: uncached common prefix (0.24-0.25)",
+    "retention": "R: prefix_cache_retention_interval (-1 = None)",
 }
 """Each config field with its history-note symbol, as the generated file comments it."""
 
@@ -76,7 +80,8 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
     cap = _cap_function(policy)
     loader_imports, loader = _loader_source()
     cfg = cx.config
-    scheduler, request = standin_attributes(cfg, recorded_options(cx.policy_options)[1])
+    view = step_view(cfg, cfg.start, lambda function, args: function(*args))
+    scheduler, request = standin_attributes(view, recorded_options(cx.policy_options)[1])
     name = props.PROPERTIES[cx.property].name.lower().replace("-", "_")
     values = {
         "docstring": _docstring(cx, source_name),
@@ -92,7 +97,10 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
         "test_name": f"test_{cx.property.lower()}_{name}",
         "definition": props.PROPERTIES[cx.property].definition,
         "check_body": _check(cx),
-        "functions": "\n\n\n".join(_function_sources([cap, *_predicates(cx)])),
+        "functions": "\n\n\n".join(
+            _function_sources([cap, *_predicates(cx), *VIEW_FIELDS.values()])
+        ),
+        "budgets": _budgets(cx),
         "source_variable": SOURCE_VARIABLE,
         "imports": "\n".join(sorted(set(_OWN_IMPORTS + loader_imports), key=_import_order)),
         "loader": loader,
@@ -108,9 +116,19 @@ def _cap_function(policy: Policy) -> FunctionType:
     return stage.function
 
 
+def _budgets(cx: Counterexample) -> str:
+    """The budgets the test offers: a P7 counterexample's constant one, else the recorded
+    budgets then the largest budget until the prefill ends."""
+    if cx.property == "P7":
+        return f"[{cx.steps[-1].budget}] * (PREFILL_END + 1)"
+    return "[s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)"
+
+
 def _predicates(cx: Counterexample) -> list[Callable[..., Any]]:
     """chunkproof's predicate of the property (SPEC P), as the trace check calls it."""
     pid = cx.property
+    if pid in ("P0", "P7"):
+        return []
     if pid in props.STUCK_PROPERTIES:
         return [props.stuck]
     if pid in props.EDGE_PROPERTIES:
@@ -121,10 +139,22 @@ def _predicates(cx: Counterexample) -> list[Callable[..., Any]]:
 
 
 def _check(cx: Counterexample) -> str:
-    """The body of the generated ``violation(vllm, scheduler, step)``: SPEC P per property."""
+    """The body of the generated ``violation(vllm, scheduler, step)``: SPEC P per property. A
+    stage leaving [0, its input] breaks P0 whatever the property (a crash raises in the test
+    itself); P7 is the const run not finishing, checked after the loop."""
     pid = cx.property
+    safety = (
+        "    for name, value, limit in (\n"
+        '        ("split", step.split, step.n),\n'
+        '        ("reservation", step.reservation, step.split),\n'
+        "    ):\n"
+        "        if not 0 <= value <= limit:\n"
+        '            return f"P0: the {name} returns {value}, outside [0, {limit}]: {step}"\n'
+    )
+    if pid in ("P0", "P7"):
+        return safety + "    return None\n"
     if pid in props.STUCK_PROPERTIES:
-        return (
+        return safety + (
             "    largest = schedule_step(vllm, scheduler, step.c, LARGEST_BUDGET)\n"
             "    if stuck(CONFIG, step.c, largest.chunk):\n"
             "        return (\n"
@@ -137,7 +167,7 @@ def _check(cx: Counterexample) -> str:
     predicate = _predicates(cx)[0].__name__
     args = "CONFIG, step.c, step.n, step.end" if pid == "P5" else "CONFIG, step.c, step.end"
     rule = props.PROPERTIES[pid]
-    return (
+    return safety + (
         f"    if step.chunk > 0 and {predicate}({args}):\n"
         "        return (\n"
         f'            f"chunk [{{step.c}}, {{step.end}}) breaks {pid} {rule.name} "\n'
@@ -307,7 +337,7 @@ RECORDED = $recorded
 def $test_name(vllm: Extracted) -> None:
     """$property: $definition."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
-    budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
+    budgets = $budgets
     c, path = CONFIG.start, []
     for budget in budgets:
         if c >= PREFILL_END:
@@ -326,11 +356,15 @@ $check_body
 
 def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int) -> Step:
     """One step of schedule() for this request: the budget cap, the real split, then the
-    real reservation when the source has one."""
+    real reservation when the source has one. At c = c0 the waiting loop admits the request
+    (num_computed_tokens 0, the hits and u as arguments); after, the running loop calls the
+    split with num_computed_tokens = c."""
     n = $cap(CONFIG, c, budget)
-    request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": c})
-    uncached = [CONFIG.uncached_prefix] if vllm.takes_uncached_prefix else []
-    split = scheduler._mamba_block_aligned_split(request, n, 0, 0, *uncached)
+    computed = computed_tokens(CONFIG, c)
+    request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": computed})
+    uncached = [uncached_at(CONFIG, c)] if vllm.takes_uncached_prefix else []
+    hits = (local_hit(CONFIG, c), external_hit(CONFIG, c))
+    split = scheduler._mamba_block_aligned_split(request, n, *hits, *uncached)
     reservation = split
     if vllm.has_reservation:
         reservation = scheduler._reserve_prefill_lookahead(request, c, split)

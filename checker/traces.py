@@ -1,41 +1,42 @@
-"""Counterexample traces: from a violating state of the explorer to a replayable file (SPEC C)."""
+"""Counterexample traces: a violating step's trace as a replayable file (SPEC C)."""
 
 from __future__ import annotations
 
-from itertools import pairwise
 from typing import Any
 
-from chunkproof.checker import properties as props
-from chunkproof.checker.explorer import (
-    StateGraph,
-    Witness,
-    budget_bounds,
-    edge_budget,
-    shortest_path,
-)
-from chunkproof.checker.slots import SlotSetup, crossing_claim, oracle
-from chunkproof.model.budget import Adversarial
+from chunkproof.model.budget import Adversarial, Const
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
+from chunkproof.spec import properties as props
+from chunkproof.spec.request import budget_bounds
+from chunkproof.spec.slots import crossing_claim, oracle
 
 MINIMISED = ("prompt", "block", "lookahead", "max_sched", "trace_length")
-"""Dimensions minimised, in lexicographic order (issue 2: smallest T, then B, L, M, length)."""
+"""Dimensions minimised, in lexicographic order (smallest T, then B, L, M, length)."""
 
 
 class ModelMismatch(ChunkproofError):
-    """The vectorised and the native form of a policy disagree: a bug in the tool itself."""
+    """Two forms of a policy disagree (vectorised and concrete, or solver and concrete): a bug
+    in the tool itself."""
 
     exit_code = 3
 
 
 def violates(pid: str, cfg: Config, s: Step, window: str, high: int) -> bool:
-    """Whether the final step ``s`` of a trace breaks property ``pid`` (SPEC P)."""
+    """Whether the final step ``s`` of a trace breaks property ``pid`` (SPEC P). For P7 the
+    trace is a ``const(b)`` run and its last step yields 0 (or breaks P0)."""
+    if pid == "P0":
+        return s.unsafe is not None
+    if s.unsafe is not None:
+        return pid == "P7" and s.c < cfg.prefill_end
+    if pid == "P7":
+        return bool(props.stuck(cfg, s.c, s.chunk))
     if pid in props.STUCK_PROPERTIES:
         return s.budget == high and bool(props.stuck(cfg, s.c, s.chunk))
-    if s.chunk == 0:
+    if s.chunk <= 0:
         return False
     if pid in props.EDGE_PROPERTIES:
         return bool(props.EDGE_PROPERTIES[pid](cfg, s.c, s.end))
@@ -44,36 +45,13 @@ def violates(pid: str, cfg: Config, s: Step, window: str, high: int) -> bool:
     raise ValueError(f"no trace check for {pid}")
 
 
-def trace_to(
-    policy: Policy, cfg: Config, sg: StateGraph, witness: Witness, budget: tuple[int, int] | None
-) -> list[Step]:
-    """The BFS-shortest trace from c0 to the witness state, then the violating step.
-
-    Every step is recomputed with the native (concrete) form, and must land where the
-    explorer's graph says it does.
-    """
-    high = budget_bounds(cfg, budget)[1]
-    path = shortest_path(sg, cfg.start, witness.c, high)
-    steps = []
-    for u, v in pairwise(path):
-        s = step(policy, cfg, u, edge_budget(sg, u, v))
-        if s.end != v:
-            raise ModelMismatch(
-                f"{policy.name}: the vectorised form goes {u} -> {v} with budget "
-                f"{s.budget}, the native form to {s.end}"
-            )
-        steps.append(s)
-    steps.append(step(policy, cfg, witness.c, witness.budget))
-    return steps
-
-
 def _finish(policy: Policy, cfg: Config, steps: list[Step], high: int) -> list[int] | None:
     """Chunk ends of the trace continued with the largest budget; None if it gets stuck."""
     ends = [s.end for s in steps if s.chunk > 0]
     c = ends[-1] if ends else cfg.start
     while c < cfg.prefill_end:
         s = step(policy, cfg, c, high)
-        if s.chunk == 0:
+        if s.chunk <= 0 or s.unsafe is not None:
             return None
         c = s.end
         ends.append(c)
@@ -85,17 +63,7 @@ def _slot_findings(policy: Policy, cfg: Config, steps: list[Step], high: int) ->
     ends = _finish(policy, cfg, steps, high)
     if ends is None or cfg.prompt != cfg.T or ends[-1] != cfg.prompt:
         return {}
-    report = oracle(
-        SlotSetup(
-            prompt=cfg.prompt,
-            block=cfg.block,
-            hash_block=cfg.H,
-            drop=cfg.drop,
-            hash_lookahead=cfg.hash_lookahead,
-            start=cfg.start,
-        ),
-        ends,
-    )
+    report = oracle(cfg, ends)
     return {
         "completed_ends": ends,
         "poisoned": [f"{p.claim} holds state@{p.held}" for p in report.violations],
@@ -111,7 +79,7 @@ def _agree_with_oracle(pid: str, cfg: Config, last: Step, details: dict[str, Any
         return
     if pid == "P6" and props.resend_position(cfg) in details["covered"]:
         raise ModelMismatch(f"P6: the slot oracle covers R* on the trace ending {last.end}")
-    claim = crossing_claim(last.c, last.end, cfg.block)
+    claim = crossing_claim(cfg, last.c, last.end)
     if pid == "P3" and f"{claim} holds state@{last.c}" not in details["poisoned"]:
         raise ModelMismatch(f"P3: the slot oracle does not report {claim} holding {last.c}")
 
@@ -119,6 +87,8 @@ def _agree_with_oracle(pid: str, cfg: Config, last: Step, details: dict[str, Any
 def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
     """The verdict in words (SPEC C)."""
     e, big_e = last.end, cfg.prefill_end
+    if pid == "P0":
+        return f"at c={last.c} with budget {last.budget}, {last.unsafe}"
     if pid == "P1":
         return (
             f"stuck at c={last.c} < E={big_e}: even the largest budget, {last.budget}, yields 0, "
@@ -127,15 +97,18 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
     if pid == "P2":
         return f"b* does not exist: at c={last.c} no budget up to {last.budget} makes progress"
     if pid == "P7":
-        return f"const({last.budget}) never finishes: stuck at c={last.c} < E={big_e}"
+        why = "breaks P0" if last.unsafe is not None else "yields 0"
+        return f"const({last.budget}) never finishes: at c={last.c} < E={big_e} the step {why}"
     if pid == "P3":
-        claim = crossing_claim(last.c, e, cfg.block)
+        claim = crossing_claim(cfg, last.c, e)
         return (
             f"chunk [{last.c}, {e}) starts mid-block and runs past {claim}: the cache keys "
             f"{claim} onto the block holding state@{last.c}"
         )
     if pid == "P4":
-        return f"chunk [{last.c}, {e}) ends off the block grid (B={cfg.block}) before E={big_e}"
+        return (
+            f"chunk [{last.c}, {e}) ends off the Mamba block grid (B={cfg.block}) before E={big_e}"
+        )
     if pid == "P5":
         return (
             f"chunk [{last.c}, {e}) ends inside the lookahead window "
@@ -169,12 +142,13 @@ def build_counterexample(
     if pid in ("P3", "P6"):
         details.update(_slot_findings(policy, cfg, steps, high))
         _agree_with_oracle(pid, cfg, steps[-1], details)
+    model = Const(steps[-1].budget) if pid == "P7" else Adversarial(low, high)
     return Counterexample(
         policy=policy.name,
         source_sha256=policy.source_sha256,
         policy_options=policy.options,
         config=cfg,
-        budget_model=Adversarial(low, high),
+        budget_model=model,
         property=pid,
         steps=tuple(steps),
         verdict=describe(pid, cfg, steps[-1], details),

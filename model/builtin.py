@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from chunkproof.model import acceptance, splits, stages
-from chunkproof.model.acceptance import Rule
 from chunkproof.model.errors import PolicyError
 from chunkproof.model.policy import Policy, Stage, StageFunction
 
@@ -25,7 +24,6 @@ def _release(
     split_variant: str,
     split: StageFunction,
     composition: str,
-    rules: tuple[Rule, ...],
 ) -> Policy:
     """A released variant: C1-C4 have no reservation, C5-C9 add R1, C8-C9 a per-step theta."""
     number = int(composition[1:])
@@ -43,14 +41,12 @@ def _release(
         reservation_variant="R1" if reserve else None,
         composition=composition,
         releases=releases,
-        acceptance=rules,
+        acceptance=acceptance.rules_for(int(releases[0].split(".")[1])),
     )
 
 
 _POLICIES: tuple[Policy, ...] = (
-    _release(
-        "vllm-0.15", ("0.15.0", "0.15.1", "0.16.0"), "V1", splits.split_v1, "C1", acceptance.OLD
-    ),
+    _release("vllm-0.15", ("0.15.0", "0.15.1", "0.16.0"), "V1", splits.split_v1, "C1"),
     _release(
         "vllm-0.17",
         (
@@ -70,19 +66,18 @@ _POLICIES: tuple[Policy, ...] = (
         "V2",
         splits.split_v2,
         "C1",
-        acceptance.MID,
     ),
-    _release("vllm-0.23", ("0.23.0",), "V2b", splits.split_v2, "C2", acceptance.MID),
-    _release("vllm-0.24", ("0.24.0",), "V3", splits.split_v3, "C3", acceptance.MID),
-    _release("vllm-0.25", ("0.25.0", "0.25.1"), "V3", splits.split_v3, "C4", acceptance.MID),
-    _release("vllm-0.26", ("0.26.0",), "V4", splits.split_v4, "C4", acceptance.MID),
-    _release("vllm-0.27", ("0.27.0", "0.27.1"), "V5", splits.split_v5, "C4", acceptance.NEW),
-    _release("vllm-0.28", ("0.28.0",), "V5", splits.split_v5, "C5", acceptance.NEW),
-    _release("vllm-0.29", ("0.29.0",), "V6", splits.split_v6, "C6", acceptance.NEW),
-    _release("vllm-0.30", ("0.30.0",), "V7", splits.split_v7, "C7", acceptance.NEW),
-    _release("vllm-0.31", ("0.31.0",), "V7'", splits.split_v7, "C8", acceptance.NEW),
-    _release("vllm-0.32", ("0.32.0",), "V8", splits.split_v8, "C8", acceptance.NEW),
-    _release("vllm-0.33", ("0.33.0",), "V9", splits.split_v9, "C9", acceptance.LATEST),
+    _release("vllm-0.23", ("0.23.0",), "V2b", splits.split_v2b, "C2"),
+    _release("vllm-0.24", ("0.24.0",), "V3", splits.split_v3, "C3"),
+    _release("vllm-0.25", ("0.25.0", "0.25.1"), "V3", splits.split_v3, "C4"),
+    _release("vllm-0.26", ("0.26.0",), "V4", splits.split_v4, "C4"),
+    _release("vllm-0.27", ("0.27.0", "0.27.1"), "V5", splits.split_v5, "C4"),
+    _release("vllm-0.28", ("0.28.0",), "V5", splits.split_v5, "C5"),
+    _release("vllm-0.29", ("0.29.0",), "V6", splits.split_v6, "C6"),
+    _release("vllm-0.30", ("0.30.0",), "V7", splits.split_v7, "C7"),
+    _release("vllm-0.31", ("0.31.0",), "V7'", splits.split_v7, "C8"),
+    _release("vllm-0.32", ("0.32.0",), "V8", splits.split_v8, "C8"),
+    _release("vllm-0.33", ("0.33.0",), "V9", splits.split_v9, "C9"),
     Policy(
         name="lookahead-in-split",
         summary="proposed fix for the lookahead livelock: V9 resolves window ends itself; "
@@ -93,7 +88,7 @@ _POLICIES: tuple[Policy, ...] = (
         split_variant="V9+window",
         reservation_variant="R1-unaligned",
         composition="C9",
-        acceptance=acceptance.LATEST,
+        acceptance=acceptance.rules_for(33),
     ),
     Policy(
         name="keep-subblock",
@@ -103,7 +98,7 @@ _POLICIES: tuple[Policy, ...] = (
         split_variant="V2+keep",
         reservation_variant=None,
         composition="C1",
-        acceptance=acceptance.MID,
+        acceptance=acceptance.rules_for(17),
     ),
 )
 

@@ -13,7 +13,10 @@ from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 
-SCHEMA = "chunkproof.counterexample/1"
+SCHEMA = "chunkproof.counterexample/2"
+READABLE = ("chunkproof.counterexample/1", SCHEMA)
+"""Schema 1 lacks the inputs added in 2 (G, x, R) and the P0 crash of a step; it reads with
+their defaults."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class Counterexample:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Counterexample:
-        if data.get("schema") != SCHEMA:
+        if data.get("schema") not in READABLE:
             raise ChunkproofError(
                 f"not a chunkproof counterexample (schema {data.get('schema')!r},"
                 f" expected {SCHEMA!r})"

@@ -22,3 +22,9 @@ class SubsetError(ChunkproofError):
 
 class PolicyError(ChunkproofError):
     """An unknown policy name or an unloadable policy."""
+
+
+class PolicyCrash(Exception):
+    """Policy code raised (SPEC P0: a failed ``assert``, a ``raise``, a division by zero) in its
+    concrete form; ``args[0]`` says where. Not a user-facing error: engines record it as a
+    violation of P0."""

@@ -198,12 +198,12 @@ class Extracted:
 
 def extract(tree: SourceTree, base: type[StandIn] = StandIn) -> Extracted:
     """The split, the reservation and all they reach in ``tree``, compiled (module docstring)."""
-    return _Collector(tree).compile(base)
+    return Collector(tree).compile(base)
 
 
 def files_read(tree: SourceTree) -> list[str]:
     """The tree-relative paths of every file :func:`extract` reads from ``tree``."""
-    return sorted(_Collector(tree).modules)
+    return sorted(Collector(tree).modules)
 
 
 @dataclass
@@ -219,25 +219,30 @@ class _Module:
 
 
 @dataclass(frozen=True)
-class _Link:
-    """What a global name of a compiled module is bound to: an extracted function or an object."""
+class Link:
+    """What a global name of an extracted module is bound to: function ``name`` of module
+    ``rel`` of the tree, or (``stdlib``) a standard-library module or name, which is looked up
+    only when the functions are compiled (:func:`extract`), never while collecting."""
 
     rel: str = ""
     name: str = ""
-    value: object = None
+    stdlib: tuple[str, str | None, str, int] | None = None
+    """(module, imported name or None, file label, line)."""
 
     def resolve(self, namespaces: dict[str, dict[str, Any]]) -> object:
-        return namespaces[self.rel][self.name] if self.rel else self.value
+        if self.stdlib is not None:
+            return _stdlib_object(*self.stdlib)
+        return namespaces[self.rel][self.name]
 
 
-class _Collector:
+class Collector:
     """Finds, strips and compiles the functions the two methods reach (module docstring)."""
 
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
         self.modules: dict[str, _Module] = {}
         self.needed: dict[str, dict[str, ast.FunctionDef]] = {}
-        self.links: dict[str, dict[str, _Link]] = {}
+        self.links: dict[str, dict[str, Link]] = {}
         self.members: dict[str, ast.FunctionDef] = {}
         scheduler = self._module(SCHEDULER_FILE)
         self.class_def = _scheduler_class(scheduler)
@@ -263,7 +268,7 @@ class _Collector:
             tree = ast.parse(text, filename=label)
         except SyntaxError as exc:
             raise SourceError(f"{label}:{exc.lineno}: syntax error: {exc.msg}") from None
-        module = _Module(rel, label, tree, _top_functions(tree), _top_imports(tree))
+        module = _Module(rel, label, tree, _top_functions(tree), top_imports(tree))
         self.modules[rel] = module
         return module
 
@@ -273,7 +278,7 @@ class _Collector:
         """Add method ``name`` of class Scheduler, the members it reads, and its helpers."""
         if name in self.members:
             return
-        method = _stripped(available[name], member=True)
+        method = stripped(available[name], member=True)
         self.members[name] = method
         for used in _self_attributes(method) & available.keys():
             self._need_member(scheduler, available, used)
@@ -284,14 +289,14 @@ class _Collector:
         needed = self.needed.setdefault(module.rel, {})
         if name in needed:
             return
-        function = _stripped(module.functions[name], member=False)
+        function = stripped(module.functions[name], member=False)
         needed[name] = function
         self._link_globals(module, function)
 
     def _link_globals(self, module: _Module, function: ast.FunctionDef) -> None:
         """Bind every global name ``function`` uses; builtins stay unbound."""
         links = self.links.setdefault(module.rel, {})
-        for name in sorted(_global_names(function)):
+        for name in sorted(global_names(function)):
             if name in links:
                 continue
             if name in module.functions or name in module.imports:
@@ -302,11 +307,11 @@ class _Collector:
                     f"uses {name!r}, which is neither a function nor an import"
                 )
 
-    def _resolve(self, module: _Module, name: str, line: int) -> _Link:
+    def _resolve(self, module: _Module, name: str, line: int) -> Link:
         """What ``name`` means in ``module``: a function there, or what its import names."""
         if name in module.functions:
             self._need(module, name)
-            return _Link(module.rel, name)
+            return Link(module.rel, name)
         if name not in module.imports:
             raise SourceError(
                 f"{module.label}:{line}: {name!r} is neither a function nor an import here"
@@ -316,7 +321,7 @@ class _Collector:
         if rel is not None and imported is not None:
             return self._resolve(self._module(rel), imported, line)
         if source.partition(".")[0] in sys.stdlib_module_names:
-            return _Link(value=_stdlib_object(source, imported, module.label, line))
+            return Link(stdlib=(source, imported, module.label, line))
         raise SourceError(
             f"{module.label}:{line}: cannot resolve {name!r} from {source}: it must "
             "be a function in the source tree or a standard-library name (a scheduler.py "
@@ -399,7 +404,7 @@ def _top_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
-def _top_imports(tree: ast.Module) -> dict[str, tuple[str, str | None, int]]:
+def top_imports(tree: ast.Module) -> dict[str, tuple[str, str | None, int]]:
     """The module's top-level absolute imports: local name -> (module, name, line)."""
     imports: dict[str, tuple[str, str | None, int]] = {}
     for node in tree.body:
@@ -438,7 +443,7 @@ def _self_attributes(method: ast.FunctionDef) -> set[str]:
     }
 
 
-def _global_names(function: ast.FunctionDef) -> set[str]:
+def global_names(function: ast.FunctionDef) -> set[str]:
     """The global (module or builtin) names ``function``'s body and nested scopes use."""
     table = symtable.symtable(ast.unparse(function), "<extracted>", "exec")
     names: set[str] = set()
@@ -476,7 +481,7 @@ class _StripAnnotations(ast.NodeTransformer):
         return ast.copy_location(ast.Assign([node.target], node.value), node)
 
 
-def _stripped(function: ast.FunctionDef, member: bool) -> ast.FunctionDef:
+def stripped(function: ast.FunctionDef, member: bool) -> ast.FunctionDef:
     """A copy of ``function`` without annotations or decorators.
 
     A class member keeps ``property`` (also for ``cached_property``), ``staticmethod`` and

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
-
 from chunkproof.model.builtin import get_builtin, is_builtin
 from chunkproof.model.counterexample import Counterexample
-from chunkproof.model.errors import PolicyError
+from chunkproof.model.errors import PolicyError, SubsetError
 from chunkproof.model.policy import Policy, Stage
+from chunkproof.model.source_model import TreeStage, locate_module, read_function
 from chunkproof.model.source_policy import names_source, recorded_options, source_policy
-from chunkproof.model.subset import parse
 from chunkproof.model.vllm_source import Overrides
 
 
@@ -26,9 +23,9 @@ def resolve_policy(text: str, compose: str | None = None, overrides: Overrides =
 
     A built-in name wins over a file of the same name; a path wins over ``module:name``.
 
-    ``name`` may be a :class:`Policy`, or a split function ``(cfg, c, n) -> int`` in the policy
-    subset, which takes the place of the split in the composition of ``vllm-latest`` (budget
-    cap, split, reservation R1).
+    ``module:name`` names a split function ``(cfg, c, n) -> int`` in the policy subset, read
+    from the module's file (never imported), which takes the place of the split in the
+    composition of ``vllm-latest`` (budget cap, split, reservation R1).
 
     ``compose`` (``--compose C5``) sets the composition real vLLM code runs in, and
     ``overrides`` (``--set self.x=3``) give values to inputs of that code the model does not
@@ -43,19 +40,14 @@ def resolve_policy(text: str, compose: str | None = None, overrides: Overrides =
         if not is_builtin(text) and ("/" in text or text.endswith(".py")):
             raise PolicyError(f"{text}: no such file or directory")
         return get_builtin(text)
-    module_name, _, attr = text.partition(":")
+    module_name, _, attr = text.rpartition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise PolicyError(f"cannot import {module_name!r} for policy {text!r}: {exc}") from None
-    target = getattr(module, attr, None)
-    if isinstance(target, Policy):
-        return target
-    if not inspect.isfunction(target):
-        raise PolicyError(f"{text}: no function or Policy named {attr!r} in {module_name}")
-    parse(target)  # reject code outside the subset now, with file and line
+        tree = read_function(locate_module(module_name), attr)
+    except SubsetError as exc:
+        raise PolicyError(str(exc)) from None
     latest = get_builtin("vllm-latest")
-    stages = tuple(Stage("split", target) if s.name == "split" else s for s in latest.stages)
+    user = Stage("split", TreeStage(tree), TreeStage(tree))
+    stages = tuple(user if s.name == "split" else s for s in latest.stages)
     return Policy(
         name=text,
         summary=f"user split {text} in the composition of {latest.name}",
@@ -63,4 +55,5 @@ def resolve_policy(text: str, compose: str | None = None, overrides: Overrides =
         split_variant=text,
         reservation_variant="R1",
         composition=latest.composition,
+        acceptance=latest.acceptance,
     )

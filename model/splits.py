@@ -7,7 +7,8 @@ stop at (lambda, tau) are functions of ``cfg`` of their own, listed per variant 
 subset (:mod:`chunkproof.model.subset`) and are the only definition of each variant: the
 vectorised and symbolic forms are derived from this source.
 
-``cfg`` attributes read here (history note section 2 names in brackets): ``block`` [B],
+``cfg`` attributes read here (history note section 2 names in brackets): ``split_block`` [B: the
+split's grid ``cache_config.block_size``, called G where it differs from the Mamba block],
 ``sched_block`` [B_s], ``hash_block`` [H], ``prompt`` [P], ``tokens`` [T], ``drop`` [D],
 ``hash_lookahead`` [L_h], ``partial_hits`` [F], ``exact_junction`` [S], ``junction`` [J],
 ``checkpoints`` [K], ``checkpoint_alignment`` [alpha, 0 = none], ``max_sched`` [M],
@@ -35,7 +36,7 @@ def max_chunk(cfg: Config) -> int:
 def back_off(lam: int, cfg: Config) -> int:
     """lambda := max(lambda - B, 0) under the EAGLE block drop D (V1-V7, rule 2/3)."""
     if cfg.drop:
-        return max(lam - cfg.block, 0)
+        return max(lam - cfg.split_block, 0)
     return lam
 
 
@@ -49,30 +50,30 @@ def align_end(cfg: Config, c: int, e: int) -> int:
 
     a := fl(e, B); e := a if a > c or B <= m, else e is kept (the sub-block advance).
     """
-    a = fl(e, cfg.block)
-    if a > c or cfg.block <= max_chunk(cfg):
+    a = fl(e, cfg.split_block)
+    if a > c or cfg.split_block <= max_chunk(cfg):
         return a
     return e
 
 
 def lambda_prompt(cfg: Config) -> int:
     """V1's last cache position lambda = fl(P, B), less B under D (history note 3, V1)."""
-    return back_off(fl(cfg.prompt, cfg.block), cfg)
+    return back_off(fl(cfg.prompt, cfg.split_block), cfg)
 
 
 def lambda_tokens(cfg: Config) -> int:
     """lambda of V2-V7: fl(T, B), less B under D (history note 3)."""
-    return back_off(fl(cfg.tokens, cfg.block), cfg)
+    return back_off(fl(cfg.tokens, cfg.split_block), cfg)
 
 
 def lambda_ck32(cfg: Config) -> int:
     """lambda of V8: ck32(T, B, D)."""
-    return ck32(cfg.tokens, cfg.block, cfg.drop)
+    return ck32(cfg.tokens, cfg.split_block, cfg.drop)
 
 
 def lambda_ck33(cfg: Config) -> int:
     """lambda of V9 (``get_mamba_prefill_checkpoint_position``): ck33(T, B, D, L_h)."""
-    return ck33(cfg.tokens, cfg.block, cfg.drop, cfg.hash_lookahead)
+    return ck33(cfg.tokens, cfg.split_block, cfg.drop, cfg.hash_lookahead)
 
 
 def tau_floor(cfg: Config) -> int:
@@ -107,30 +108,37 @@ def stopmin(c: int, e: int, s1: int, s2: int, s3: int, s4: int) -> int:
 def split_v1(cfg: Config, c: int, n: int) -> int:
     """V1 (0.15.0-0.16.0): floor the length below lambda = fl(P, B); never split resumed requests.
 
-    History note 3, V1 rules 2-7 (the external-hit assertion of rule 1 is outside the model).
+    History note 3, V1 rules 1-7; ``cfg.external`` is the external hit x the call passes.
     """
+    assert cfg.external == 0
     if cfg.tokens - cfg.prompt != 0:
         return n
     lam = lambda_prompt(cfg)
     e = c + n
     if e < lam:
-        return fl(n, cfg.block)
+        return fl(n, cfg.split_block)
     if c < lam < e:
         return lam - c
     return n
 
 
 def split_v2(cfg: Config, c: int, n: int) -> int:
-    """V2 (0.17.0-0.22.1) and V2b (0.23.0): V1 on T instead of P, for every c < E.
+    """V2 (0.17.0-0.22.1): V1 on T instead of P, for every c < E; asserts x = 0.
 
-    History note 3, V2 rules 2-5 (V2's external-hit assertion is outside the model).
+    History note 3, V2 rules 1-5.
     """
+    assert cfg.external == 0
+    return split_v2b(cfg, c, n)
+
+
+def split_v2b(cfg: Config, c: int, n: int) -> int:
+    """V2b (0.23.0): V2 without the external-hit assertion (history note 3, V2 rules 2-5)."""
     if c >= prefill_end(cfg):
         return n
     lam = lambda_tokens(cfg)
     e = c + n
     if e < lam:
-        return fl(n, cfg.block)
+        return fl(n, cfg.split_block)
     if c < lam < e:
         return lam - c
     return n
@@ -141,9 +149,9 @@ def split_v3(cfg: Config, c: int, n: int) -> int:
 
     History note 3, V3 rule 6: if u >= B and n1 > u then n1 := fl(u, B).
     """
-    n1 = split_v2(cfg, c, n)
-    if c < prefill_end(cfg) and cfg.uncached_prefix >= cfg.block and n1 > cfg.uncached_prefix:
-        return fl(cfg.uncached_prefix, cfg.block)
+    n1 = split_v2b(cfg, c, n)
+    if c < prefill_end(cfg) and cfg.uncached_prefix >= cfg.split_block and n1 > cfg.uncached_prefix:
+        return fl(cfg.uncached_prefix, cfg.split_block)
     return n1
 
 
@@ -152,7 +160,7 @@ def split_v4(cfg: Config, c: int, n: int) -> int:
     big_e = prefill_end(cfg)
     if c >= big_e:
         return n
-    block = cfg.block
+    block = cfg.split_block
     lam = lambda_tokens(cfg)
     e = c + n
     if e < lam:
@@ -174,7 +182,7 @@ def split_v5(cfg: Config, c: int, n: int) -> int:
     big_e = prefill_end(cfg)
     if c >= big_e:
         return n
-    block = cfg.block
+    block = cfg.split_block
     lam = lambda_tokens(cfg)
     e = c + n
     if e < big_e:
@@ -195,7 +203,7 @@ def split_v6(cfg: Config, c: int, n: int) -> int:
     big_e = prefill_end(cfg)
     if c >= big_e:
         return n
-    block = cfg.block
+    block = cfg.split_block
     lam = lambda_tokens(cfg)
     internal = cfg.checkpoints and c % block == 0
     if internal:
@@ -217,7 +225,7 @@ def junction_stop(cfg: Config, c: int, e: int) -> int:
         return 0
     if cfg.exact_junction and cfg.junction <= cfg.prompt:
         return cfg.junction
-    return c + fl(cfg.junction - c, cfg.block)
+    return c + fl(cfg.junction - c, cfg.split_block)
 
 
 def split_v7(cfg: Config, c: int, n: int) -> int:
@@ -228,7 +236,7 @@ def split_v7(cfg: Config, c: int, n: int) -> int:
     big_e = prefill_end(cfg)
     if c >= big_e:
         return n
-    block = cfg.block
+    block = cfg.split_block
     lam = lambda_tokens(cfg)
     e = c + n
     p = ck30(big_e, cfg.hash_block, cfg.drop)
@@ -264,7 +272,7 @@ def split_v8(cfg: Config, c: int, n: int) -> int:
     big_e = prefill_end(cfg)
     if c >= big_e:
         return n
-    block = cfg.block
+    block = cfg.split_block
     lam = lambda_ck32(cfg)
     e = c + n
     p = ck32(big_e, ckpt_grid(cfg), cfg.drop)
@@ -293,7 +301,7 @@ def split_v9(cfg: Config, c: int, n: int) -> int:
     big_e = prefill_end(cfg)
     if c >= big_e:
         return n
-    block = cfg.block
+    block = cfg.split_block
     lh = cfg.hash_lookahead
     lam = lambda_ck33(cfg)
     e = c + n
@@ -333,7 +341,7 @@ def split_lookahead_in_split(cfg: Config, c: int, n: int) -> int:
     k = split_v9(cfg, c, n)
     e = c + k
     t = cfg.tokens
-    block = cfg.block
+    block = cfg.split_block
     if cfg.lookahead >= 2 and t - cfg.lookahead < e < t:
         crosses = c % block != 0 and next_boundary(c, block) < t
         if c + n >= t and not crosses:

@@ -36,6 +36,6 @@ def reserve_r1(cfg: Config, c: int, n: int) -> int:
 def reserve_unaligned(cfg: Config, c: int, n: int) -> int:
     """R1 for lookahead-in-split (SPEC V): block-aligned ends are left alone, others trimmed."""
     remaining = cfg.tokens - c - n
-    if 0 < remaining < cfg.lookahead and (c + n) % cfg.block != 0:
+    if 0 < remaining < cfg.lookahead and (c + n) % cfg.split_block != 0:
         n = n - (cfg.lookahead - remaining)
     return max(n, 0)

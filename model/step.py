@@ -1,14 +1,30 @@
-"""One scheduling step (SPEC S3): the stages of a policy applied to (c, b)."""
+"""One scheduling step (SPEC S3): the stages of a policy applied to (c, b), and what SPEC P0
+asks of it.
+
+Every stage is a clamp: it maps its input ``n`` to a value in ``[0, n]``. A step whose policy
+code raises, or one of whose stages leaves that interval, breaks SPEC P0 (SAFE): in vLLM that
+takes the engine core down (or schedules a negative or oversized chunk), so the engines record
+it as a violation and do not follow the step.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+
 from chunkproof.model.config import Config
+from chunkproof.model.errors import PolicyCrash
 from chunkproof.model.policy import STAGE_NAMES, Policy
-from chunkproof.model.subset import Value
-from chunkproof.model.vectorised import INTERPRETER
+from chunkproof.model.subset import Value, parse
+from chunkproof.model.vectorised import evaluate
+
+CRASHES = (AssertionError, ArithmeticError, PolicyCrash)
+"""What the concrete form of a stage raises when the policy code crashes (SPEC P0): a built-in
+policy runs natively, code read from a file raises :class:`PolicyCrash` from the interpreter."""
 
 
 @dataclass(frozen=True)
@@ -17,7 +33,8 @@ class Step:
 
     ``n`` is the chunk before the split (after the budget and theta caps), ``split``,
     ``encoder`` and ``reservation`` the values after those stages (a stage a policy does not
-    have passes its input through), ``chunk`` what the request is scheduled.
+    have passes its input through), ``chunk`` what the request is scheduled. ``crash`` says
+    where the policy raised (SPEC P0); the stage values from there on are 0.
     """
 
     c: int
@@ -27,23 +44,109 @@ class Step:
     encoder: int
     reservation: int
     chunk: int
+    crash: str | None = None
 
     @property
     def end(self) -> int:
         """The chunk end c + chunk."""
         return self.c + self.chunk
 
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+    @property
+    def unsafe(self) -> str | None:
+        """Why the step breaks SPEC P0, or None: the code raised, or a stage returned a value
+        outside [0, its input]."""
+        if self.crash is not None:
+            return f"the policy raises at {self.crash}"
+        previous = ("budget", self.budget)
+        for name in STAGE_NAMES:
+            value = getattr(self, "n" if name == "cap" else name)
+            if not 0 <= value <= previous[1]:
+                return (
+                    f"{'the budget cap' if name == 'cap' else 'the ' + name} returns {value}, "
+                    f"outside [0, {previous[1]}] (its input, the {previous[0]})"
+                )
+            previous = (name, value)
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.crash is None:
+            del data["crash"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
-        return cls(
-            **{
-                k: int(data[k])
-                for k in ("c", "budget", "n", "split", "encoder", "reservation", "chunk")
-            }
-        )
+        fields = ("c", "budget", "n", "split", "encoder", "reservation", "chunk")
+        crash = data.get("crash")
+        return cls(**{k: int(data[k]) for k in fields}, crash=None if crash is None else str(crash))
+
+
+def computed_tokens(cfg: Config, c: int) -> int:
+    """``request.num_computed_tokens`` when the split runs at c: 0 at admission (c = c0, the
+    waiting loop passes the hits as arguments), c in the running loop (history note 2)."""
+    return 0 if c == cfg.start else c
+
+
+def local_hit(cfg: Config, c: int) -> int:
+    """The local prefix hit the waiting loop passes at admission (c0 - x); 0 after."""
+    return cfg.start - cfg.external if c == cfg.start else 0
+
+
+def external_hit(cfg: Config, c: int) -> int:
+    """The external (KV connector) hit x the waiting loop passes at admission; 0 after."""
+    return cfg.external if c == cfg.start else 0
+
+
+def uncached_at(cfg: Config, c: int) -> int:
+    """V3's u, passed by the waiting loop only (history note 3, V3)."""
+    return cfg.uncached_prefix if c == cfg.start else 0
+
+
+def eagle_family(cfg: Config, c: int) -> bool:
+    """``use_eagle``: an EAGLE-family speculative method is configured. It is D itself where D
+    is ``use_eagle`` (0.15-0.29), and L >= 1 exactly with such a method (history note 5)."""
+    return cfg.drop or cfg.lookahead >= 1
+
+
+def speculative_tokens(cfg: Config, c: int) -> int:
+    """k = ``num_speculative_tokens``, taken to be L (exact for multi-module MTP, L >= 2)."""
+    return cfg.lookahead
+
+
+VIEW_FIELDS: dict[str, Callable[[Config, int], int]] = {
+    "computed": computed_tokens,
+    "local": local_hit,
+    "external": external_hit,
+    "uncached_prefix": uncached_at,
+    "eagle": eagle_family,
+    "spec_tokens": speculative_tokens,
+}
+"""What a step view holds besides the configuration: the call site's per-step values and the
+scheduler flags the configuration implies. A request is admitted by the waiting loop at c = c0
+(a step there that yields 0 leaves it waiting at c0) and runs in the running loop at every
+c > c0, so the loop is a function of c."""
+
+
+def step_view(cfg: Any, c: Value, call: Callable[[Callable[..., Any], list[Value]], Value]) -> Any:
+    """``cfg`` with the fields of :data:`VIEW_FIELDS` at state ``c``, computed by
+    ``call(function, args)`` in the caller's value domain; ``external`` and
+    ``uncached_prefix`` then hold what the call site passes at this step. ``speculative``
+    (L >= 1, plain per batch or proof cell) is added when ``cfg`` does not say it."""
+    fields = vars(cfg).copy() if isinstance(cfg, SimpleNamespace) else cfg.to_dict()
+    if "speculative" not in fields:
+        fields["speculative"] = fields["lookahead"] >= 1
+    view = SimpleNamespace(**fields)
+    per_step = {name: call(function, [cfg, c]) for name, function in VIEW_FIELDS.items()}
+    vars(view).update(per_step)
+    return view
+
+
+def _native(function: Callable[..., Any], args: list[Value]) -> Value:
+    return function(*args)
+
+
+def _vectorised(function: Callable[..., Any], args: list[Value]) -> Value:
+    return evaluate(parse(function), args).value
 
 
 def _fill(values: dict[str, Value], budget: Value) -> dict[str, Value]:
@@ -57,35 +160,41 @@ def _fill(values: dict[str, Value], budget: Value) -> dict[str, Value]:
 
 
 def step(policy: Policy, cfg: Config, c: int, budget: int) -> Step:
-    """SPEC S3: run the policy's stages on (c, b) natively (the concrete form)."""
+    """SPEC S3: run the policy's stages on (c, b) in their concrete form."""
+    view = step_view(cfg, c, _native)
     values: dict[str, Value] = {}
     n = budget
     for stage in policy.stages:
-        n = stage.function(cfg, c, n)
+        try:
+            n = stage.function(view, c, n)
+        except CRASHES as exc:
+            where = str(exc.args[0]) if isinstance(exc, PolicyCrash) else type(exc).__name__
+            for later in STAGE_NAMES[STAGE_NAMES.index(stage.name) :]:
+                values.setdefault(later, 0)
+            f = _fill(values, budget)
+            return Step(c, budget, f["cap"], f["split"], f["encoder"], f["reservation"], 0, where)
         values[stage.name] = n
     f = _fill(values, budget)
     return Step(c, budget, f["cap"], f["split"], f["encoder"], f["reservation"], n)
 
 
-def chunk(policy: Policy, cfg: Config, c: int, budget: int) -> int:
-    """The chunk of one step (SPEC S3), natively."""
-    n = budget
-    for stage in policy.stages:
-        n = stage.function(cfg, c, n)
-    return n
-
-
 def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict[str, Value]:
-    """Every stage's value over arrays, plus ``"chunk"``: the vectorised form of :func:`step`.
+    """Every stage's value over arrays, plus ``"chunk"`` and ``"crashed"`` (the lanes where
+    the policy raises, SPEC P0): the vectorised form of :func:`step`.
 
     Derived from the stage source by :mod:`chunkproof.model.vectorised`. ``cfg`` may be a
     :class:`Config` or any object with the same attributes holding arrays.
     """
+    view = step_view(cfg, c, _vectorised)
     values: dict[str, Value] = {}
+    crashed: Value = False
     n = budget
     for stage in policy.stages:
-        n = INTERPRETER.call(stage.subset(), stage.arguments(cfg, c, n))
+        outcome = evaluate(stage.subset(), stage.arguments(view, c, n))
+        n = outcome.value
+        crashed = np.logical_or(crashed, outcome.crashed)
         values[stage.name] = n
     filled = _fill(values, budget)
     filled["chunk"] = n
+    filled["crashed"] = crashed
     return filled

@@ -3,26 +3,37 @@
 A policy stage is written once, as an ordinary Python function in this subset:
 
 * statements: assignment to a name (plain, annotated or augmented), ``if``/``elif``/``else``,
-  ``return``, ``assert``, ``pass`` and a docstring;
-* expressions: integer and boolean constants, names, attribute reads (``cfg.block``,
+  ``return``, ``assert``, ``raise`` (its exception expression is never evaluated), ``pass`` and
+  a docstring;
+* expressions: integer, string and ``None`` constants, names, attribute reads (``cfg.block``,
   ``self.cache_config.block_size``), ``+ - * // %``, unary ``-`` and ``not``, comparisons
   (chained too; ``is``/``is not`` only against ``None``, decided concretely since no domain
   value is ``None``), ``and``/``or``, ``x if c else y``, tuples, calls to helper functions
-  written in the same subset (inlined), and ``min``/``max`` over arguments or over a generator
+  written in the same subset (inlined), calls to members of a :class:`SourceObject` (methods,
+  static methods; properties are read), and ``min``/``max`` over arguments or over a generator
   with an ``if`` filter and a ``default=``.
 
-Its *concrete* form is the function itself, called natively. Its *vectorised* and *symbolic*
-forms come from :class:`Interpreter`, which runs the same syntax tree over a :class:`Domain`:
-NumPy arrays (:mod:`chunkproof.model.vectorised`) or, later, Z3 terms. Branches whose condition
-is not a plain ``bool`` run both ways and merge their variables with ``ite``; an early
-``return`` is recorded per lane. Anything outside the subset is a :class:`SubsetError` naming
-the file and line.
+The *vectorised* and *symbolic* forms of a function come from :class:`Interpreter`, which runs
+the syntax tree over a :class:`Domain`: NumPy arrays (:mod:`chunkproof.model.vectorised`),
+Python scalars (:mod:`chunkproof.model.concrete`) or Z3 terms. Branches whose condition is not
+a plain ``bool`` run both ways and merge their variables with ``ite``; an early ``return`` is
+recorded per lane.
+
+**Crashes (SPEC P0).** A lane that fails an ``assert``, reaches a ``raise`` or divides by zero
+while it is live is a crash: the interpreter reports the condition to the domain
+(:meth:`Domain.crash`) and the lane stops there, as Python would stop. ``and``/``or`` and
+``x if c else y`` evaluate their operands only on the lanes Python would evaluate them on.
+
+**Nothing else runs.** The interpreter never calls a function it was not given as a syntax tree
+(:class:`SubsetFunction`), except ``min``/``max`` and the trusted functions of chunkproof's own
+built-in policies, which it parses from their source. Code read from a user's file becomes
+:class:`SubsetFunction` objects and :class:`SourceObject` stand-ins without being compiled or
+executed (:mod:`chunkproof.model.source_model`).
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import functools
 import inspect
 import textwrap
@@ -66,9 +77,8 @@ class Domain(Protocol):
     def maximum(self, left: Value, right: Value) -> Value:
         """Lane-wise ``max``."""
 
-    def assume(self, cond: Value) -> bool:
-        """An ``assert``: ``False`` if ``cond`` is known to fail; symbolic domains record it as a
-        path condition."""
+    def crash(self, cond: Value, where: str) -> None:
+        """The lanes where ``cond`` holds raise at ``where`` (``file:line: what``), SPEC P0."""
 
 
 class FoldingLogic:
@@ -116,6 +126,7 @@ _ALLOWED_NODES = (
     ast.If,
     ast.Return,
     ast.Assert,
+    ast.Raise,
     ast.Pass,
     ast.Expr,
     ast.Constant,
@@ -143,22 +154,23 @@ _ALLOWED_NODES = (
     *_CMPOPS,
 )
 _IDENTITY = (ast.Is, ast.IsNot)
-
-SUBSET_ATTRIBUTE = "__chunkproof_subset__"
-"""A function compiled from a syntax tree (real vLLM code, see
-:mod:`chunkproof.model.vllm_source`) carries its :class:`SubsetFunction` under this attribute:
-:func:`parse` returns it instead of reading source text, so the compiled function and its
-interpreted forms share one syntax tree."""
+_MIN_MAX = {"min": True, "max": False}
+"""The only builtins a subset function may call (True: ``min``)."""
 
 
 @dataclass(frozen=True)
 class SubsetFunction:
-    """A parsed, validated subset function and the namespace its helper names resolve in."""
+    """A parsed, validated subset function and the namespace its global names resolve in.
+
+    ``namespace`` maps a global name to another :class:`SubsetFunction`, to a trusted Python
+    function of chunkproof's own policies (parsed from its source on first call), or to an
+    integer, string or ``None`` constant.
+    """
 
     name: str
     node: ast.FunctionDef
     filename: str
-    namespace: Mapping[str, Any] = field(repr=False)
+    namespace: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
 
     @property
     def params(self) -> list[str]:
@@ -171,14 +183,12 @@ class SubsetFunction:
 
 @functools.cache
 def parse(fn: Callable[..., Any]) -> SubsetFunction:
-    """Parse and validate a Python function as a subset function (cached per function).
+    """Parse and validate one of chunkproof's own (trusted) Python functions as a subset
+    function, cached per function. Its globals are its namespace.
 
-    A function carrying a :data:`SUBSET_ATTRIBUTE` is validated and returned as it is.
+    User code never comes through here: it is read from its file as a syntax tree
+    (:mod:`chunkproof.model.source_model`).
     """
-    attached = getattr(fn, SUBSET_ATTRIBUTE, None)
-    if isinstance(attached, SubsetFunction):
-        validate(attached)
-        return attached
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         _, first_line = inspect.getsourcelines(fn)
@@ -196,53 +206,79 @@ def parse(fn: Callable[..., Any]) -> SubsetFunction:
 
 
 def validate(func: SubsetFunction) -> None:
-    """Reject every construct outside the subset, naming file and line."""
+    """Reject every construct outside the subset, naming file and line. The exception
+    expression of a ``raise`` is never evaluated and so not inspected."""
     node = func.node
     if node.decorator_list or node.args.vararg or node.args.kwarg or node.args.kwonlyargs:
         raise SubsetError(
             f"{func.where(node)}: {func.name}: decorators and */** parameters "
             "are outside the policy subset"
         )
-    for child in ast.walk(node):
-        if child is node:
-            continue
-        if isinstance(child, ast.FunctionDef):
+    if node.args.posonlyargs:
+        raise SubsetError(
+            f"{func.where(node)}: {func.name}: positional-only parameters are outside the subset"
+        )
+    stack: list[ast.AST] = [*ast.iter_child_nodes(node)]
+    while stack:
+        child = stack.pop()
+        _check_node(func, child)
+        if not isinstance(child, ast.Raise):
+            stack.extend(ast.iter_child_nodes(child))
+
+
+def _check_node(func: SubsetFunction, child: ast.AST) -> None:
+    """One node of a subset function's body (see :func:`validate`)."""
+    if isinstance(child, (ast.FunctionDef, ast.Lambda)):
+        raise SubsetError(f"{func.where(child)}: a nested function is outside the policy subset")
+    if not isinstance(child, _ALLOWED_NODES):
+        raise SubsetError(
+            f"{func.where(child)}: {type(child).__name__} is outside the policy "
+            f"subset (in {func.name})"
+        )
+    if isinstance(child, ast.Expr) and not _is_docstring(child):
+        raise SubsetError(
+            f"{func.where(child)}: a bare expression statement is outside the policy subset"
+        )
+    if isinstance(child, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+        if len(targets) != 1 or not isinstance(targets[0], ast.Name):
             raise SubsetError(
-                f"{func.where(child)}: nested function {child.name!r} is outside the policy subset"
+                f"{func.where(child)}: only assignment to one plain name is in the policy subset"
             )
-        if not isinstance(child, _ALLOWED_NODES):
-            raise SubsetError(
-                f"{func.where(child)}: {type(child).__name__} is outside the policy "
-                f"subset (in {func.name})"
-            )
-        if isinstance(child, ast.Expr) and not _is_docstring(child):
-            raise SubsetError(
-                f"{func.where(child)}: a bare expression statement is outside the policy subset"
-            )
-        if isinstance(child, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = child.targets if isinstance(child, ast.Assign) else [child.target]
-            if len(targets) != 1 or not isinstance(targets[0], ast.Name):
-                raise SubsetError(
-                    f"{func.where(child)}: only assignment to one plain name is in "
-                    "the policy subset"
-                )
-        if isinstance(child, ast.AugAssign) and type(child.op) not in _BINOPS:
-            raise SubsetError(
-                f"{func.where(child)}: operator {type(child.op).__name__} is outside "
-                "the policy subset"
-            )
-        if (
-            isinstance(child, ast.Constant)
-            and not isinstance(child.value, (int, str))
-            and child.value is not None
-        ):
-            raise SubsetError(
-                f"{func.where(child)}: constant {child.value!r} is outside the policy subset"
-            )
-        if isinstance(child, ast.Compare) and not _identity_with_none(child):
-            raise SubsetError(f"{func.where(child)}: `is` compares with None only in the subset")
-        if isinstance(child, ast.GeneratorExp) and len(child.generators) != 1:
-            raise SubsetError(f"{func.where(child)}: only single-loop generators are in the subset")
+    if isinstance(child, ast.AugAssign) and type(child.op) not in _BINOPS:
+        raise SubsetError(
+            f"{func.where(child)}: operator {type(child.op).__name__} is outside the policy subset"
+        )
+    if isinstance(child, ast.BinOp) and type(child.op) not in _BINOPS:
+        raise SubsetError(
+            f"{func.where(child)}: operator {type(child.op).__name__} is outside the policy subset"
+        )
+    if isinstance(child, ast.UnaryOp) and not isinstance(child.op, (ast.USub, ast.Not)):
+        raise SubsetError(
+            f"{func.where(child)}: operator {type(child.op).__name__} is outside the policy subset"
+        )
+    if (
+        isinstance(child, ast.Constant)
+        and not isinstance(child.value, (int, str))
+        and child.value is not None
+    ):
+        raise SubsetError(
+            f"{func.where(child)}: constant {child.value!r} is outside the policy subset"
+        )
+    if isinstance(child, ast.Compare) and not _identity_with_none(child):
+        raise SubsetError(f"{func.where(child)}: `is` compares with None only in the subset")
+    if isinstance(child, ast.GeneratorExp) and len(child.generators) != 1:
+        raise SubsetError(f"{func.where(child)}: only single-loop generators are in the subset")
+    if isinstance(child, ast.comprehension) and child.is_async:
+        raise SubsetError(f"{func.where(child)}: async generators are outside the subset")
+    if isinstance(child, ast.keyword) and child.arg is None:
+        raise SubsetError(f"{func.where(child)}: **keyword arguments are outside the subset")
+    if isinstance(child, ast.Name) and child.id.startswith("__"):
+        raise SubsetError(f"{func.where(child)}: the name {child.id!r} is outside the subset")
+    if isinstance(child, ast.Attribute) and child.attr.startswith("_") and child.attr.endswith("_"):
+        raise SubsetError(
+            f"{func.where(child)}: the attribute {child.attr!r} is outside the policy subset"
+        )
 
 
 def _identity_with_none(node: ast.Compare) -> bool:
@@ -263,6 +299,76 @@ def _is_docstring(stmt: ast.Expr) -> bool:
     return isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
+# -- stand-ins for objects of real code ---------------------------------------------------------
+
+
+class StandInError(SubsetError):
+    """Code read (or wrote) an attribute a stand-in does not have: an input the model lacks."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """A member of a class read from source: ``kind`` is ``method``, ``property``,
+    ``staticmethod`` or ``classmethod``, ``function`` its syntax tree."""
+
+    kind: str
+    function: SubsetFunction
+
+
+@dataclass(frozen=True)
+class SourceClass:
+    """A class read from source as data: its members by name (never compiled)."""
+
+    name: str
+    members: Mapping[str, Member] = field(compare=False, hash=False)
+
+
+class SourceObject:
+    """A stand-in object: exactly the attributes it is given, plus the members of ``cls``.
+
+    Reading any other attribute is a :class:`StandInError` naming its path (``self.x.y``),
+    produced by ``missing``; it is deliberately not an ``AttributeError``.
+    """
+
+    __slots__ = ("attributes", "cls", "label", "missing")
+
+    def __init__(
+        self,
+        label: str,
+        attributes: Mapping[str, Value],
+        cls: SourceClass | None = None,
+        missing: Callable[[str], str] | None = None,
+    ) -> None:
+        self.label = label
+        self.attributes = dict(attributes)
+        self.cls = cls
+        self.missing = missing
+
+    def read(self, name: str) -> Value:
+        """A data attribute; a missing one is a :class:`StandInError`."""
+        if name in self.attributes:
+            return self.attributes[name]
+        path = f"{self.label}.{name}"
+        message = (
+            self.missing(path) if self.missing else f"the code reads {path}, which is not given"
+        )
+        raise StandInError(message)
+
+    def __repr__(self) -> str:
+        return f"<{self.label}>"
+
+
+@dataclass(frozen=True)
+class BoundMember:
+    """``obj.method`` before its call: the member and the object it is bound to."""
+
+    obj: SourceObject
+    member: Member
+
+
+# -- the interpreter ----------------------------------------------------------------------------
+
+
 class _Frame:
     """Execution state of one function body: variables, live lanes, and the returned value."""
 
@@ -272,18 +378,35 @@ class _Frame:
         self.result: Value = None
 
 
+MAX_DEPTH = 64
+"""Nested subset calls deeper than this are an error (the subset has no loops, so only
+recursion can go deeper)."""
+
+
 class Interpreter:
     """Evaluates subset functions over a :class:`Domain` (see the module docstring)."""
 
     def __init__(self, domain: Domain) -> None:
         self.domain = domain
+        self.depth = 0
 
     def call(
-        self, func: SubsetFunction, args: list[Value], kwargs: Mapping[str, Value] | None = None
+        self,
+        func: SubsetFunction,
+        args: list[Value],
+        kwargs: Mapping[str, Value] | None = None,
+        active: Value = True,
     ) -> Value:
-        """Run ``func`` on ``args``; every lane must reach a ``return``."""
-        frame = _Frame(self._bind(func, args, dict(kwargs or {})), True)
-        self._block(func, func.node.body, frame)
+        """Run ``func`` on ``args`` for the lanes ``active``; every live lane must reach a
+        ``return`` or crash."""
+        if self.depth >= MAX_DEPTH:
+            raise SubsetError(f"{func.where(func.node)}: {func.name}: calls nest too deeply")
+        self.depth += 1
+        try:
+            frame = _Frame(self._bind(func, args, dict(kwargs or {}), active), active)
+            self._block(func, func.node.body, frame)
+        finally:
+            self.depth -= 1
         if self.domain.truth(frame.active) is not False:
             raise SubsetError(f"{func.where(func.node)}: {func.name} can end without a return")
         return frame.result
@@ -291,7 +414,7 @@ class Interpreter:
     # -- statements ---------------------------------------------------------------------------
 
     def _bind(
-        self, func: SubsetFunction, args: list[Value], kwargs: dict[str, Value]
+        self, func: SubsetFunction, args: list[Value], kwargs: dict[str, Value], active: Value
     ) -> dict[str, Value]:
         params = func.params
         if len(args) > len(params):
@@ -306,7 +429,7 @@ class Interpreter:
             if name in kwargs:
                 env[name] = kwargs.pop(name)
             elif i >= first_default:
-                env[name] = self._expr(func, defaults[i - first_default], {})
+                env[name] = self._expr(func, defaults[i - first_default], {}, active)
             else:
                 raise SubsetError(
                     f"{func.where(func.node)}: {func.name}: missing argument {name!r}"
@@ -326,19 +449,22 @@ class Interpreter:
     def _stmt(self, func: SubsetFunction, stmt: ast.stmt, frame: _Frame) -> None:
         d = self.domain
         if isinstance(stmt, ast.Assign):
-            frame.env[_target(stmt.targets[0])] = self._expr(func, stmt.value, frame.env)
+            value = self._expr(func, stmt.value, frame.env, frame.active)
+            frame.env[_target(stmt.targets[0])] = value
         elif isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
-                frame.env[_target(stmt.target)] = self._expr(func, stmt.value, frame.env)
+                value = self._expr(func, stmt.value, frame.env, frame.active)
+                frame.env[_target(stmt.target)] = value
         elif isinstance(stmt, ast.AugAssign):
             name = _target(stmt.target)
             current = self._name(func, stmt.target, name, frame.env)
-            rhs = self._expr(func, stmt.value, frame.env)
-            frame.env[name] = d.binop(_BINOPS[type(stmt.op)], current, rhs)
+            rhs = self._expr(func, stmt.value, frame.env, frame.active)
+            op = _BINOPS[type(stmt.op)]
+            frame.env[name] = self._binop(func, stmt, op, current, rhs, frame.active)
         elif isinstance(stmt, ast.Return):
             if stmt.value is None:
                 raise SubsetError(f"{func.where(stmt)}: a bare return is outside the subset")
-            value = self._expr(func, stmt.value, frame.env)
+            value = self._expr(func, stmt.value, frame.env, frame.active)
             frame.result = (
                 value if frame.result is None else d.ite(frame.active, value, frame.result)
             )
@@ -346,12 +472,25 @@ class Interpreter:
         elif isinstance(stmt, ast.If):
             self._if(func, stmt, frame)
         elif isinstance(stmt, ast.Assert):
-            self._assert(func, stmt, frame)
+            ok = self._expr(func, stmt.test, frame.env, frame.active)
+            self._crash(func, stmt, d.and_(frame.active, d.not_(ok)), "assertion failed", frame)
+        elif isinstance(stmt, ast.Raise):
+            self._crash(func, stmt, frame.active, "raise", frame)
         # ast.Pass and docstrings do nothing.
+
+    def _crash(
+        self, func: SubsetFunction, node: ast.AST, cond: Value, what: str, frame: _Frame
+    ) -> None:
+        """The lanes ``cond`` crash at ``node`` (SPEC P0) and stop executing."""
+        d = self.domain
+        if d.truth(cond) is False:
+            return
+        d.crash(cond, f"{func.where(node)}: {what} in {func.name}")
+        frame.active = d.and_(frame.active, d.not_(cond))
 
     def _if(self, func: SubsetFunction, stmt: ast.If, frame: _Frame) -> None:
         d = self.domain
-        cond = self._expr(func, stmt.test, frame.env)
+        cond = self._expr(func, stmt.test, frame.env, frame.active)
         known = d.truth(cond)
         if known is not None:
             self._block(func, stmt.body if known else stmt.orelse, frame)
@@ -378,57 +517,70 @@ class Interpreter:
                 merged[name] = d.ite(cond, then.env[name], other.env[name])
         frame.env = merged
 
-    def _assert(self, func: SubsetFunction, stmt: ast.Assert, frame: _Frame) -> None:
-        """An assertion holds on every live lane, or the evaluation fails with file:line."""
-        d = self.domain
-        ok = self._expr(func, stmt.test, frame.env)
-        if not d.assume(d.or_(d.not_(frame.active), ok)):
-            raise SubsetError(f"{func.where(stmt)}: assertion failed in {func.name}")
-
     # -- expressions --------------------------------------------------------------------------
 
-    def _expr(self, func: SubsetFunction, node: ast.expr, env: Mapping[str, Value]) -> Value:
+    def _expr(
+        self, func: SubsetFunction, node: ast.expr, env: Mapping[str, Value], active: Value
+    ) -> Value:
+        """The value of ``node`` on the lanes ``active`` (other lanes hold junk)."""
         d = self.domain
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name):
             return self._name(func, node, node.id, env)
         if isinstance(node, ast.Attribute):
-            base = self._expr(func, node.value, env)
-            try:
-                return getattr(base, node.attr)
-            except AttributeError:
-                raise SubsetError(
-                    f"{func.where(node)}: no value for attribute {ast.unparse(node)!r}"
-                ) from None
+            return self._attribute(func, node, self._expr(func, node.value, env, active), active)
         if isinstance(node, ast.BinOp):
-            return d.binop(
-                _BINOPS[type(node.op)],
-                self._expr(func, node.left, env),
-                self._expr(func, node.right, env),
-            )
+            left = self._expr(func, node.left, env, active)
+            right = self._expr(func, node.right, env, active)
+            return self._binop(func, node, _BINOPS[type(node.op)], left, right, active)
         if isinstance(node, ast.UnaryOp):
-            operand = self._expr(func, node.operand, env)
+            operand = self._expr(func, node.operand, env, active)
             return d.not_(operand) if isinstance(node.op, ast.Not) else d.neg(operand)
         if isinstance(node, ast.BoolOp):
-            combine = d.and_ if isinstance(node.op, ast.And) else d.or_
-            value = self._expr(func, node.values[0], env)
-            for operand in node.values[1:]:
-                value = combine(value, self._expr(func, operand, env))
-            return value
+            return self._bool_op(func, node, env, active)
         if isinstance(node, ast.Compare):
-            return self._compare(func, node, env)
+            return self._compare(func, node, env, active)
         if isinstance(node, ast.IfExp):
-            cond = self._expr(func, node.test, env)
+            cond = self._expr(func, node.test, env, active)
             known = d.truth(cond)
             if known is not None:
-                return self._expr(func, node.body if known else node.orelse, env)
-            return d.ite(cond, self._expr(func, node.body, env), self._expr(func, node.orelse, env))
+                return self._expr(func, node.body if known else node.orelse, env, active)
+            then = self._expr(func, node.body, env, d.and_(active, cond))
+            other = self._expr(func, node.orelse, env, d.and_(active, d.not_(cond)))
+            return d.ite(cond, then, other)
         if isinstance(node, ast.Tuple):
-            return tuple(self._expr(func, elt, env) for elt in node.elts)
+            return tuple(self._expr(func, elt, env, active) for elt in node.elts)
         if isinstance(node, ast.Call):
-            return self._call(func, node, env)
+            return self._call(func, node, env, active)
         raise SubsetError(f"{func.where(node)}: {type(node).__name__} is outside the subset")
+
+    def _binop(
+        self, func: SubsetFunction, node: ast.AST, op: str, left: Value, right: Value, active: Value
+    ) -> Value:
+        """``left op right``; a division by zero on a live lane is a crash (SPEC P0)."""
+        d = self.domain
+        if op in ("//", "%"):
+            by_zero = d.and_(active, d.binop("==", right, 0))
+            if d.truth(by_zero) is not False:
+                d.crash(by_zero, f"{func.where(node)}: division by zero in {func.name}")
+        return d.binop(op, left, right)
+
+    def _bool_op(
+        self, func: SubsetFunction, node: ast.BoolOp, env: Mapping[str, Value], active: Value
+    ) -> Value:
+        """``a and b`` / ``a or b``: each operand only on the lanes Python evaluates it on."""
+        d = self.domain
+        is_and = isinstance(node.op, ast.And)
+        value = self._expr(func, node.values[0], env, active)
+        live = active
+        for operand in node.values[1:]:
+            live = d.and_(live, value if is_and else d.not_(value))
+            if d.truth(live) is False:
+                break
+            right = self._expr(func, operand, env, live)
+            value = d.and_(value, right) if is_and else d.or_(value, right)
+        return value
 
     def _name(
         self, func: SubsetFunction, node: ast.AST, name: str, env: Mapping[str, Value]
@@ -441,69 +593,101 @@ class Interpreter:
             return func.namespace[name]
         raise SubsetError(f"{func.where(node)}: unknown name {name!r} in {func.name}")
 
-    def _compare(self, func: SubsetFunction, node: ast.Compare, env: Mapping[str, Value]) -> Value:
+    def _attribute(
+        self, func: SubsetFunction, node: ast.Attribute, base: Value, active: Value
+    ) -> Value:
+        """``base.attr``: a stand-in's member (a property is run, a method bound) or data
+        attribute, or an attribute of a trusted value (a configuration view)."""
+        if isinstance(base, SourceObject):
+            member = base.cls.members.get(node.attr) if base.cls else None
+            if member is None:
+                return base.read(node.attr)
+            if member.kind == "property":
+                return self.call(member.function, [base], active=active)
+            return BoundMember(base, member)
+        if isinstance(base, (SubsetFunction, BoundMember)):
+            raise SubsetError(f"{func.where(node)}: attribute {ast.unparse(node)!r} of a function")
+        try:
+            return getattr(base, node.attr)
+        except AttributeError:
+            raise SubsetError(
+                f"{func.where(node)}: no value for attribute {ast.unparse(node)!r}"
+            ) from None
+
+    def _compare(
+        self, func: SubsetFunction, node: ast.Compare, env: Mapping[str, Value], active: Value
+    ) -> Value:
         d = self.domain
-        left = self._expr(func, node.left, env)
+        left = self._expr(func, node.left, env, active)
         result: Value = True
+        live = active
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             if not isinstance(op, _IDENTITY) and type(op) not in _CMPOPS:
                 raise SubsetError(
                     f"{func.where(node)}: comparison {type(op).__name__} is outside the subset"
                 )
-            right = self._expr(func, right_node, env)
+            right = self._expr(func, right_node, env, live)
             if isinstance(op, _IDENTITY):
                 test: Value = (left is right) == isinstance(op, ast.Is)
             else:
                 test = d.binop(_CMPOPS[type(op)], left, right)
             result = d.and_(result, test)
+            live = d.and_(live, test)
             left = right
         return result
 
-    def _call(self, func: SubsetFunction, node: ast.Call, env: Mapping[str, Value]) -> Value:
+    def _call(
+        self, func: SubsetFunction, node: ast.Call, env: Mapping[str, Value], active: Value
+    ) -> Value:
         if isinstance(node.func, ast.Attribute):
-            return self._method(func, node, node.func, env)
+            target = self._expr(func, node.func, env, active)
+            if not isinstance(target, BoundMember):
+                raise SubsetError(
+                    f"{func.where(node)}: call to {ast.unparse(node.func)!r}, which is not a "
+                    "member read from source"
+                )
+            args = [self._expr(func, a, env, active) for a in node.args]
+            kwargs = {k.arg: self._expr(func, k.value, env, active) for k in node.keywords if k.arg}
+            bound = [] if target.member.kind == "staticmethod" else [target.obj]
+            return self.call(target.member.function, [*bound, *args], kwargs, active)
         if not isinstance(node.func, ast.Name):
             raise SubsetError(
                 f"{func.where(node)}: only calls to named helper functions are in the subset"
             )
         name = node.func.id
-        target = func.namespace.get(name, getattr(builtins, name, None))
-        if target is min or target is max:
-            return self._min_max(func, node, env, target is min)
-        if not inspect.isfunction(target):
+        if name in _MIN_MAX and name not in func.namespace:
+            return self._min_max(func, node, env, active, _MIN_MAX[name])
+        target = func.namespace.get(name)
+        if isinstance(target, SubsetFunction):
+            helper = target
+        elif inspect.isfunction(target) and _trusted(target):
+            helper = parse(target)
+        else:
             raise SubsetError(
                 f"{func.where(node)}: call to {name!r}, which is not a subset helper function"
             )
-        args = [self._expr(func, a, env) for a in node.args]
-        kwargs = {k.arg: self._expr(func, k.value, env) for k in node.keywords if k.arg}
-        return self.call(parse(target), args, kwargs)
-
-    def _method(
-        self, func: SubsetFunction, node: ast.Call, attr: ast.Attribute, env: Mapping[str, Value]
-    ) -> Value:
-        """``obj.method(...)``: a method written in the subset, inlined with ``obj`` as self."""
-        target = getattr(self._expr(func, attr.value, env), attr.attr, None)
-        if not inspect.ismethod(target) or not inspect.isfunction(target.__func__):
-            raise SubsetError(
-                f"{func.where(node)}: call to {ast.unparse(attr)!r}, which is not a subset method"
-            )
-        args = [target.__self__, *(self._expr(func, a, env) for a in node.args)]
-        kwargs = {k.arg: self._expr(func, k.value, env) for k in node.keywords if k.arg}
-        return self.call(parse(target.__func__), args, kwargs)
+        args = [self._expr(func, a, env, active) for a in node.args]
+        kwargs = {k.arg: self._expr(func, k.value, env, active) for k in node.keywords if k.arg}
+        return self.call(helper, args, kwargs, active)
 
     def _min_max(
-        self, func: SubsetFunction, node: ast.Call, env: Mapping[str, Value], is_min: bool
+        self,
+        func: SubsetFunction,
+        node: ast.Call,
+        env: Mapping[str, Value],
+        active: Value,
+        is_min: bool,
     ) -> Value:
         d = self.domain
         pick = d.minimum if is_min else d.maximum
         if len(node.args) == 1 and isinstance(node.args[0], ast.GeneratorExp):
-            return self._fold_generator(func, node, node.args[0], env, is_min)
+            return self._fold_generator(func, node, node.args[0], env, active, is_min)
         if len(node.args) < 2 or node.keywords:
             raise SubsetError(
                 f"{func.where(node)}: min/max take two or more values, or one "
                 "generator with default="
             )
-        values = [self._expr(func, a, env) for a in node.args]
+        values = [self._expr(func, a, env, active) for a in node.args]
         return functools.reduce(pick, values)
 
     def _fold_generator(
@@ -512,6 +696,7 @@ class Interpreter:
         call: ast.Call,
         gen: ast.GeneratorExp,
         env: Mapping[str, Value],
+        active: Value,
         is_min: bool,
     ) -> Value:
         """``min((x for x in xs if cond), default=d)``, unrolled over the tuple ``xs``."""
@@ -523,22 +708,27 @@ class Interpreter:
                 f"{func.where(call)}: a generator in min/max needs one plain loop "
                 "variable and default="
             )
-        items = self._expr(func, comp.iter, env)
+        items = self._expr(func, comp.iter, env, active)
         if not isinstance(items, tuple):
             raise SubsetError(f"{func.where(call)}: min/max iterate over a tuple only")
-        best = self._expr(func, defaults[0], env)
+        best = self._expr(func, defaults[0], env, active)
         have: Value = False
         for item in items:
             scope = {**env, comp.target.id: item}
             keep: Value = True
             for cond in comp.ifs:
-                keep = d.and_(keep, self._expr(func, cond, scope))
-            value = self._expr(func, gen.elt, scope)
+                keep = d.and_(keep, self._expr(func, cond, scope, d.and_(active, keep)))
+            value = self._expr(func, gen.elt, scope, d.and_(active, keep))
             better = d.binop("<" if is_min else ">", value, best)
             take = d.and_(keep, d.or_(d.not_(have), better))
             best = d.ite(take, value, best)
             have = d.or_(have, keep)
         return best
+
+
+def _trusted(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is one of chunkproof's own functions (the built-in policies)."""
+    return getattr(fn, "__module__", "").startswith("chunkproof.")
 
 
 def _target(node: ast.expr) -> str:

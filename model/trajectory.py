@@ -16,7 +16,8 @@ class Trajectory:
     """The steps a request takes, and whether it finished or got stuck.
 
     ``stuck`` means a step yielded 0 with the budget that repeats forever: c, T and the flags
-    no longer change, so every later step yields 0 as well (SPEC P1).
+    no longer change, so every later step yields 0 as well (SPEC P1); ``unsafe`` means the last
+    step broke SPEC P0 (the code raised, or a stage left [0, its input]).
     """
 
     steps: tuple[Step, ...]
@@ -24,7 +25,9 @@ class Trajectory:
 
     @property
     def outcome(self) -> str:
-        return "finished" if self.finished else "stuck"
+        if self.finished:
+            return "finished"
+        return "unsafe" if self.steps and self.steps[-1].unsafe is not None else "stuck"
 
     @property
     def stuck_at(self) -> int | None:
@@ -33,12 +36,12 @@ class Trajectory:
     @property
     def chunks(self) -> list[int]:
         """Chunk lengths of the steps that scheduled tokens."""
-        return [s.chunk for s in self.steps if s.chunk > 0]
+        return [s.chunk for s in self.steps if s.chunk > 0 and s.unsafe is None]
 
     @property
     def ends(self) -> list[int]:
         """Chunk ends of the steps that scheduled tokens."""
-        return [s.end for s in self.steps if s.chunk > 0]
+        return [s.end for s in self.steps if s.chunk > 0 and s.unsafe is None]
 
     @property
     def scheduled_steps(self) -> int:
@@ -49,7 +52,8 @@ class Trajectory:
 def run(policy: Policy, cfg: Config, budgets: Sequence[int]) -> Trajectory:
     """Run from ``cfg.start`` until c >= E or the request is stuck.
 
-    Budgets are offered in order and the last one repeats: ``[b]`` is ``const(b)``.
+    Budgets are offered in order and the last one repeats: ``[b]`` is ``const(b)``. A step
+    that breaks SPEC P0 ends the run (in vLLM the engine core is down).
     """
     if not budgets or any(b < 1 for b in budgets):
         raise ConfigError("budgets must be positive integers")
@@ -58,7 +62,7 @@ def run(policy: Policy, cfg: Config, budgets: Sequence[int]) -> Trajectory:
         index = len(steps)
         s = step(policy, cfg, c, budgets[min(index, len(budgets) - 1)])
         steps.append(s)
-        if s.chunk == 0 and index >= len(budgets) - 1:
+        if s.unsafe is not None or (s.chunk == 0 and index >= len(budgets) - 1):
             return Trajectory(tuple(steps), finished=False)
         c = s.end
     return Trajectory(tuple(steps), finished=True)

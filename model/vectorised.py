@@ -3,17 +3,26 @@
 Python ints and bools stay Python values, so a call on plain scalars computes exactly what the
 native function computes (the tests check this); arrays broadcast, so one call evaluates a
 policy on a whole grid of states, budgets and configurations.
+
+Integers are int64 lanes. A product whose magnitude could leave the exact range of int64
+(:data:`LIMIT`) is an error rather than a silent wrap-around, so the vectorised form never
+disagrees with Python's unbounded integers without saying so.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from chunkproof.model.subset import FoldingLogic, Interpreter, Value
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.subset import FoldingLogic, Interpreter, SubsetFunction, Value
+
+LIMIT = 1 << 62
+"""Largest magnitude an int64 lane may hold after a product."""
 
 _OPS: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add,
@@ -30,12 +39,21 @@ _OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+class ValueTooLarge(ChunkproofError):
+    """An intermediate integer of a policy grew past what the tool evaluates exactly."""
+
+
 def _is_array(value: Value) -> bool:
     return isinstance(value, np.ndarray)
 
 
 class NumpyDomain(FoldingLogic):
-    """Lane-wise integer/boolean operations on NumPy arrays and Python scalars."""
+    """Lane-wise integer/boolean operations on NumPy arrays and Python scalars; records the
+    lanes that crash (SPEC P0) in :attr:`crashed`."""
+
+    def __init__(self) -> None:
+        self.crashed: Value = False
+        self.where: str | None = None
 
     def truth(self, cond: Value) -> bool | None:
         if isinstance(cond, (bool, np.bool_)):
@@ -55,10 +73,17 @@ class NumpyDomain(FoldingLogic):
         return np.where(cond, then, other)
 
     def binop(self, op: str, left: Value, right: Value) -> Value:
-        if op in ("//", "%") and (_is_array(right) or _is_array(left)):
-            # Masked lanes may divide by zero; their values are never selected.
+        arrays = _is_array(left) or _is_array(right)
+        if op in ("//", "%") and arrays:
+            # Lanes that are not live may divide by zero; their values are never selected.
             with np.errstate(divide="ignore", invalid="ignore"):
                 return _OPS[op](left, right)
+        if op == "*" and arrays:
+            bound = np.abs(np.asarray(left, dtype=np.float64)) * np.abs(
+                np.asarray(right, dtype=np.float64)
+            )
+            if bound.size and float(bound.max()) >= LIMIT:
+                raise ValueTooLarge("a product exceeds 2^62 in the vectorised evaluation")
         return _OPS[op](left, right)
 
     def constant(self, value: Value) -> bool | None:
@@ -88,9 +113,23 @@ class NumpyDomain(FoldingLogic):
             return np.maximum(left, right)
         return max(left, right)
 
-    def assume(self, cond: Value) -> bool:
-        return bool(np.all(cond))
+    def crash(self, cond: Value, where: str) -> None:
+        self.crashed = np.logical_or(self.crashed, cond)
+        if self.where is None:
+            self.where = where
 
 
-INTERPRETER = Interpreter(NumpyDomain())
-"""The interpreter every vectorised evaluation uses."""
+@dataclass(frozen=True)
+class Outcome:
+    """A function's value on every lane, and the lanes where it raised (SPEC P0)."""
+
+    value: Value
+    crashed: Value
+    where: str | None
+
+
+def evaluate(func: SubsetFunction, args: list[Value]) -> Outcome:
+    """Run ``func`` over arrays: its value per lane and the lanes that crashed."""
+    domain = NumpyDomain()
+    value = Interpreter(domain).call(func, args)
+    return Outcome(value, domain.crashed, domain.where)

@@ -1,20 +1,19 @@
 """The real split and reservation of a vLLM ``scheduler.py`` as policy stages.
 
-vLLM is never imported. :func:`load_scheduler` extracts and compiles the two methods and
-everything they reach from the source text with :mod:`chunkproof.model.extraction` (whose
-errors are re-raised here as one-line :class:`~chunkproof.model.errors.PolicyError`).
-
-Each compiled function also carries its stripped syntax tree as a
-:class:`~chunkproof.model.subset.SubsetFunction` (attribute
-:data:`~chunkproof.model.subset.SUBSET_ATTRIBUTE`), so :class:`MethodStage` runs the very tree
-that was compiled natively, vectorised over NumPy or translated to Z3 by the policy-subset
-interpreter: helper calls and ``self.<method>(...)`` calls are inlined from their attached
-trees; a ``property`` member is read natively.
+vLLM is never imported, and nothing read from its files is compiled or executed.
+:func:`load_scheduler` finds the two methods and everything they reach in the source text with
+:mod:`chunkproof.model.extraction` (whose errors are re-raised here as one-line
+:class:`~chunkproof.model.errors.PolicyError`) and turns them into validated syntax trees
+(:mod:`chunkproof.model.source_model`). :class:`MethodStage` runs those trees through the
+policy-subset interpreter: over Python integers (the concrete form,
+:mod:`chunkproof.model.concrete`), over NumPy arrays, or translated to Z3.
 
 The methods run on stand-ins built from a :class:`~chunkproof.model.config.Config` (or any
-object with its fields holding arrays or Z3 terms) by :func:`standins`. Every attribute any
-release 0.15.0-0.33.0 reads is set; reading any other one raises :class:`StandInError` naming
-it, so an input the model does not have can never be silently defaulted. Attribute -> Config
+object with its fields holding arrays or Z3 terms) by :func:`standins`: plain data
+(:class:`~chunkproof.model.subset.SourceObject`) with exactly the attributes of the table below.
+Reading any other one raises :class:`~chunkproof.model.subset.StandInError` naming it and the
+``--set`` that gives it a value, so an input the model does not have can never be silently
+defaulted. Attribute -> Config
 field (history note section 2 symbol; releases reading it):
 
 =====================================================  ===========================  ===========
@@ -50,43 +49,35 @@ The split's other inputs are arguments: ``num_new_tokens`` [n], the local and ex
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chunkproof.model import extraction
-from chunkproof.model.config import Config
-from chunkproof.model.errors import PolicyError
+from chunkproof.model.config import MAX_VALUE, Config
+from chunkproof.model.errors import PolicyError, SubsetError
 from chunkproof.model.extraction import (
     REQUEST_LABEL,
     RESERVE_METHOD,
     SCHEDULER_LABEL,
     SPLIT_METHOD,
+    Collector,
     DirectoryTree,
     SourceError,
     SourceTree,
+    attribute_path,
     package_root,
 )
-from chunkproof.model.subset import SUBSET_ATTRIBUTE, SubsetFunction, Value, parse, validate
+from chunkproof.model.source_model import interpret, source_class
+from chunkproof.model.subset import SourceClass, SourceObject, SubsetFunction, Value
 
 
-class StandInError(PolicyError):
-    """Real vLLM code read (or wrote) a stand-in attribute the model does not define."""
-
-
-class StandIn(extraction.StandIn):
-    """:class:`chunkproof.model.extraction.StandIn` raising :class:`StandInError`, whose message
-    names the ``--set`` that gives the missing input a value."""
-
-    error = StandInError
-
-    def missing(self, path: str) -> str:
-        return (
-            f"the vLLM code reads {path}, an input chunkproof does not model; "
-            f"give it a value with --set {path}=VALUE"
-        )
+def _missing(path: str) -> str:
+    """The error for a read of a stand-in attribute the model does not have."""
+    return (
+        f"the vLLM code reads {path}, an input chunkproof does not model; "
+        f"give it a value with --set {path}=VALUE"
+    )
 
 
 @dataclass(frozen=True)
@@ -129,62 +120,96 @@ def parse_overrides(items: list[str]) -> Overrides:
 
 
 def standins(
-    cfg: Config,
-    c_split: Hits,
-    scheduler_type: type[extraction.StandIn] = StandIn,
-    overrides: Overrides = (),
-) -> tuple[extraction.StandIn, extraction.StandIn]:
-    """The stand-in ``(self, request)`` of ``cfg`` (the table in the module docstring)."""
-    return view_standins(cfg, c_split.computed, scheduler_type, overrides)
-
-
-def view_standins(
     cfg: Any,
     computed: Value,
-    scheduler_type: type[extraction.StandIn] = StandIn,
+    cls: SourceClass | None = None,
     overrides: Overrides = (),
-) -> tuple[extraction.StandIn, extraction.StandIn]:
-    """:func:`standins` for a config whose fields may hold arrays or Z3 terms.
+) -> tuple[SourceObject, SourceObject]:
+    """The stand-in ``(self, request)`` of ``cfg`` (the table in the module docstring), for a
+    config whose fields may hold Python values, arrays or Z3 terms.
 
     ``request.num_computed_tokens`` is ``computed`` [c_r]; every other attribute is the config
-    field of the table in the module docstring, passed through unconverted, plus the
-    ``--set`` ``overrides``.
+    field of the table, passed through unconverted, plus the ``--set`` ``overrides``; ``self``
+    has the members of ``cls``.
     """
     scheduler, request = standin_attributes(cfg, overrides)
     request["num_computed_tokens"] = computed
     return (
-        extraction.standin_tree(SCHEDULER_LABEL, scheduler, scheduler_type, StandIn),
-        extraction.standin_tree(REQUEST_LABEL, request, StandIn, StandIn),
+        _tree(SCHEDULER_LABEL, scheduler, cls),
+        _tree(REQUEST_LABEL, request, None),
     )
 
 
+def _tree(label: str, flat: dict[str, Any], cls: SourceClass | None) -> SourceObject:
+    """A stand-in from dotted attribute paths (``{"cache_config.block_size": 16}``)."""
+    nested: dict[str, dict[str, Any]] = {}
+    direct: dict[str, Any] = {}
+    for path, value in flat.items():
+        head, dot, tail = path.partition(".")
+        if dot:
+            nested.setdefault(head, {})[tail] = value
+        else:
+            direct[head] = value
+    for head, attributes in nested.items():
+        direct[head] = _tree(f"{label}.{head}", attributes, None)
+    return SourceObject(attribute_path(label), direct, cls, _missing)
+
+
 def standin_attributes(
-    cfg: Any, overrides: Overrides = ()
+    view: Any, overrides: Overrides = ()
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The attributes of the stand-in ``self`` and ``request`` (without
     ``request.num_computed_tokens``) by dotted path: the table in the module docstring, plus
-    the ``--set`` ``overrides`` (which may not replace a modelled input)."""
+    the ``--set`` ``overrides`` (which may not replace a modelled input).
+
+    ``view`` is a step view (:func:`chunkproof.model.step.step_view`): a configuration whose
+    fields may hold Python values, arrays or Z3 terms, with the derived fields ``eagle``,
+    ``spec_tokens`` and ``speculative``. Attributes that are ``None`` for some configurations
+    (the retention interval, the checkpoint alignment, the speculative config, which exists
+    exactly when ``speculative``: L >= 1) need their field to be one plain value for the whole
+    batch or proof cell.
+    """
+    speculative = _plain(view.speculative, "whether a lookahead L >= 1 is configured")
     scheduler: dict[str, Any] = {
-        "cache_config.block_size": cfg.block,
-        "scheduler_config.long_prefill_token_threshold": cfg.threshold,
-        "block_size": cfg.sched_block,
-        "hash_block_size": cfg.hash_block,
-        "use_eagle": cfg.drop,
-        "use_eagle_block_drop": cfg.drop,
-        "mamba_partial_cache_hit": cfg.partial_hits,
-        "mamba_fine_grained_prefix_cache": cfg.exact_junction,
-        "mamba_shared_prefix_checkpoint": cfg.exact_junction,
-        "mamba_has_prefill_checkpoint_blocks": cfg.checkpoints,
-        "mamba_prefill_checkpoint_alignment": _alignment(cfg.checkpoint_alignment),
-        "max_num_scheduled_tokens": cfg.max_sched,
-        "num_hash_lookahead_tokens": cfg.hash_lookahead,
-        "num_prefill_lookahead": cfg.lookahead,
+        "cache_config.block_size": view.split_block,
+        "cache_config.mamba_cache_mode": "align",
+        "cache_config.enable_prefix_caching": True,
+        "cache_config.enable_mamba_shared_prefix_checkpoint": view.exact_junction,
+        "cache_config.prefix_cache_retention_interval": _retention(view.retention),
+        "scheduler_config.long_prefill_token_threshold": view.threshold,
+        "scheduler_config.max_num_batched_tokens": view.max_sched,
+        "scheduler_config.max_num_scheduled_tokens": view.max_sched,
+        "scheduler_config.enable_chunked_prefill": True,
+        "scheduler_config.disable_chunked_mm_input": False,
+        "block_size": view.sched_block,
+        "hash_block_size": view.hash_block,
+        "use_eagle": view.eagle,
+        "use_eagle_block_drop": view.drop,
+        "need_mamba_block_aligned_split": True,
+        "has_mamba_layers": True,
+        "mamba_partial_cache_hit": view.partial_hits,
+        "mamba_fine_grained_prefix_cache": view.exact_junction,
+        "mamba_shared_prefix_checkpoint": view.exact_junction,
+        "mamba_has_prefill_checkpoint_blocks": view.checkpoints,
+        "mamba_prefill_checkpoint_alignment": _alignment(view.checkpoint_alignment),
+        "max_num_scheduled_tokens": view.max_sched,
+        "max_model_len": MAX_VALUE,
+        "num_hash_lookahead_tokens": view.hash_lookahead,
+        "num_prefill_lookahead": view.lookahead,
+        "num_spec_tokens": view.spec_tokens,
+        "num_lookahead_tokens": view.spec_tokens,
     }
+    if not speculative:
+        scheduler["speculative_config"] = None
+    else:
+        scheduler["speculative_config.num_speculative_tokens"] = view.spec_tokens
     request: dict[str, Any] = {
-        "num_prompt_tokens": cfg.prompt,
-        "num_tokens": cfg.tokens,
-        "num_output_tokens": cfg.tokens - cfg.prompt,
-        "shared_prefix_boundary": cfg.junction,
+        "num_prompt_tokens": view.prompt,
+        "num_tokens": view.tokens,
+        "num_tokens_with_spec": view.tokens,
+        "num_output_tokens": view.tokens - view.prompt,
+        "num_output_placeholders": 0,
+        "shared_prefix_boundary": view.junction,
     }
     for path, value in overrides:
         root, _, rest = path.partition(".")
@@ -199,56 +224,67 @@ def standin_attributes(
     return scheduler, request
 
 
+def _plain(value: Value, what: str) -> Any:
+    """A field that must be one plain value for a whole batch (or a proof cell)."""
+    if isinstance(value, (bool, int)):
+        return value
+    raise PolicyError(f"{what} must be the same in every configuration of a batch")
+
+
+def _retention(retention: Value) -> Value:
+    """``prefix_cache_retention_interval`` as vLLM holds it: -1 stands for ``None``."""
+    value = _plain(retention, "the retention interval")
+    return None if value < 0 else value
+
+
 def _alignment(alpha: Value) -> Value:
-    """alpha as vLLM holds it: 0 (off) is ``None``; it must be one plain int for a batch."""
-    if not isinstance(alpha, int):
-        raise PolicyError("the checkpoint alignment alpha must be the same in every configuration")
-    return alpha or None
+    """alpha as vLLM holds it: 0 (off) is ``None``."""
+    return _plain(alpha, "the checkpoint alignment alpha") or None
 
 
 @dataclass(frozen=True)
 class SchedulerMethods:
-    """The split and reservation of one ``scheduler.py``, runnable on :func:`standins`.
-
-    ``scheduler_type`` is a :class:`StandIn` subclass holding the compiled members.
-    """
+    """The split and reservation of one ``scheduler.py`` as validated syntax trees, runnable on
+    :func:`standins` by the policy-subset interpreter."""
 
     path: Path
     sha256: str
     """sha256 of ``scheduler.py``'s bytes."""
-    scheduler_type: type[extraction.StandIn] = field(repr=False)
+    cls: SourceClass = field(repr=False)
     has_reservation: bool
     takes_uncached_prefix: bool
     """The split has V3's fifth argument ``num_uncached_common_prefix_tokens``."""
     overrides: Overrides = ()
     """``--set`` values for inputs the model does not have."""
 
+    def method(self, name: str) -> SubsetFunction:
+        """The syntax tree of member ``name``."""
+        return self.cls.members[name].function
+
     def split(self, cfg: Config, c: int | Hits, n: int) -> int:
-        """The real ``_mamba_block_aligned_split(request, n, l, x[, u])``.
+        """The real ``_mamba_block_aligned_split(request, n, l, x[, u])``, interpreted.
 
         An ``int`` start is all ``num_computed_tokens`` (running loop); u is
         ``cfg.uncached_prefix`` when the release takes it.
         """
         hits = c if isinstance(c, Hits) else Hits(c)
-        scheduler, request = standins(cfg, hits, self.scheduler_type, self.overrides)
-        args = [request, n, hits.local, hits.external]
+        scheduler, request = standins(cfg, hits.computed, self.cls, self.overrides)
+        args = [scheduler, request, n, hits.local, hits.external]
         if self.takes_uncached_prefix:
             args.append(cfg.uncached_prefix)
-        return _as_int(getattr(scheduler, SPLIT_METHOD)(*args), self.path)
+        return self._run(SPLIT_METHOD, args)
 
     def reserve(self, cfg: Config, c: int, n: int) -> int:
-        """The real ``_reserve_prefill_lookahead(request, num_computed_tokens=c, n)``."""
+        """The real ``_reserve_prefill_lookahead(request, num_computed_tokens=c, n)``,
+        interpreted."""
         if not self.has_reservation:
             raise PolicyError(f"{self.path}: class Scheduler has no method {RESERVE_METHOD}")
-        scheduler, request = standins(cfg, Hits(c), self.scheduler_type, self.overrides)
-        return _as_int(getattr(scheduler, RESERVE_METHOD)(request, c, n), self.path)
+        scheduler, request = standins(cfg, c, self.cls, self.overrides)
+        return self._run(RESERVE_METHOD, [scheduler, request, c, n])
 
-
-def _as_int(value: object, path: Path) -> int:
-    """The method's result, which must be an int."""
-    if not isinstance(value, int):
-        raise PolicyError(f"{path}: the vLLM method returned {value!r}, not an int")
-    return value
+    def _run(self, name: str, args: list[Value]) -> int:
+        """Interpret member ``name`` (:func:`~chunkproof.model.source_model.interpret`)."""
+        return interpret(self.method(name), args, str(self.path))
 
 
 @dataclass(frozen=True)
@@ -256,35 +292,36 @@ class MethodStage:
     """A policy stage that is one real method of ``methods``, ``SPLIT_METHOD`` or
     ``RESERVE_METHOD`` (the split in the running loop, SPEC S3; the reservation R1).
 
-    Calling it runs the compiled method natively; :meth:`subset` and :meth:`arguments` give the
-    same syntax tree and its stand-in arguments to the policy-subset interpreter.
+    Calling it interprets the method on Python integers; :meth:`subset` and :meth:`arguments`
+    give the same syntax tree and its stand-in arguments to the vectorised and symbolic forms.
     """
 
     methods: SchedulerMethods
     method: str
 
-    def __call__(self, cfg: Config, c: int, n: int) -> int:
-        """The native form: the compiled method on :func:`standins` of ``cfg``."""
-        if self.method == RESERVE_METHOD:
-            return self.methods.reserve(cfg, c, n)
-        return self.methods.split(cfg, c, n)
+    def __call__(self, view: Any, c: int, n: int) -> int:
+        """The concrete form: the method interpreted on the stand-ins of a step view."""
+        return interpret(self.subset(), self.arguments(view, c, n), str(self.methods.path))
 
     def subset(self) -> SubsetFunction:
         """The method's syntax tree (validated against the policy subset)."""
-        return parse(getattr(self.methods.scheduler_type, self.method))
+        return self.methods.method(self.method)
 
-    def arguments(self, cfg: Any, c: Value, n: Value) -> list[Value]:
-        """The interpreter's arguments: ``self``, ``request`` and the call site's values."""
+    def arguments(self, view: Any, c: Value, n: Value) -> list[Value]:
+        """The interpreter's arguments: ``self``, ``request`` and the call site's values at
+        this step (:func:`chunkproof.model.step.step_view`: the waiting loop passes the hits
+        and u at admission, the running loop passes none)."""
         methods = self.methods
-        scheduler, request = view_standins(cfg, c, methods.scheduler_type, methods.overrides)
+        scheduler, request = standins(view, view.computed, methods.cls, methods.overrides)
         if self.method == RESERVE_METHOD:
             return [scheduler, request, c, n]
-        uncached = [cfg.uncached_prefix] if self.methods.takes_uncached_prefix else []
-        return [scheduler, request, n, 0, 0, *uncached]
+        uncached = [view.uncached_prefix] if methods.takes_uncached_prefix else []
+        return [scheduler, request, n, view.local, view.external, *uncached]
 
 
 def load_scheduler(scheduler_py: Path, root: Path | None = None) -> SchedulerMethods:
-    """Extract and compile the split and reservation of ``scheduler_py`` (module docstring).
+    """Read the split and reservation of ``scheduler_py`` as validated syntax trees (module
+    docstring); nothing is compiled or executed.
 
     ``root`` holds the ``vllm`` package that ``from vllm.x import y`` resolves into; by default
     the parent of the innermost ``vllm`` directory containing ``scheduler_py``.
@@ -295,37 +332,25 @@ def load_scheduler(scheduler_py: Path, root: Path | None = None) -> SchedulerMet
     except OSError as exc:
         raise PolicyError(f"{scheduler_py}: cannot read: {exc.strerror}") from None
     try:
-        extracted = extraction.extract(
-            DirectoryTree(root or package_root(scheduler_py), scheduler_py), StandIn
-        )
+        collector = Collector(DirectoryTree(root or package_root(scheduler_py), scheduler_py))
     except SourceError as exc:
         raise PolicyError(str(exc)) from None
-    for compiled in extracted.functions:
-        _attach(compiled)
+    try:
+        cls = source_class(collector)
+    except SubsetError as exc:
+        raise PolicyError(str(exc)) from None
     return SchedulerMethods(
         path=scheduler_py,
         sha256=hashlib.sha256(data).hexdigest(),
-        scheduler_type=extracted.scheduler_type,
-        has_reservation=extracted.has_reservation,
-        takes_uncached_prefix=extracted.takes_uncached_prefix,
+        cls=cls,
+        has_reservation=RESERVE_METHOD in collector.members,
+        takes_uncached_prefix=collector.takes_uncached_prefix,
     )
 
 
 def source_files(tree: SourceTree) -> list[str]:
     """The release-relative paths of every file :func:`load_scheduler` reads from ``tree``."""
     try:
-        return extraction.files_read(tree)
+        return sorted(Collector(tree).modules)
     except SourceError as exc:
         raise PolicyError(str(exc)) from None
-
-
-def _attach(compiled: extraction.Compiled) -> None:
-    """Give a compiled function (or the function under a property, staticmethod or
-    classmethod) the syntax tree it was compiled from, without decorators, for the
-    policy-subset interpreter; a function outside the subset is rejected here."""
-    bare = copy.copy(compiled.node)
-    bare.decorator_list = []
-    tree = SubsetFunction(bare.name, bare, compiled.label, compiled.namespace)
-    if not isinstance(compiled.member, property):  # a property is read natively
-        validate(tree)  # reject code outside the policy subset now, with file and line
-    setattr(compiled.function, SUBSET_ATTRIBUTE, tree)

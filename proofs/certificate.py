@@ -1,18 +1,23 @@
 """Inductive-invariant certificates: written as SMT-LIB, re-checked by a fresh solver.
 
-A certificate for "no reachable state violates property p" is an invariant Inv(c, T, M, theta)
-with three obligations, each an SMT-LIB query that must be unsat:
+A certificate for "no reachable state violates property p" of a
+:class:`~chunkproof.spec.interface.SymbolicModel` is an invariant Inv(s, params) with three
+obligations, each an SMT-LIB query that must be unsat:
 
-* initiation:   params and c = c0            and not Inv(c)
-* consecution:  Inv(c) and c < E and 1 <= b <= M and c' = c + chunk(c, b)   and not Inv(c')
-* safety:       Inv(c) and c < E and 1 <= b <= M   and violation_p(c, b)
+* initiation:   constraint and init(s)                                   and not Inv(s)
+* consecution:  constraint and Inv(s) and guard(s, a) and follows(s, a)
+                and s' = next(s, a)                                       and not Inv(s')
+* safety:       constraint and Inv(s) and guard(s, a)                    and violation_p(s, a)
 
 The file holds the three queries as independent sections; :func:`recheck` parses each one in a
 new Z3 context (nothing shared with the solver that found the invariant) and requires unsat.
+Files are written atomically (a temporary file, then a rename).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +25,8 @@ from typing import Any
 import z3
 
 from chunkproof.proofs import solving
-from chunkproof.proofs.system import TransitionSystem
+from chunkproof.proofs.chc import Invariant
+from chunkproof.spec.interface import SymbolicModel
 
 SECTION = "; ---- obligation: "
 OBLIGATIONS = ("initiation", "consecution", "safety")
@@ -34,32 +40,51 @@ class Certificate:
     invariant: str
 
 
-def obligations(ts: TransitionSystem, pid: str, invariant: Any, window: str) -> dict[str, Any]:
-    """The three obligations for ``invariant`` (a function of the state term), as formulas."""
-    c, c2, b = z3.Ints("c c_next b")
-    inv = invariant(c)
-    step = z3.And(ts.in_prefill(c), ts.budget_ok(b), c2 == c + ts.chunk(c, b))
+def obligations(model: SymbolicModel, pid: str, invariant: Invariant) -> dict[str, Any]:
+    """The three obligations for ``invariant``, as formulas."""
+    state, following, action = model.state("s"), model.state("s_next"), model.action("a")
+    inv = invariant(state)
+    nxt = model.next(state, action)
+    step = z3.And(
+        model.guard(state, action),
+        model.follows(state, action),
+        *[f == n for f, n in zip(following, nxt, strict=True)],
+    )
     return {
-        "initiation": z3.And(ts.params, c == 0, z3.Not(inv)),
-        "consecution": z3.And(ts.params, inv, step, z3.Not(invariant(c2))),
+        "initiation": z3.And(model.constraint, model.init(state), z3.Not(inv)),
+        "consecution": z3.And(model.constraint, inv, step, z3.Not(invariant(following))),
         "safety": z3.And(
-            ts.params, inv, ts.in_prefill(c), ts.budget_ok(b), ts.violation(pid, c, b, window)
+            model.constraint, inv, model.guard(state, action), model.violation(pid, state, action)
         ),
     }
 
 
 def write(
-    path: Path, ts: TransitionSystem, pid: str, invariant: Any, window: str, header: str
+    path: Path, model: SymbolicModel, pid: str, invariant: Invariant, header: str
 ) -> Certificate:
-    """Write the obligations of ``invariant`` as SMT-LIB sections."""
-    parts = [f"; chunkproof certificate: {header}", f"; invariant: {invariant(z3.Int('c'))}"]
-    for name, formula in obligations(ts, pid, invariant, window).items():
+    """Write the obligations of ``invariant`` as SMT-LIB sections (atomically)."""
+    shown = invariant(model.state("s"))
+    parts = [f"; chunkproof certificate: {header}", f"; invariant: {shown}"]
+    for name, formula in obligations(model, pid, invariant).items():
         solver = z3.Solver()
-        solver.add(formula, *ts.assumptions)
+        solver.add(formula)
         parts.append(f"{SECTION}{name} (expected: unsat)\n{solver.sexpr()}(check-sat)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(parts) + "\n")
-    return Certificate(path, str(invariant(z3.Int("c"))))
+    atomic_write(path, "\n".join(parts) + "\n")
+    return Certificate(path, str(shown))
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename, so
+    a reader never sees a partial file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def recheck(path: Path, timeout_ms: int = 20_000) -> dict[str, str]:

@@ -1,12 +1,14 @@
-"""Unbounded reachability with Z3's Spacer engine (constrained Horn clauses).
+"""Unbounded reachability with Z3's Spacer engine (constrained Horn clauses), for any
+:class:`~chunkproof.spec.interface.SymbolicModel`:
 
-    Reach(c0, T, M, theta)  <-  params                                  (c0 = 0)
-    Reach(c', T, M, theta)  <-  Reach(c, T, M, theta), c < E, 1 <= b <= M, c' = c + chunk(c, b)
-    query: Reach(c, ...), c < E, 1 <= b <= M, violation_p(c, b), extra
+    Reach(s, p)   <-  constraint(p), init(s)
+    Reach(s', p)  <-  Reach(s, p), guard(s, a), follows(s, a), s' = next(s, a)
+    query:            Reach(s, p), guard(s, a), violation_pid(s, a), extra
 
-unsat: no reachable state violates p, and Spacer's cover of Reach is an inductive invariant
-(returned as a function of the state, for :mod:`chunkproof.proofs.certificate`); sat: some
-reachable state does; unknown: every try (:data:`SEEDS`) gave up or timed out.
+with state vector s, action a and parameters p. unsat: no reachable state violates the
+property, and Spacer's cover of Reach is an inductive invariant (returned as a function of the
+state vector, for :mod:`chunkproof.proofs.certificate`); sat: some reachable state does;
+unknown: every try (:data:`SEEDS`) gave up or timed out.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from typing import Any
 
 import z3
 
-from chunkproof.proofs.system import TransitionSystem
+from chunkproof.spec.interface import SymbolicModel
+
+Invariant = Callable[[list[Any]], Any]
+"""An invariant as a function of a state vector."""
 
 
 @dataclass(frozen=True)
 class ChcResult:
     status: str  # "sat" | "unsat" | "unknown"
-    invariant: Callable[[Any], Any] | None
+    invariant: Invariant | None
     seconds: float
 
 
@@ -34,7 +39,7 @@ same query varies by orders of magnitude with the seed, so short tries come firs
 
 
 def reachable_violation(
-    ts: TransitionSystem, pid: str, window: str, extra: Any = True, timeout_ms: int = 10_000
+    model: SymbolicModel, pid: str, extra: Any = True, timeout_ms: int = 10_000
 ) -> ChcResult:
     """Is a state violating ``pid`` reachable (under the additional constraint ``extra``)?"""
     started = time.monotonic()
@@ -43,38 +48,39 @@ def reachable_violation(
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             break
-        status, invariant = _attempt(ts, pid, window, extra, seed, min(budget, left) or left)
+        status, invariant = _attempt(model, pid, extra, seed, min(budget, left) or left)
         if status != "unknown":
             return ChcResult(status, invariant, time.monotonic() - started)
     return ChcResult("unknown", None, time.monotonic() - started)
 
 
 def _attempt(
-    ts: TransitionSystem, pid: str, window: str, extra: Any, seed: int, timeout_ms: int
-) -> tuple[str, Callable[[Any], Any] | None]:
-    params = ts.parameters
-    sort = [z3.IntSort()] * (1 + len(params))
-    reach = z3.Function("Reach", *sort, z3.BoolSort())
-    c, c2, b = z3.Ints("c c_next b")
+    model: SymbolicModel, pid: str, extra: Any, seed: int, timeout_ms: int
+) -> tuple[str, Invariant | None]:
+    params = model.parameters
+    state, following, action = model.state("s"), model.state("s_next"), model.action("a")
+    sorts = [v.sort() for v in state] + [p.sort() for p in params]
+    reach = z3.Function("Reach", *sorts, z3.BoolSort())
     fp = z3.Fixedpoint()
     fp.set(engine="spacer", timeout=timeout_ms)
     fp.set("spacer.random_seed", seed)
     fp.register_relation(reach)
-    fp.declare_var(c, c2, b, *params)
-    step = [ts.in_prefill(c), ts.budget_ok(b), c2 == c + ts.chunk(c, b)]
-    bad = ts.violation(pid, c, b, window)
-    # The path conditions of asserts in the policy source mention the step's c and b: they
-    # belong to the step rule and the query, and are complete only once both are translated.
-    asserted = list(ts.assumptions)
-    fp.rule(reach(0, *params), [ts.params, extra])
-    fp.rule(reach(c2, *params), [reach(c, *params), *step, *asserted])
+    fp.declare_var(*state, *following, *action, *params)
+    nxt = model.next(state, action)
+    moves = [model.guard(state, action), model.follows(state, action)]
+    fp.rule(reach(*state, *params), [model.constraint, model.init(state), extra])
+    fp.rule(
+        reach(*following, *params),
+        [reach(*state, *params), *moves, *[f == n for f, n in zip(following, nxt, strict=True)]],
+    )
+    query = z3.And(
+        reach(*state, *params), model.guard(state, action), model.violation(pid, state, action)
+    )
     try:
-        answer = fp.query(
-            z3.And(reach(c, *params), ts.in_prefill(c), ts.budget_ok(b), bad, *asserted)
-        )
+        answer = fp.query(query)
     except z3.Z3Exception:  # Spacer reports its timeout as "canceled"
         return "unknown", None
     if answer == z3.unsat:
         cover = fp.get_cover_delta(-1, reach)
-        return "unsat", lambda s: z3.substitute_vars(cover, s, *params)
+        return "unsat", lambda s: z3.substitute_vars(cover, *s, *params)
     return str(answer), None

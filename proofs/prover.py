@@ -1,11 +1,16 @@
-"""Per-cell verdicts from the solver (issue 3): proofs with certificates, or counterexamples.
+"""Per-cell verdicts from the solver, for any :class:`~chunkproof.spec.interface.SymbolicModel`.
 
 For each cell and property, in order:
 
-1. *Direct induction*: no state c in [0, E), reachable or not, violates the property for any
-   budget: the certificate of the invariant c >= 0 re-checks.
-2. *Spacer* (CHC): no reachable state violates it; Spacer's cover is the invariant.
-3. Otherwise a reachable violation exists: :mod:`chunkproof.proofs.search` finds the minimal one.
+0. *Scope*: if no parameter value satisfies the cell's constraint, the cell is EMPTY: it holds
+   no configuration, so nothing is proved there.
+1. *Direct induction*: no state, reachable or not, violates the property for any action: the
+   certificate of the invariant "true" re-checks.
+2. *Bounded model checking* at small depths (:data:`SHALLOW_DEPTHS`): a violation a few
+   steps from an initial state is VIOLATED at once.
+3. *Spacer* (CHC): no reachable state violates it; Spacer's cover is the invariant.
+4. Otherwise a reachable violation exists (VIOLATED); its minimal counterexample is found above
+   the engines (:mod:`chunkproof.checker.minimise`).
 
 Every PROVED verdict has its invariant written as an SMT-LIB certificate and re-checked by a
 fresh solver (initiation, consecution, safety) before it is reported. A solver timeout is
@@ -21,119 +26,114 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chunkproof.model.counterexample import Counterexample
-from chunkproof.model.policy import Policy
-from chunkproof.proofs import certificate
-from chunkproof.proofs.chc import reachable_violation
-from chunkproof.proofs.search import minimal_counterexample_for_cell
-from chunkproof.proofs.system import Cell, Scope, TransitionSystem
+import z3
 
-PROVED, VIOLATED, UNKNOWN = "PROVED", "VIOLATED", "UNKNOWN"
+from chunkproof.proofs import certificate, solving
+from chunkproof.proofs.bounded import shallow_violation
+from chunkproof.proofs.chc import Invariant, reachable_violation
+from chunkproof.spec.interface import SymbolicModel
+
+PROVED, VIOLATED, UNKNOWN, EMPTY = "PROVED", "VIOLATED", "UNKNOWN", "EMPTY"
+
+SHALLOW_DEPTHS = (1, 2)
+SHALLOW_MS = 1_000
+"""Bounded model checking at these depths, each with this timeout, before Spacer: most
+violations are a few steps from an admission start."""
 
 
 @dataclass
 class CellVerdict:
     """One property on one cell."""
 
-    cell: Cell
+    cell: Any
     property: str
     status: str
     method: str
     seconds: float
     detail: str = ""
     certificate: str | None = None
-    counterexample: Counterexample | None = None
 
 
 def _certify(
-    ts: TransitionSystem,
+    model: SymbolicModel,
     pid: str,
-    window: str,
-    invariant: Any,
+    invariant: Invariant,
     path: Path,
-    method: str,
+    header: str,
     timeout_ms: int,
-) -> tuple[dict[str, str], str]:
+) -> tuple[bool, str]:
     """Write the invariant's certificate and re-check it with a fresh solver."""
-    header = f"{ts.policy.name} {pid} cell {ts.cell.describe()} scope {ts.scope.describe(ts.cell)}"
-    cert = certificate.write(path, ts, pid, invariant, window, f"{header} ({method})")
+    cert = certificate.write(path, model, pid, invariant, header)
     results = certificate.recheck(path, timeout_ms)
-    return results, f"invariant {cert.invariant}; re-check {results}"
+    return certificate.holds(results), f"invariant {cert.invariant}; re-check {results}"
+
+
+def has_configuration(model: SymbolicModel, timeout_ms: int) -> str:
+    """sat when the cell holds a configuration, unsat when it holds none, else unknown."""
+    return solving.check_formula(model.constraint, timeout_ms)
 
 
 def prove_cell(
-    policy: Policy,
-    cell: Cell,
-    scope: Scope,
-    pid: str,
-    window: str,
-    timeout_ms: int,
-    out_dir: Path,
+    model: SymbolicModel, cell: Any, pid: str, timeout_ms: int, certificate_path: Path
 ) -> CellVerdict:
-    """The verdict of ``pid`` on one cell (module docstring); a violated cell gets Spacer's
-    verdict, and :func:`counterexample_below` its counterexample."""
+    """The verdict of ``pid`` on one cell (module docstring)."""
     started = time.monotonic()
-    ts = TransitionSystem(policy, cell, scope)
-    cert_path = out_dir / _cell_name(policy, cell, pid)
 
-    def done(status: str, method: str, detail: str = "", **kw: Any) -> CellVerdict:
-        return CellVerdict(cell, pid, status, method, time.monotonic() - started, detail, **kw)
+    def done(status: str, method: str, detail: str = "", path: Path | None = None) -> CellVerdict:
+        return CellVerdict(
+            cell,
+            pid,
+            status,
+            method,
+            time.monotonic() - started,
+            detail,
+            str(path) if path else None,
+        )
 
-    # Direct induction: the invariant c >= 0 holds in every state, so its safety obligation
-    # says no state at all violates the property; the fresh-solver re-check is the proof.
-    results, text = _certify(ts, pid, window, lambda s: s >= 0, cert_path, "induction", timeout_ms)
-    if certificate.holds(results):
-        return done(PROVED, "induction", text, certificate=str(cert_path))
-    chc = reachable_violation(ts, pid, window, True, timeout_ms)
+    scope = has_configuration(model, timeout_ms)
+    if scope == "unsat":
+        return done(EMPTY, "scope", "no configuration in this cell")
+    if scope != "sat":
+        return done(UNKNOWN, "scope", "the solver could not decide whether the cell is empty")
+    header = f"{pid} cell {cell}"
+    proved, text = _certify(
+        model,
+        pid,
+        lambda s: z3.BoolVal(True),
+        certificate_path,
+        f"{header} (induction)",
+        timeout_ms,
+    )
+    if proved:
+        return done(PROVED, "induction", text, certificate_path)
+    certificate_path.unlink(missing_ok=True)
+    for depth in SHALLOW_DEPTHS:
+        if shallow_violation(model, pid, depth, SHALLOW_MS) == "sat":
+            return done(VIOLATED, "bmc", f"a violation {depth} steps from an initial state")
+    chc = reachable_violation(model, pid, True, timeout_ms)
     if chc.status == "unsat" and chc.invariant is not None:
-        results, text = _certify(ts, pid, window, chc.invariant, cert_path, "spacer", timeout_ms)
-        if certificate.holds(results):
-            return done(PROVED, "spacer", text, certificate=str(cert_path))
+        proved, text = _certify(
+            model, pid, chc.invariant, certificate_path, f"{header} (spacer)", timeout_ms
+        )
+        if proved:
+            return done(PROVED, "spacer", text, certificate_path)
+        certificate_path.unlink(missing_ok=True)
         return done(UNKNOWN, "spacer", f"Spacer's invariant did not re-check: {text}")
-    cert_path.unlink(missing_ok=True)
+    certificate_path.unlink(missing_ok=True)
     if chc.status == "unknown":
         return done(UNKNOWN, "spacer", "Spacer gave up or timed out")
     return done(VIOLATED, "spacer", "Spacer: a reachable state violates it")
 
 
-def counterexample_below(
-    policy: Policy,
-    cell: Cell,
-    scope: Scope,
-    pid: str,
-    window: str,
-    timeout_ms: int,
-    bound: int | None,
-) -> tuple[Counterexample | None, str]:
-    """The cell's minimal counterexample if it has one with T < ``bound`` (any, if None)."""
-    ts = TransitionSystem(policy, cell, scope)
-    if bound is not None:
-        below = reachable_violation(ts, pid, window, ts.T < bound, timeout_ms).status
-        if below != "sat":
-            return None, f"Spacer: {below} for T < {bound}"
-    return minimal_counterexample_for_cell(ts, pid, window, timeout_ms)
-
-
-def _cell_name(policy: Policy, cell: Cell, pid: str) -> str:
-    drop = "on" if cell.drop else "off"
-    name = f"{pid}-B{cell.block}-L{cell.lookahead}-D{drop}-Lh{cell.hash_lookahead}.smt2"
-    return f"{policy.file_stem}/{name}"
-
-
-PROVER_PROPERTIES = ("P1", "P3", "P4", "P5", "P6")
-"""Properties the prover decides; P2 and P7 are figures, computed by the explorer."""
-
-
 @dataclass(frozen=True)
 class Settings:
-    """What every cell of one run shares."""
+    """What every cell of one run shares: how to build a cell's model, the solver timeout and
+    the folder certificates go to (one file per cell and property, named by ``name``)."""
 
-    policy: Policy
-    scope: Scope
-    window: str
+    make_model: Callable[[Any], SymbolicModel]
+    name: Callable[[Any, str], str]
     timeout_ms: int
-    out_dir: Path
-    minimise: bool
+    certificates: Path
 
 
 _SHARED: dict[str, Settings] = {}
@@ -143,19 +143,18 @@ def _init(settings: Settings) -> None:
     _SHARED["settings"] = settings
 
 
-def _prove(task: tuple[Cell, str]) -> CellVerdict:
+def _prove(task: tuple[Any, tuple[str, ...]]) -> list[CellVerdict]:
+    """Every property of one cell, on one model (its translation is shared)."""
     s = _SHARED["settings"]
-    cell, pid = task
-    return prove_cell(s.policy, cell, s.scope, pid, s.window, s.timeout_ms, s.out_dir)
+    cell, pids = task
+    model = s.make_model(cell)
+    return [
+        prove_cell(model, cell, pid, s.timeout_ms, s.certificates / s.name(cell, pid))
+        for pid in pids
+    ]
 
 
-def _below(task: tuple[Cell, str, int | None]) -> tuple[Counterexample | None, str]:
-    s = _SHARED["settings"]
-    cell, pid, bound = task
-    return counterexample_below(s.policy, cell, s.scope, pid, s.window, s.timeout_ms, bound)
-
-
-def _parallel(
+def run_parallel(
     settings: Settings,
     work: Callable[[Any], Any],
     tasks: list[Any],
@@ -163,7 +162,7 @@ def _parallel(
     tick: Callable[[int, int], None] | None,
 ) -> list[Any]:
     """``work`` over ``tasks``, ``jobs`` at a time, in order; forked workers inherit the
-    settings (policies hold functions, which are not pickled)."""
+    settings (models hold functions and syntax trees, which are not pickled)."""
     results: list[Any] = []
     if jobs <= 1 or len(tasks) < 2:
         _init(settings)
@@ -185,35 +184,12 @@ def _parallel(
 
 def prove_range(
     settings: Settings,
-    cells: list[Cell],
+    cells: list[Any],
     pids: tuple[str, ...],
     jobs: int,
     tick: Callable[[int, int], None] | None = None,
 ) -> list[CellVerdict]:
-    """Every (cell, property); with ``settings.minimise``, the minimal counterexample of each
-    violated property over all cells (smallest T, then B, L, M, then the trace): the first
-    violated cell in (B, L, D) order is minimised, then every other violated cell is asked by
-    Spacer for a smaller T, and only those that have one are minimised."""
-    verdicts: list[CellVerdict] = _parallel(
-        settings, _prove, [(c, p) for p in pids for c in cells], jobs, tick
-    )
-    if not settings.minimise:
-        return verdicts
-    for pid in pids:
-        violated = sorted(
-            (v for v in verdicts if v.property == pid and v.status == VIOLATED),
-            key=lambda v: (v.cell.block, v.cell.lookahead, v.cell.drop),
-        )
-        if not violated:
-            continue
-        first = violated[0]
-        cx, first.detail = _parallel(settings, _below, [(first.cell, pid, None)], 1, None)[0]
-        first.counterexample = cx
-        if cx is None:
-            continue
-        rest = [(v.cell, pid, cx.config.T) for v in violated[1:]]
-        for verdict, (other, how) in zip(
-            violated[1:], _parallel(settings, _below, rest, jobs, None), strict=True
-        ):
-            verdict.counterexample, verdict.detail = other, how
-    return verdicts
+    """Every (cell, property), one task per cell."""
+    tasks = [(c, pids) for c in cells]
+    per_cell: list[list[CellVerdict]] = run_parallel(settings, _prove, tasks, jobs, tick)
+    return [verdict for verdicts in per_cell for verdict in verdicts]

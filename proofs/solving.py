@@ -33,6 +33,11 @@ def check_text(smtlib: str, timeout_ms: int) -> str:
     return _portfolio(lambda s: s.from_string(smtlib), ctx, timeout_ms)
 
 
+def check_formula(formula: Any, timeout_ms: int) -> str:
+    """sat, unsat or unknown for a formula of the main context."""
+    return _portfolio(lambda s: s.add(formula), None, timeout_ms)
+
+
 def _portfolio(load: Any, ctx: z3.Context | None, timeout_ms: int) -> str:
     deadline = time.monotonic() + timeout_ms / 1000
     for index, (seed, budget) in enumerate(ATTEMPTS):

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from chunkproof.checker import properties as props
 from chunkproof.checker.explorer import evaluate_config, family_tables, state_graphs
 from chunkproof.model.builtin import builtin_policies
 from chunkproof.model.config import Config
@@ -20,6 +19,7 @@ from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
+from chunkproof.spec import properties as props
 
 WANTED = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkproof.checker.slots import Poison, SlotReport, SlotSetup, crossing_claim, oracle
+from chunkproof.spec.slots import Poison, SlotReport, SlotSetup, crossing_claim, oracle
 
 
 def _pairs(report: SlotReport) -> list[tuple[int, int]]:

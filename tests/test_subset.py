@@ -18,8 +18,8 @@ from chunkproof.model import splits, stages
 from chunkproof.model.config import Config
 from chunkproof.model.errors import SubsetError
 from chunkproof.model.subset import parse
+from chunkproof.model.symbolic import symbolic
 from chunkproof.model.vectorised import INTERPRETER
-from chunkproof.proofs.z3domain import symbolic
 
 STAGES = [
     splits.split_v1,

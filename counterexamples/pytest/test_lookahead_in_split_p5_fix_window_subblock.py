@@ -186,13 +186,13 @@ def vllm_source_root() -> Path:
 # chunkproof's property and budget-cap functions (SPEC P, S3), copied from its source.
 # ---------------------------------------------------------------------------------------------
 
-# from chunkproof.checker.properties
+# from chunkproof.spec.properties
 def in_window(cfg: Config, c: int, n: int, e: int) -> bool:
     """P5 strict for chunk [c, e): it ends inside the lookahead window (T - L, T)."""
     return e > c and cfg.tokens - cfg.lookahead < e < cfg.tokens
 
 
-# from chunkproof.checker.properties
+# from chunkproof.spec.properties
 def in_window_relaxed(cfg: Config, c: int, n: int, e: int) -> bool:
     """P5 relaxed: a window end is allowed only on a multiple of B when n < T - c."""
     if not in_window(cfg, c, n, e):

@@ -188,7 +188,7 @@ def vllm_source_root() -> Path:
 # chunkproof's property and budget-cap functions (SPEC P, S3), copied from its source.
 # ---------------------------------------------------------------------------------------------
 
-# from chunkproof.checker.properties
+# from chunkproof.spec.properties
 def stuck(cfg: Config, c: int, chunk: int) -> bool:
     """P1 at state c: c < E and the chunk with the largest budget is 0 (permanent: SPEC P1)."""
     return c < prefill_end(cfg) and chunk == 0

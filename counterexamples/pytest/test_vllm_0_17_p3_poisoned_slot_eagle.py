@@ -187,13 +187,13 @@ def vllm_source_root() -> Path:
 # chunkproof's property and budget-cap functions (SPEC P, S3), copied from its source.
 # ---------------------------------------------------------------------------------------------
 
-# from chunkproof.checker.properties
+# from chunkproof.spec.properties
 def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
     """P3 for chunk [c, e): the slot oracle's own crossing rule (slot note 4.2, rule 5)."""
     return runs_past_block(c, e, cfg.block)
 
 
-# from chunkproof.checker.slots
+# from chunkproof.spec.slots
 def runs_past_block(start: int, end: int, block: int) -> bool:
     """SPEC P3 / slot note 4.2 for one chunk [start, end): it starts mid-block (start > 0,
     start mod B != 0) and runs past the end of its block (end > B*ceil(start/B)).

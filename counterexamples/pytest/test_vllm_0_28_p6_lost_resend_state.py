@@ -186,13 +186,13 @@ def vllm_source_root() -> Path:
 # chunkproof's property and budget-cap functions (SPEC P, S3), copied from its source.
 # ---------------------------------------------------------------------------------------------
 
-# from chunkproof.checker.properties
+# from chunkproof.spec.properties
 def resend_position(cfg: Config) -> int:
     """R* = ckpos(P, A, D) (slot note 5): A = H with partial hits, else the scheduler block."""
     return ck33(cfg.prompt, ckpt_grid(cfg), cfg.drop, cfg.hash_lookahead)
 
 
-# from chunkproof.checker.properties
+# from chunkproof.spec.properties
 def skips_resend(cfg: Config, c: int, e: int) -> bool:
     """P6 for chunk [c, e): it runs over R* > 0 although its budget allowed it to end there."""
     r = resend_position(cfg)

@@ -1,20 +1,24 @@
-"""Properties P1-P7 (SPEC P) as predicates on one step, written once in the policy subset.
+"""Properties P0-P7 (SPEC P) as predicates on one step, written once in the policy subset.
 
 A step is (c, b) with ``n`` the chunk before the split and ``e = c + chunk`` its end. Each
 predicate returns ``True`` when the step *violates* the property. They are plain functions, so
 traces are checked by calling them; the explorer evaluates the very same source over arrays of
-states and budgets (:mod:`chunkproof.model.vectorised`).
+states and budgets, and the prover translates it to Z3.
+
+P3 and P6 are the slot oracle's own per-chunk rules (:mod:`chunkproof.spec.slots`), on the Mamba
+group's grid B (``cfg.block``), whatever grid G the split aligns to. P0 is judged from a step's
+record (:attr:`chunkproof.model.step.Step.unsafe`): the code raised, or a stage left [0, its
+input].
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from chunkproof.checker.slots import runs_past_block
-from chunkproof.model.arith import ck33
-from chunkproof.model.config import Config
-from chunkproof.model.splits import ckpt_grid, max_chunk, prefill_end
+from chunkproof.model.splits import max_chunk, prefill_end
+from chunkproof.spec.slots import checkpoint_at, poisons, resend_position, tail_position
 
 
 @dataclass(frozen=True)
@@ -29,17 +33,26 @@ class Property:
 PROPERTIES: dict[str, Property] = {
     p.id: p
     for p in (
+        Property(
+            "P0",
+            "SAFE",
+            "no reachable step makes the policy code raise, or a stage leave [0, its input]",
+        ),
         Property("P1", "LIVE", "every reachable c < E gets a chunk > 0 with the largest budget"),
         Property(
             "P2",
             "PROGRESS-BUDGET",
             "the least b* such that every reachable c < E progresses for every b >= b*",
         ),
-        Property("P3", "NOCROSS", "a chunk starting mid-block ends at or before that block's end"),
+        Property(
+            "P3",
+            "NOCROSS",
+            "no chunk makes the cache key a block end onto a block holding a mid-block state",
+        ),
         Property(
             "P4",
             "ALIGN",
-            "every chunk end before E is a multiple of B, except sound "
+            "every chunk end before E is a multiple of the Mamba block B, except sound "
             "sub-block advances when B > m",
         ),
         Property(
@@ -53,7 +66,7 @@ PROPERTIES: dict[str, Property] = {
             "COVER",
             "the identical-resend position R* is covered whenever a chunk could end there",
         ),
-        Property("P7", "COST", "steps to finish under const(b) against ceil((E - c0) / b)"),
+        Property("P7", "COST", "every const(b) run finishes; steps against ceil((E - c0) / b)"),
     )
 }
 
@@ -69,49 +82,55 @@ def parse_property_ids(text: str) -> tuple[str, ...]:
     return ids
 
 
-def stuck(cfg: Config, c: int, chunk: int) -> bool:
+def stuck(cfg: Any, c: int, chunk: int) -> bool:
     """P1 at state c: c < E and the chunk with the largest budget is 0 (permanent: SPEC P1)."""
     return c < prefill_end(cfg) and chunk == 0
 
 
-def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
-    """P3 for chunk [c, e): the slot oracle's own crossing rule (slot note 4.2, rule 5)."""
-    return runs_past_block(c, e, cfg.block)
+def crosses_block_end(cfg: Any, c: int, e: int) -> bool:
+    """P3 for chunk [c, e): the slot oracle keys a block end onto a block holding state@c
+    (slot note 4.2, oracle rule 5: :func:`chunkproof.spec.slots.poisons`)."""
+    return poisons(cfg, c, e)
 
 
-def misaligned(cfg: Config, c: int, e: int) -> bool:
-    """P4 for chunk [c, e) with e > c: an end before E off the grid, unless it is a sub-block
-    advance (B > m) that keeps P3. Encoder-forced ends (exemption b) are not modelled."""
+def misaligned(cfg: Any, c: int, e: int) -> bool:
+    """P4 for chunk [c, e) with e > c: an end before E off the Mamba grid B, unless it is a
+    sub-block advance (B > m) that keeps P3, or a position the cache keys soundly off the
+    grid: the prompt's partial tail T under partial hits, and the junction J with the exact
+    shared-prefix checkpoint (slot note 3 R2, 4.1: "every non-final chunk end must be on the
+    grid, or equal the partial-tail boundary"). Encoder-forced ends (exemption b) are not
+    modelled."""
     if e <= c or e >= prefill_end(cfg) or e % cfg.block == 0:
+        return False
+    if cfg.partial_hits and e == tail_position(cfg):
+        return False
+    if cfg.exact_junction and e == cfg.junction and e <= cfg.prompt:
         return False
     sub_block = cfg.block > max_chunk(cfg)
     return not (sub_block and not crosses_block_end(cfg, c, e))
 
 
-def in_window(cfg: Config, c: int, n: int, e: int) -> bool:
+def in_window(cfg: Any, c: int, n: int, e: int) -> bool:
     """P5 strict for chunk [c, e): it ends inside the lookahead window (T - L, T)."""
     return e > c and cfg.tokens - cfg.lookahead < e < cfg.tokens
 
 
-def in_window_relaxed(cfg: Config, c: int, n: int, e: int) -> bool:
+def in_window_relaxed(cfg: Any, c: int, n: int, e: int) -> bool:
     """P5 relaxed: a window end is allowed only on a multiple of B when n < T - c."""
     if not in_window(cfg, c, n, e):
         return False
     return e % cfg.block != 0 or c + n >= cfg.tokens
 
 
-def resend_position(cfg: Config) -> int:
-    """R* = ckpos(P, A, D) (slot note 5): A = H with partial hits, else the scheduler block."""
-    return ck33(cfg.prompt, ckpt_grid(cfg), cfg.drop, cfg.hash_lookahead)
-
-
-def skips_resend(cfg: Config, c: int, e: int) -> bool:
-    """P6 for chunk [c, e): it runs over R* > 0 although its budget allowed it to end there."""
+def skips_resend(cfg: Any, c: int, e: int) -> bool:
+    """P6 for chunk [c, e): it runs over R* = ckpos(P, A, D) > 0 (slot note 5; its budget allowed
+    it to end there), and no internal checkpoint written by the chunk covers R* (oracle rules 4
+    and 6)."""
     r = resend_position(cfg)
-    return r > 0 and c < r < e
+    return r > 0 and c < r < e and checkpoint_at(cfg, c, e) != r
 
 
-def ideal_steps(cfg: Config, budget: int) -> int:
+def ideal_steps(cfg: Any, budget: int) -> int:
     """P7: the ideal number of steps ceil((E - c0) / b)."""
     return -(-(prefill_end(cfg) - cfg.start) // budget)
 
@@ -131,4 +150,7 @@ WINDOW_PROPERTIES: dict[str, Callable[..., bool]] = {
     "strict": in_window,
     "relaxed": in_window_relaxed,
 }
-"""P5 forms: predicate(cfg, c, n, e)."""
+"""P5 forms: predicate(cfg, c, n, e); strict is the property, relaxed a trade-off a fix may
+choose (SPEC P5)."""
+
+DEFAULT_WINDOW = "strict"

@@ -3,8 +3,8 @@
 Integers are Z3 ``Int`` terms (or Python ints for concrete parameters), conditions Z3 ``Bool``
 terms. ``//`` and ``%`` keep Python's floor semantics for any divisor sign: ``//`` is SMT-LIB
 ``div`` for a positive divisor (which floors there) and ``-left div -right`` otherwise, and ``%``
-is ``left - right * (left // right)``. ``assert``
-statements become path conditions collected in :attr:`Z3Domain.assumptions`.
+is ``left - right * (left // right)``. The conditions under which the code raises (SPEC P0: a
+failed ``assert``, a ``raise``, a division by zero) are collected in :attr:`Z3Domain.crashed`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Z3Domain(FoldingLogic):
     """Integer and boolean operations on Z3 terms and Python constants."""
 
     def __init__(self) -> None:
-        self.assumptions: list[z3.BoolRef] = []
+        self.crashed: Value = False
 
     def truth(self, cond: Value) -> bool | None:
         cond = _condition(cond)
@@ -99,11 +99,8 @@ class Z3Domain(FoldingLogic):
             return max(left, right)
         return z3.If(left >= right, left, right)
 
-    def assume(self, cond: Value) -> bool:
-        known = self.truth(cond)
-        if known is None:
-            self.assumptions.append(cond)
-        return known is not False
+    def crash(self, cond: Value, where: str) -> None:
+        self.crashed = self.or_(self.crashed, cond)
 
 
 _SYMBOLIC: dict[str, Any] = {
@@ -125,7 +122,8 @@ def _concrete(op: str, left: Value, right: Value) -> Value:
     return left // right if op == "//" else left % right
 
 
-def symbolic(func: SubsetFunction, args: list[Value]) -> tuple[Value, list[z3.BoolRef]]:
-    """Translate one call of ``func``: its result term and the path conditions of its asserts."""
+def symbolic(func: SubsetFunction, args: list[Value]) -> tuple[Value, Value]:
+    """Translate one call of ``func``: its result term and the condition under which it raises
+    (``False`` when it never does)."""
     domain = Z3Domain()
-    return Interpreter(domain).call(func, args), domain.assumptions
+    return Interpreter(domain).call(func, args), domain.crashed

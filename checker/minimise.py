@@ -1,0 +1,181 @@
+"""Minimal counterexamples of a violated proof cell: the solver finds and certifies the smallest
+T, the explorer minimises M and the trace at that T (SPEC C). This orchestration sits above
+both engines, which know nothing of each other.
+
+1. Bounded search (:func:`chunkproof.proofs.bounded.bounded_search`): the transition relation
+   unrolled 1, 2, 4, 8 steps, a violation at the last state, minimising T, then M and theta.
+2. The minimum is certified for traces of any length: Spacer is asked for a reachable violation
+   with a smaller T; unsat proves T minimal.
+3. At that T, with every other symbolic input as the solver found it, the explorer enumerates
+   every M of the range up to the solver's, exhaustively, and returns the smallest M with its
+   BFS-shortest trace, rebuilt by the concrete policy. When that is too large, Spacer finds the
+   smallest M by bisection (each answer holds for traces of any length) and the explorer takes
+   the shortest trace at that one M. If a query times out, the solver's own trace is replayed
+   instead, and the result says which dimensions were minimised within the bounded search only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import z3
+
+from chunkproof.checker.search import Candidate, explore, minimal_counterexample, rank
+from chunkproof.checker.search import replay_candidate as replay
+from chunkproof.checker.traces import ModelMismatch, build_counterexample, violates
+from chunkproof.model.config import Config
+from chunkproof.model.counterexample import Counterexample
+from chunkproof.proofs.bounded import SolverTrace, bounded_search
+from chunkproof.proofs.chc import reachable_violation
+from chunkproof.spec.request import RequestModel, budget_bounds
+from chunkproof.spec.request_symbolic import SymbolicRequest
+from chunkproof.spec.space import Bools, Ints, Junctions, Retentions, Space, Starts, TermSet
+
+DEPTHS = (1, 2, 4, 8)
+EXPLORER_LANES = 30_000_000
+"""Largest (state, budget, M) table the explorer minimises M over."""
+
+
+def minimal_for_cell(
+    model: SymbolicRequest, pid: str, timeout_ms: int, bound: int | None = None
+) -> tuple[Counterexample | None, str]:
+    """The cell's minimal counterexample (module docstring); with ``bound``, only one with
+    T < ``bound`` (None, and why, when there is none)."""
+    v = model.view
+    if bound is not None:
+        below = reachable_violation(model, pid, v.tokens < bound, timeout_ms).status
+        if below != "sat":
+            return None, f"Spacer: {below} for T < {bound}"
+    found: SolverTrace | None = None
+    certified = "unknown"
+    for depth in DEPTHS:
+        result = bounded_search(model, pid, depth, [v.tokens, v.max_sched, v.threshold], timeout_ms)
+        if result == "unknown":
+            return None, f"the bounded search at depth {depth} timed out"
+        if isinstance(result, SolverTrace):
+            found = result
+            tokens = _value(result, v.tokens)
+            certified = reachable_violation(model, pid, v.tokens < tokens, timeout_ms).status
+            if certified == "unsat":
+                break
+    if found is None:
+        return None, f"no violation within {DEPTHS[-1]} steps"
+    cfg = Config(**model.concrete(found.model))
+    how = (
+        "T is the minimum over traces of any length (Spacer: no smaller T violates)"
+        if certified == "unsat"
+        else f"T is the minimum over traces of up to {found.depth} steps (Spacer: {certified})"
+    )
+    ms = [m for m in _max_sched_values(model, cfg) if m <= cfg.max_sched]
+    cx = _explore_at(model, pid, cfg, ms)
+    if cx is not None:
+        return cx, how + "; M and the trace length are minimal at that T (explorer, exhaustive)"
+    smallest = _bisect_max_sched(model, pid, cfg, timeout_ms)
+    if smallest is not None:
+        cx = _explore_at(model, pid, cfg.replace(max_sched=smallest), [smallest])
+        if cx is not None:
+            return cx, how + (
+                "; M is minimal at that T (Spacer bisection), the trace is the shortest at "
+                "that M (explorer)"
+            )
+    return _replayed(model, pid, cfg, found), (
+        how + f"; M and the trace length are minimal within {found.depth} steps only"
+    )
+
+
+def _value(trace: SolverTrace, term: Any) -> int:
+    return int(trace.model.eval(term, model_completion=True).as_long())
+
+
+def _max_sched_values(model: SymbolicRequest, cfg: Config) -> list[int]:
+    """The M values of the cell's range up to ``cfg``'s, at least max(L, 1) (the main
+    category), capped at a million values."""
+    values = model.cell.grid.sets["max_sched"]
+    assert isinstance(values, Ints)
+    low = max(values.low, 1)
+    found = []
+    for low_i, high_i in values.intervals:
+        for m in range(max(low_i, low), min(high_i, cfg.max_sched) + 1):
+            found.append(m)
+            if len(found) > 1_000_000:
+                return found
+    return found
+
+
+def _explore_at(
+    model: SymbolicRequest, pid: str, cfg: Config, ms: list[int]
+) -> Counterexample | None:
+    """The explorer's minimal counterexample at ``cfg`` over the M values ``ms``, or None when
+    that is too large to enumerate."""
+    if not ms or cfg.prefill_end * min(max(ms), cfg.T) * len(ms) > EXPLORER_LANES:
+        return None
+    grid = model.cell.grid.narrowed(_fixed(cfg.to_dict()) | {"max_sched": Ints(_runs(ms))})
+    explicit = RequestModel(model.policy, Space((grid,), model.budget), model.window)
+    exploration = explore(explicit, (pid,))
+    return minimal_counterexample(exploration, pid, "main")
+
+
+def _fixed(fields: dict[str, Any]) -> dict[str, Any]:
+    """Value sets fixing every input but M at ``fields``' values."""
+    out: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name in ("max_sched", "sched_block", "partial_hits", "external"):
+            continue
+        if isinstance(value, bool):
+            out[name] = Bools((value,))
+        elif name == "start":
+            out[name] = Starts((), Ints(((value, value),))) if value else Starts(("0",))
+        elif name == "junction":
+            out[name] = Junctions((), Ints(((value, value),))) if value else Junctions(("0",))
+        elif name == "retention":
+            out[name] = Retentions((value,))
+        else:
+            out[name] = TermSet(Ints(((value, value),)), ())
+    return out
+
+
+def _runs(values: list[int]) -> tuple[tuple[int, int], ...]:
+    runs: list[tuple[int, int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], v)
+        else:
+            runs.append((v, v))
+    return tuple(runs)
+
+
+def _bisect_max_sched(model: SymbolicRequest, pid: str, cfg: Config, timeout_ms: int) -> int | None:
+    """The least M <= cfg.max_sched with a reachable violation at cfg's other inputs, by
+    Spacer bisection; None if a query is undecided."""
+    v = model.view
+    fixed = z3.And(
+        *[
+            getattr(v, name) == value
+            for name, value in cfg.to_dict().items()
+            if name in model.symbols and name != "max_sched"
+        ]
+    )
+    low, high = max(cfg.lookahead, 1), cfg.max_sched
+    while low < high:
+        middle = (low + high) // 2
+        extra = z3.And(fixed, v.max_sched <= middle)
+        answer = reachable_violation(model, pid, extra, timeout_ms)
+        if answer.status == "sat":
+            high = middle
+        elif answer.status == "unsat":
+            low = middle + 1
+        else:
+            return None
+    return high
+
+
+def _replayed(model: SymbolicRequest, pid: str, cfg: Config, found: SolverTrace) -> Counterexample:
+    """The solver's trace rebuilt by the concrete policy; it must land where the solver says."""
+    path = tuple((s[0], a[0]) for s, a in zip(found.states, found.actions, strict=True))
+    high = budget_bounds(cfg, model.budget)[1]
+    final_budget = high if pid in ("P1", "P2") else found.final_action[0]
+    cand = Candidate(rank(cfg, len(path) + 1), cfg, path, (found.final_state[0], final_budget))
+    steps = replay(model.policy, cand, pid)
+    if not violates(pid, cfg, steps[-1], model.window, high):
+        raise ModelMismatch(f"{pid}: the solver's counterexample does not replay natively")
+    return build_counterexample(model.policy, cfg, pid, steps, model.window, model.budget, {})

@@ -1,0 +1,235 @@
+"""The engines run for a command: the explorer over a space, the prover over its cells, each
+turned into one verdict per property (SPEC P) with its files in the run folder.
+
+This is the orchestration above both engines; :mod:`chunkproof.checker.cli` only parses
+arguments and prints.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chunkproof.checker import minimise
+from chunkproof.checker.output import RunFolder
+from chunkproof.checker.report import (
+    EMPTY,
+    PROVED,
+    UNKNOWN,
+    VIOLATED,
+    Verdict,
+    exploration_verdicts,
+    save_counterexample,
+)
+from chunkproof.checker.search import explore, usable_jobs
+from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.policy import Policy
+from chunkproof.proofs import prover
+from chunkproof.spec.request import RequestModel
+from chunkproof.spec.request_symbolic import CELL_INPUTS, Cell, SymbolicRequest, cells
+from chunkproof.spec.space import Space
+
+Tick = Callable[[int, int], None]
+
+PROVER_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
+"""Properties the prover decides; P2 and P7 are figures, computed by the explorer."""
+
+
+def explorer_range(space: Space, configs: dict[str, int]) -> dict[str, Any]:
+    """The range a verdict of the explorer states: every input of every grid, and how many
+    configurations it covered and excluded."""
+    excluded = {k: v for k, v in configs.items() if k != "main" and v}
+    return {**space.describe(), "configurations": configs["main"], "excluded": excluded}
+
+
+def explore_space(
+    policy: Policy,
+    space: Space,
+    wanted: tuple[str, ...],
+    window: str,
+    jobs: int,
+    out: RunFolder | None,
+    tick: Tick | None = None,
+) -> tuple[list[Verdict], dict[str, Any]]:
+    """The explorer on ``space``: one verdict per property, and what it explored."""
+    started = time.monotonic()
+    model = RequestModel(policy, space, window)
+    exploration = explore(model, wanted, jobs, tick)
+    tally = exploration.tally
+    rng = explorer_range(space, tally.configs)
+    verdicts = exploration_verdicts(exploration, rng, out)
+    info = {
+        "configs": tally.configs,
+        "states": tally.states,
+        "transitions": tally.transitions,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    return verdicts, info
+
+
+@dataclass(frozen=True)
+class ProofRun:
+    """How the prover runs: its budget range, P5's form, the timeout per query, the jobs, and
+    whether violated cells get their minimal counterexample."""
+
+    window: str
+    timeout_ms: int
+    jobs: int
+    minimise: bool
+
+
+def prover_range(space: Space, proved: list[Cell], empty: int) -> dict[str, Any]:
+    """The range a verdict of the prover states: every input of every grid, which inputs each
+    cell keeps concrete (the rest are symbolic), and how many cells held no configuration."""
+    return {
+        **space.describe(),
+        "cells": len(proved),
+        "concrete_per_cell": list(CELL_INPUTS),
+        "symbolic": "every other input",
+        "cells_without_configuration": empty,
+    }
+
+
+def prove_space(
+    policy: Policy,
+    space: Space,
+    wanted: tuple[str, ...],
+    run: ProofRun,
+    out: RunFolder | None,
+    tick: Tick | None = None,
+) -> tuple[list[Verdict], dict[str, Any]]:
+    """The prover on every cell of ``space`` (certificates in the run folder), one verdict per
+    property of :data:`PROVER_PROPERTIES` among ``wanted``."""
+    started = time.monotonic()
+    pids = tuple(p for p in wanted if p in PROVER_PROPERTIES)
+    found = cells(space)
+    stem = policy.file_stem
+    certificates = out.certificates(stem) if out is not None else _scratch()
+
+    def make(cell: Cell) -> SymbolicRequest:
+        return SymbolicRequest(policy, cell, space.budget, run.window)
+
+    def name(cell: Cell, pid: str) -> str:
+        values = "-".join(f"{k}{v}" for k, v in cell.values)
+        return f"{pid}-{values}-g{space.grids.index(cell.grid)}.smt2"
+
+    settings = prover.Settings(make, name, run.timeout_ms, certificates)
+    results = prover.prove_range(settings, found, pids, usable_jobs(run.jobs), tick)
+    empty_cells = {id(v.cell) for v in results if v.status == prover.EMPTY}
+    verdicts = []
+    for pid in pids:
+        mine = [v for v in results if v.property == pid]
+        verdicts.append(_proof_verdict(policy, space, pid, mine, run, out, make, found))
+    if out is not None:
+        for v in results:
+            if v.certificate:
+                out.record(Path(v.certificate))
+    info = {
+        "cells": len(found),
+        "empty_cells": len(empty_cells),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    return verdicts, info
+
+
+def _scratch() -> Path:
+    """A folder for the certificates of a run that keeps no files (they are still written and
+    re-checked: the re-check reads them)."""
+    return Path(tempfile.mkdtemp(prefix="chunkproof-certificates-"))
+
+
+def _proof_verdict(
+    policy: Policy,
+    space: Space,
+    pid: str,
+    cell_verdicts: list[prover.CellVerdict],
+    run: ProofRun,
+    out: RunFolder | None,
+    make: Callable[[Cell], SymbolicRequest],
+    found: list[Cell],
+) -> Verdict:
+    """One property's verdict from its cells: VIOLATED if a cell is (with the minimal
+    counterexample over the violated cells), else UNKNOWN if a cell is, else PROVED over the
+    cells that hold a configuration, else EMPTY."""
+    violated = [v for v in cell_verdicts if v.status == prover.VIOLATED]
+    unknown = [v for v in cell_verdicts if v.status == prover.UNKNOWN]
+    empty = [v for v in cell_verdicts if v.status == prover.EMPTY]
+    proved = [v for v in cell_verdicts if v.status == prover.PROVED]
+    methods: dict[str, int] = {}
+    for v in proved:
+        methods[v.method] = methods.get(v.method, 0) + 1
+    rng = prover_range(space, [v.cell for v in cell_verdicts], len(empty))
+    figure = {
+        "cells": len(cell_verdicts),
+        "proved_by": methods,
+        "violated_cells": [v.cell.describe() for v in violated],
+        "unknown_cells": [{**v.cell.describe(), "why": v.detail} for v in unknown],
+        "empty_cells": len(empty),
+    }
+    path = picture = None
+    if violated:
+        status = VIOLATED
+        cx, how = _minimal(violated, pid, run, make) if run.minimise else (None, "")
+        if cx is not None:
+            summary = f"{cx.config.describe()}: {cx.verdict} ({how})"
+            if out is not None:
+                path, picture = save_counterexample(cx, policy, out, f"{pid}-prove")
+        else:
+            summary = (
+                f"violated in {len(violated)} of {len(cell_verdicts)} cells ({violated[0].detail})"
+            )
+    elif unknown:
+        status = UNKNOWN
+        summary = f"{len(unknown)} of {len(cell_verdicts)} cells undecided: {unknown[0].detail}"
+    elif proved:
+        status = PROVED
+        how = ", ".join(f"{m} {n}" for m, n in sorted(methods.items()))
+        skipped = f"; {len(empty)} cells hold no configuration" if empty else ""
+        summary = f"proved on all {len(proved)} cells ({how}){skipped}; certificates re-checked"
+    else:
+        status = EMPTY
+        summary = f"no configuration in range (all {len(empty)} cells are empty)"
+    return Verdict(
+        pid,
+        status,
+        rng,
+        path,
+        summary,
+        "z3",
+        len(cell_verdicts),
+        len(violated),
+        figure,
+        picture=picture,
+    )
+
+
+def _minimal(
+    violated: list[prover.CellVerdict],
+    pid: str,
+    run: ProofRun,
+    make: Callable[[Cell], SymbolicRequest],
+) -> tuple[Counterexample | None, str]:
+    """The smallest counterexample over the violated cells (T, then B, L, M, the trace): the
+    first cell in (B, L) order is minimised, then each other is asked by Spacer for a smaller
+    T, and only those that have one are minimised."""
+    ordered = sorted(violated, key=lambda v: tuple(v.cell.describe().values()))
+    best, how = minimise.minimal_for_cell(make(ordered[0].cell), pid, run.timeout_ms)
+    for other in ordered[1:]:
+        if best is None:
+            best, how = minimise.minimal_for_cell(make(other.cell), pid, run.timeout_ms)
+            continue
+        cx, text = minimise.minimal_for_cell(
+            make(other.cell), pid, run.timeout_ms, bound=best.config.T
+        )
+        if cx is not None and _rank(cx) < _rank(best):
+            best, how = cx, text
+    return best, how
+
+
+def _rank(cx: Counterexample) -> tuple[int, ...]:
+    cfg = cx.config
+    return (cfg.T, cfg.block, cfg.lookahead, cfg.max_sched, len(cx.steps))

@@ -1,0 +1,309 @@
+"""One request under a policy, as a model both engines check (SPEC S2-S4, P0-P7).
+
+* Instance: a configuration (SPEC S1), taken from a :class:`~chunkproof.spec.space.Space`.
+* Init: c = c0, the admission start (the request is waiting; the waiting loop admits it at
+  c0, and a step there that yields 0 leaves it waiting at c0).
+* Actions: the budget b the environment offers, any of [low, high] at every step
+  (SPEC S4 ``adversarial``): low from the range's ``--budget`` (1 by default), high =
+  min(the range's top, M, T - c0), since every composition starts with n = min(T - c, ..., b)
+  and a budget above T - c0 behaves as T - c0.
+* Next: c + chunk, the policy's stages at (c, b) (:mod:`chunkproof.model.step`). A step that
+  breaks P0 (the code raises, or a stage leaves [0, its input]) does not lead on: in vLLM the
+  engine core is down. The prefill is over at c >= E.
+* Properties: P0, P1 (the largest budget, high, yields 0 at a reachable c < E), P3-P6 on every
+  reachable step (:mod:`chunkproof.spec.properties`); P2 and P7 are figures over the reachable
+  steps and the ``const(b)`` runs (:meth:`RequestModel.figures`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from chunkproof.model.config import Config
+from chunkproof.model.policy import STAGE_NAMES, Policy
+from chunkproof.model.step import vectorised_stages
+from chunkproof.model.subset import parse
+from chunkproof.model.vectorised import evaluate
+from chunkproof.spec import properties as props
+from chunkproof.spec.interface import Transitions
+from chunkproof.spec.space import Space
+
+STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
+"""The properties judged on single transitions; P2 and P7 are figures."""
+
+BATCH_LANES = 1 << 21
+"""About how many (state, budget) lanes one vectorised evaluation covers."""
+
+def batch_key(cfg: Config) -> tuple[Any, ...]:
+    """What one batch holds as plain values (the other fields are arrays where they differ):
+    the stand-ins of real code need them plain (``speculative_config`` is None without a
+    lookahead, the alignment and the retention interval are None when off)."""
+    return (cfg.lookahead >= 1, cfg.checkpoint_alignment, cfg.retention)
+
+
+def budget_bounds(cfg: Config, budget: tuple[int, int] | None) -> tuple[int, int]:
+    """Offered budgets [low, high] for ``cfg`` (SPEC S4: adversarial(1..M), narrowed by the
+    range's ``--budget``); high is capped at T - c0 (module docstring)."""
+    low, high = budget if budget is not None else (1, cfg.max_sched)
+    return low, min(high, cfg.max_sched, cfg.T - cfg.start)
+
+
+@dataclass
+class Batch:
+    """Configurations evaluated together: their fields (plain when shared, else arrays), and
+    their budget bounds."""
+
+    configs: list[Config]
+    fields: dict[str, Any]
+    low: np.ndarray
+    high: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    def view(self, index: np.ndarray) -> SimpleNamespace:
+        """The fields of the instances ``index`` (one lane each)."""
+        return SimpleNamespace(
+            **{k: v if not isinstance(v, np.ndarray) else v[index] for k, v in self.fields.items()}
+        )
+
+
+def make_batch(configs: list[Config], budget: tuple[int, int] | None) -> Batch:
+    """A batch of ``configs`` (they must agree on :func:`batch_key`)."""
+    dicts = [{**cfg.to_dict(), "speculative": cfg.lookahead >= 1} for cfg in configs]
+    fields: dict[str, Any] = {}
+    for name in dicts[0]:
+        values = [d[name] for d in dicts]
+        if all(v == values[0] for v in values):
+            fields[name] = values[0]
+        else:
+            fields[name] = np.asarray(values, dtype=np.int64)
+    bounds = np.array([budget_bounds(cfg, budget) for cfg in configs], dtype=np.int64)
+    return Batch(
+        configs,
+        fields,
+        bounds[:, 0],
+        bounds[:, 1],
+        np.array([cfg.start for cfg in configs], dtype=np.int64),
+        np.array([cfg.prefill_end for cfg in configs], dtype=np.int64),
+    )
+
+
+def _predicate(func: Callable[..., Any], args: list[Any], size: int) -> np.ndarray:
+    """A property predicate over lanes (its own crashes are impossible: it is ours)."""
+    value = evaluate(parse(func), args).value
+    return np.broadcast_to(np.asarray(value, dtype=bool), (size,))
+
+
+@dataclass
+class RequestModel:
+    """The single-request model over a space of configurations (module docstring); the
+    explicit form the explorer enumerates."""
+
+    policy: Policy
+    space: Space
+    window: str = props.DEFAULT_WINDOW
+    properties: tuple[str, ...] = STEP_PROPERTIES
+
+    def batches(self) -> Iterator[Batch]:
+        """The configurations of the space, grouped by :func:`batch_key`, at most about
+        :data:`BATCH_LANES` table lanes per batch."""
+        groups: dict[tuple[Any, ...], list[Config]] = {}
+        for cfg in self.space.configs():
+            groups.setdefault(batch_key(cfg), []).append(cfg)
+        for configs in groups.values():
+            batch: list[Config] = []
+            lanes = 0
+            for cfg in configs:
+                size = cfg.prefill_end * max(budget_bounds(cfg, self.space.budget)[1], 1)
+                if batch and lanes + size > BATCH_LANES:
+                    yield make_batch(batch, self.space.budget)
+                    batch, lanes = [], 0
+                batch.append(cfg)
+                lanes += size
+            if batch:
+                yield make_batch(batch, self.space.budget)
+
+    def initial(self, batch: Batch) -> np.ndarray:
+        """Init: (instance, c0) for every instance."""
+        return np.stack([np.arange(len(batch), dtype=np.int64), batch.start], axis=1)
+
+    def key(self, batch: Batch, states: np.ndarray) -> np.ndarray:
+        """instance * (max E + 1) + c."""
+        stride = int(batch.end.max()) + 1
+        return states[:, 0] * stride + states[:, 1]
+
+    def successors(self, batch: Batch, states: np.ndarray) -> Transitions:
+        """Every offered budget at every state (module docstring)."""
+        inst = states[:, 0]
+        counts = np.maximum(batch.high[inst] - batch.low[inst] + 1, 0)
+        source = np.repeat(np.arange(len(states)), counts)
+        lane_inst = inst[source]
+        first = np.cumsum(counts) - counts
+        budget = batch.low[lane_inst] + (np.arange(len(source)) - first[source])
+        return self.step(batch, states, source, budget)
+
+    def step(
+        self, batch: Batch, states: np.ndarray, source: np.ndarray, budget: np.ndarray
+    ) -> Transitions:
+        """The transitions (states[source], budget): Next and every step property."""
+        lane_inst = states[source, 0]
+        c = states[source, 1]
+        view = batch.view(lane_inst)
+        values = vectorised_stages(self.policy, view, c, budget)
+        size = len(source)
+        record = {
+            name: np.broadcast_to(np.asarray(values[name], dtype=np.int64), (size,))
+            for name in (*STAGE_NAMES, "chunk")
+        }
+        crashed = np.broadcast_to(np.asarray(values["crashed"], dtype=bool), (size,))
+        unsafe = crashed.copy()
+        previous = budget
+        for name in STAGE_NAMES:
+            unsafe |= (record[name] < 0) | (record[name] > previous)
+            previous = record[name]
+        chunk = record["chunk"]
+        target = c + chunk
+        moving = ~unsafe & (chunk > 0)
+        bad: dict[str, np.ndarray] = {"P0": unsafe}
+        largest = budget == batch.high[lane_inst]
+        stuck = _predicate(props.stuck, [view, c, chunk], size)
+        bad["P1"] = ~unsafe & largest & stuck
+        for pid in self.properties:
+            if pid in props.EDGE_PROPERTIES:
+                bad[pid] = moving & _predicate(props.EDGE_PROPERTIES[pid], [view, c, target], size)
+            elif pid == "P5":
+                window = props.WINDOW_PROPERTIES[self.window]
+                bad[pid] = moving & _predicate(window, [view, c, record["cap"], target], size)
+        record["crashed"] = crashed.astype(np.int64)
+        return Transitions(
+            source=source,
+            action=budget,
+            target=np.stack([lane_inst, target], axis=1),
+            follow=moving & (target < batch.end[lane_inst]),
+            bad={pid: m for pid, m in bad.items() if pid in self.properties or pid == "P1"},
+            weight=np.ones(size, dtype=np.int64),
+            record=record,
+        )
+
+    def table(self, batch: Batch) -> Table:
+        """Every state c in [c0, E) of every instance with every offered budget, reachable or
+        not: the dense form compare and conform read (:class:`Table`)."""
+        depth = int((batch.end - batch.start).max())
+        width = int(max((batch.high - batch.low).max() + 1, 1))
+        inst = np.repeat(np.arange(len(batch)), depth)
+        c = batch.start[inst] + np.tile(np.arange(depth), len(batch))
+        states = np.stack([inst, c], axis=1)
+        budget_index = np.tile(np.arange(width), len(states))
+        source = np.repeat(np.arange(len(states)), width)
+        budget = batch.low[inst[source]] + budget_index
+        valid = (c[source] < batch.end[inst[source]]) & (budget <= batch.high[inst[source]])
+        steps = self.step(batch, states, source[valid], budget[valid])
+        chunk = np.full(len(source), -1, dtype=np.int64)
+        chunk[valid] = np.where(steps.bad["P0"], -1, steps.record["chunk"])
+        return Table(
+            batch,
+            chunk.reshape(len(batch), depth, width),
+            valid.reshape(chunk.shape[0] // (depth * width), depth, width),
+        )
+
+    def figures(self, batch: Batch, states: np.ndarray, steps: Transitions) -> Figures:
+        """P2 and P7 for every instance from all its reachable transitions ``steps`` (leaving
+        the reachable ``states``)."""
+        inst = states[steps.source, 0]
+        c = states[steps.source, 1]
+        zero = (steps.record["chunk"] == 0) & ~steps.bad["P0"] & (c < batch.end[inst])
+        last_zero = np.zeros(len(batch), dtype=np.int64)
+        np.maximum.at(last_zero, inst[zero], steps.action[zero])
+        runs = _constant_runs(batch, inst, c, steps)
+        width = runs.shape[1]
+        budgets = batch.low[:, None] + np.arange(width)[None, :]
+        valid = budgets <= batch.high[:, None]
+        stuck = valid & (runs < 0)
+        finished = valid & (runs >= 0)
+        ideal = -(-(batch.end - batch.start)[:, None] // np.maximum(budgets, 1))
+        excess = np.where(finished, runs - ideal, -1)
+        worst = excess.argmax(axis=1)
+        rows = np.arange(len(batch))
+        first_stuck = np.where(stuck.any(axis=1), budgets[rows, stuck.argmax(axis=1)], 0)
+        block = np.broadcast_to(np.asarray(batch.fields["block"]), (len(batch),))
+        return Figures(
+            progress_budget=np.maximum(last_zero + 1, batch.low),
+            runs=valid.sum(axis=1),
+            stuck_runs=stuck.sum(axis=1),
+            stuck_below_block=(stuck & (budgets < block[:, None])).sum(axis=1),
+            first_stuck_budget=first_stuck,
+            worst_excess=np.where(finished.any(axis=1), excess[rows, worst], -1),
+            worst_budget=budgets[rows, worst],
+            excess_sum=np.where(finished, excess, 0).sum(axis=1),
+            finished_runs=finished.sum(axis=1),
+        )
+
+
+@dataclass(frozen=True)
+class Table:
+    """``chunk[i, c - c0_i, b - low_i]`` for instance i (-1 where the step breaks P0), and
+    ``valid`` where (c, b) is a state of the prefill and an offered budget."""
+
+    batch: Batch
+    chunk: np.ndarray
+    valid: np.ndarray
+
+
+@dataclass(frozen=True)
+class Figures:
+    """P2 and P7 of every instance of a batch (arrays over instances).
+
+    ``progress_budget``: P2's b*, the least budget from which every reachable c < E progresses
+    for every larger budget (meaningful only when P1 holds). ``stuck_runs``: how many of the
+    ``const(b)`` runs (one per offered budget) never finish, P7 breaking on each;
+    ``first_stuck_budget`` the least such b (0: none). The excess figures are over the runs that
+    finish (``worst_excess`` -1: none finishes).
+    """
+
+    progress_budget: np.ndarray
+    runs: np.ndarray
+    stuck_runs: np.ndarray
+    stuck_below_block: np.ndarray
+    first_stuck_budget: np.ndarray
+    worst_excess: np.ndarray
+    worst_budget: np.ndarray
+    excess_sum: np.ndarray
+    finished_runs: np.ndarray
+
+
+def _constant_runs(batch: Batch, inst: np.ndarray, c: np.ndarray, steps: Transitions) -> np.ndarray:
+    """Steps to finish under ``const(b)`` for every instance and budget column b - low; -1 when
+    the run gets stuck or breaks P0 (every state on a const run is reachable, so its steps are
+    among ``steps``)."""
+    width = int(max((batch.high - batch.low).max() + 1, 1))
+    offset = int(batch.start.min())
+    depth = int(batch.end.max()) - offset + 1
+    nxt = np.full((len(batch), depth, width), -1, dtype=np.int64)
+    ok = steps.bad["P0"] == 0
+    column = steps.action - batch.low[inst]
+    nxt[inst[ok], (c - offset)[ok], column[ok]] = (c + steps.record["chunk"])[ok]
+    rows = np.repeat(np.arange(len(batch)), width)
+    cols = np.tile(np.arange(width), len(batch))
+    valid = cols <= (batch.high - batch.low)[rows]
+    here = batch.start[rows].copy()
+    count = np.zeros(len(rows), dtype=np.int64)
+    live = valid & (here < batch.end[rows])
+    stuck = np.zeros(len(rows), dtype=bool)
+    while live.any():
+        following = nxt[rows[live], here[live] - offset, cols[live]]
+        moved = following > here[live]
+        idx = np.flatnonzero(live)
+        stuck[idx[~moved]] = True
+        here[idx[moved]] = following[moved]
+        count[idx[moved]] += 1
+        live = valid & ~stuck & (here < batch.end[rows])
+    result = np.where(stuck, -1, count)
+    return result.reshape(len(batch), width)

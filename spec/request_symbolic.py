@@ -1,0 +1,286 @@
+"""The single-request model (:mod:`chunkproof.spec.request`) in its symbolic form: one proof
+cell, derived from the same policy source and property predicates by the Z3 form of the
+policy-subset interpreter (:mod:`chunkproof.model.symbolic`); nothing is re-encoded by hand.
+
+A *cell* fixes the inputs of :data:`CELL_INPUTS` (the block sizes, the hash block and the
+checkpoint alignment, which divide; the retention interval, which real code's stand-ins need as
+one plain value) and splits the lookahead in two classes, L = 0 and L >= 1 (a stand-in's
+``speculative_config`` is None exactly without a lookahead); within the class L >= 1 the
+lookahead is symbolic. Every other input of SPEC S1 is a Z3 constant constrained to its value
+set in the range (:mod:`chunkproof.spec.constraints`), to a well-formed configuration
+(:data:`~chunkproof.model.config.WELL_FORMED`), to the release's acceptance rules and to the
+verdict's main category (outside the degenerate region of SPEC CLI). The state is c; the
+action is the budget b.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import z3
+
+from chunkproof.model import stages
+from chunkproof.model.config import WELL_FORMED
+from chunkproof.model.policy import STAGE_NAMES, Policy
+from chunkproof.model.splits import prefill_end
+from chunkproof.model.step import step_view
+from chunkproof.model.subset import SubsetFunction, parse
+from chunkproof.model.symbolic import symbolic
+from chunkproof.spec import properties as props
+from chunkproof.spec.constraints import member
+from chunkproof.spec.space import INPUT_NAMES, Grid, Space
+
+CELL_INPUTS = ("block", "split_block", "hash_block", "checkpoint_alignment", "retention")
+"""Inputs a proof cell keeps concrete (module docstring); the lookahead is split in two
+classes, the others are symbolic."""
+
+_BOOLEANS = ("drop", "checkpoints", "exact_junction")
+_INTEGERS = (
+    "lookahead",
+    "threshold",
+    "hash_lookahead",
+    "uncached_prefix",
+    "prompt",
+    "tokens",
+    "start",
+    "external",
+    "junction",
+    "max_sched",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The concrete inputs of one proof cell, its lookahead class (L = 0, or L >= 1 symbolic)
+    and the grid whose sets bound the symbolic inputs."""
+
+    values: tuple[tuple[str, int], ...]
+    speculative: bool
+    """The lookahead class: L >= 1 (an EAGLE-family method is configured) or L = 0."""
+    grid: Grid
+
+    def value(self, name: str) -> int:
+        return dict(self.values)[name]
+
+    def describe(self) -> dict[str, Any]:
+        return {**dict(self.values), "lookahead": ">= 1" if self.speculative else 0}
+
+
+def cells(space: Space) -> list[Cell]:
+    """Every combination of :data:`CELL_INPUTS` and lookahead class of every grid of
+    ``space``. The alignment alpha is 0 in the cells where the checkpoints K are off (it matters
+    only with K)."""
+    found: list[Cell] = []
+    seen: set[tuple[Any, ...]] = set()
+    for grid in space.grids:
+        names = [n for n in INPUT_NAMES if n in CELL_INPUTS or n in ("checkpoints", "lookahead")]
+        skipped = [n for n in INPUT_NAMES if n not in names]
+        for family in grid.families(without=skipped):
+            values = tuple((n, int(family[n])) for n in CELL_INPUTS)
+            key = (values, family["lookahead"] >= 1, id(grid))
+            if key not in seen:
+                seen.add(key)
+                found.append(Cell(values, family["lookahead"] >= 1, grid))
+    return found
+
+
+class SymbolicRequest:
+    """One proof cell of the single-request model (module docstring): a
+    :class:`~chunkproof.spec.interface.SymbolicModel`."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        cell: Cell,
+        budget: tuple[int, int] | None,
+        window: str = props.DEFAULT_WINDOW,
+    ) -> None:
+        self.policy, self.cell, self.budget, self.window = policy, cell, budget, window
+        self.symbols = {n: z3.Int(n) for n in _INTEGERS} | {n: z3.Bool(n) for n in _BOOLEANS}
+        concrete = cell.describe()
+        block, split = concrete["block"], concrete["split_block"]
+        fields: dict[str, Any] = {
+            **concrete,
+            "sched_block": math.lcm(block, split),
+            "partial_hits": concrete["hash_block"] < block,
+            **self.symbols,
+            "speculative": cell.speculative,
+        }
+        if not cell.speculative:
+            fields["lookahead"] = 0
+        self.view = SimpleNamespace(**fields)
+        self.parameters = list(self.symbols.values())
+        self._stages: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._template: dict[str, Any] | None = None
+        self.end = self._call(prefill_end, [self.view])
+        self.high = self._high()
+        self.constraint = z3.And(
+            *self._ranges(),
+            *[self._call(rule, [self.view]) for rule, _ in WELL_FORMED],
+            *[self._call(rule.holds, [self.view]) for rule in policy.acceptance],
+            z3.Not(self._degenerate()),
+            self._low() <= self.high,
+        )
+
+    # -- building -------------------------------------------------------------------------------
+
+    def _call(self, func: Callable[..., Any] | SubsetFunction, args: list[Any]) -> Any:
+        """Translate one call of one of chunkproof's own subset functions (they do not
+        crash)."""
+        tree = func if isinstance(func, SubsetFunction) else parse(func)
+        value, _ = symbolic(tree, args)
+        return value
+
+    def _ranges(self) -> Iterator[Any]:
+        """Every symbolic input in its value set of the cell's grid."""
+        sets = self.cell.grid.sets
+        ctx = {**vars(self.view), "prefill_end": self.end}
+        for name in INPUT_NAMES:
+            if name in CELL_INPUTS:
+                continue
+            if name == "start":
+                yield member(sets[name], (self.view.start, self.view.external), ctx)
+            else:
+                yield member(sets[name], getattr(self.view, name), ctx)
+        alpha = self.cell.value("checkpoint_alignment")
+        yield self.view.checkpoints == (alpha > 0)
+        if self.cell.speculative:
+            yield self.view.lookahead >= 1
+
+    def _low(self) -> int:
+        return 1 if self.budget is None else self.budget[0]
+
+    def _high(self) -> Any:
+        """The largest offered budget: min(the range's top, M, T - c0) (SPEC S4)."""
+        v = self.view
+        top = v.tokens - v.start
+        high = z3.If(v.max_sched <= top, v.max_sched, top)
+        if self.budget is not None:
+            high = z3.If(high <= self.budget[1], high, self.budget[1])
+        return high
+
+    def _degenerate(self) -> Any:
+        """SPEC CLI's degenerate region (the reservation alone can hold a request): L >= 2 and
+        M < L, or a static 0 < theta < L; outside every verdict's main category."""
+        v = self.view
+        if self.policy.stage("reservation") is None or not self.cell.speculative:
+            return z3.BoolVal(False)
+        cap = self.policy.stage("cap")
+        static = cap is not None and cap.function is stages.cap_static_threshold
+        low_theta = z3.And(v.threshold > 0, v.threshold < v.lookahead) if static else False
+        return z3.And(v.lookahead >= 2, z3.Or(v.max_sched < v.lookahead, low_theta))
+
+    def stages(self, c: Any, b: Any) -> dict[str, Any]:
+        """The value after each stage, ``chunk`` and ``crashed`` for state c and budget b
+        (SPEC S3), as terms. The policy is translated once, over fresh constants, and every
+        other pair of terms is substituted into that translation."""
+        key = (_term_id(c), _term_id(b))
+        if key not in self._stages:
+            if self._template is None:
+                self._template = self._translate(*_TEMPLATE)
+            pairs = [(_TEMPLATE[0], _as_term(c)), (_TEMPLATE[1], _as_term(b))]
+            self._stages[key] = {
+                name: z3.substitute(_as_term(value), *pairs)
+                for name, value in self._template.items()
+            }
+        return self._stages[key]
+
+    def _translate(self, c: Any, b: Any) -> dict[str, Any]:
+        view = step_view(self.view, c, lambda f, args: self._call(f, args))
+        values: dict[str, Any] = {}
+        crashed: Any = False
+        n = b
+        for stage in self.policy.stages:
+            value, crash = symbolic(stage.subset(), stage.arguments(view, c, n))
+            crashed = z3.Or(crashed, crash) if crash is not False else crashed
+            n = value
+            values[stage.name] = n
+        filled: dict[str, Any] = {}
+        current = b
+        for name in STAGE_NAMES:
+            current = values.get(name, current)
+            filled[name] = current
+        filled["chunk"] = n
+        filled["crashed"] = crashed
+        return filled
+
+    def unsafe(self, c: Any, b: Any) -> Any:
+        """SPEC P0 at (c, b): the code raises, or a stage leaves [0, its input]."""
+        values = self.stages(c, b)
+        breaches = [values["crashed"]]
+        previous = b
+        for name in STAGE_NAMES:
+            breaches.append(z3.Or(values[name] < 0, values[name] > previous))
+            previous = values[name]
+        return z3.Or(*breaches)
+
+    # -- the SymbolicModel interface ---------------------------------------------------------------
+
+    def state(self, name: str) -> list[Any]:
+        return [z3.Int(name)]
+
+    def action(self, name: str) -> list[Any]:
+        return [z3.Int(name)]
+
+    def init(self, state: list[Any]) -> Any:
+        return state[0] == self.view.start
+
+    def guard(self, state: list[Any], action: list[Any]) -> Any:
+        c, b = state[0], action[0]
+        return z3.And(c >= self.view.start, c < self.end, b >= self._low(), b <= self.high)
+
+    def next(self, state: list[Any], action: list[Any]) -> list[Any]:
+        return [state[0] + self.stages(state[0], action[0])["chunk"]]
+
+    def follows(self, state: list[Any], action: list[Any]) -> Any:
+        c, b = state[0], action[0]
+        return z3.And(z3.Not(self.unsafe(c, b)), self.stages(c, b)["chunk"] > 0)
+
+    def violation(self, pid: str, state: list[Any], action: list[Any]) -> Any:
+        """The transition (c, b) violates ``pid`` (SPEC P); P1 looks at the largest budget."""
+        c, b = state[0], action[0]
+        if pid == "P0":
+            return self.unsafe(c, b)
+        if pid == "P1":
+            largest = self.stages(c, self.high)
+            stuck = self._call(props.stuck, [self.view, c, largest["chunk"]])
+            return z3.And(z3.Not(self.unsafe(c, self.high)), stuck)
+        values = self.stages(c, b)
+        e = c + values["chunk"]
+        moving = z3.And(z3.Not(self.unsafe(c, b)), values["chunk"] > 0)
+        if pid == "P5":
+            window = props.WINDOW_PROPERTIES[self.window]
+            return z3.And(moving, self._call(window, [self.view, c, values["cap"], e]))
+        return z3.And(moving, self._call(props.EDGE_PROPERTIES[pid], [self.view, c, e]))
+
+    def concrete(self, model: z3.ModelRef) -> dict[str, Any]:
+        """The configuration fields of a solver model (cell inputs included)."""
+        out: dict[str, Any] = dict(self.cell.values)
+        for name, term in self.symbols.items():
+            if name == "lookahead" and not self.cell.speculative:
+                out[name] = 0
+                continue
+            value = model.eval(term, model_completion=True)
+            out[name] = z3.is_true(value) if name in _BOOLEANS else value.as_long()
+        return out
+
+
+_TEMPLATE = (z3.Int("c_template"), z3.Int("b_template"))
+"""The constants the policy is translated over once per model (:meth:`SymbolicRequest.stages`)."""
+
+
+def _as_term(value: Any) -> Any:
+    """A Python int or bool as a Z3 value; a term as it is."""
+    if isinstance(value, z3.ExprRef):
+        return value
+    if isinstance(value, bool):
+        return z3.BoolVal(value)
+    return z3.IntVal(value)
+
+
+def _term_id(value: Any) -> tuple[str, int]:
+    return ("term", value.get_id()) if isinstance(value, z3.AstRef) else ("int", int(value))

@@ -1,0 +1,380 @@
+"""The slot oracle: which Mamba state each live prefix-cache key holds after one prefill.
+
+Pure math over a chunk-end sequence, written rule by rule after the slot note
+(``reference/state-slot-semantics.md``) section 6; its section 1 gives the notation (N, B, h, S,
+A, T, col, ckpos) and sections 2-5 the vLLM 0.33.0 behaviour each rule stands for.
+
+The rules a single chunk decides are functions of their own in the policy subset, over any
+object with :class:`~chunkproof.model.config.Config`'s fields (a Config, a
+:class:`SlotSetup`, or a view whose fields hold arrays or Z3 terms): :func:`poisons` (rule 5's
+violation branch), :func:`checkpoint_at` (rule 4), :func:`resend_position`. SPEC P3 and P6
+(:mod:`chunkproof.spec.properties`) call the very same functions, so the engines' step
+predicates and the oracle cannot disagree.
+
+Fields read (slot note symbol): ``prompt`` [N], ``tokens`` [num_tokens], ``block`` [B, the Mamba
+group's block], ``hash_block`` [h], ``sched_block`` [S], ``partial_hits`` [fine],
+``drop`` and ``hash_lookahead`` [drop is the *effective* EAGLE block drop: off whenever hash
+lookahead is on], ``checkpoints`` and ``checkpoint_alignment`` [g; none unless both are set],
+``retention`` [R; -1 stands for None], ``junction`` [J], ``start`` [s_0].
+
+Reading notes (where the note's section 6 is terse, the reading chosen here):
+
+* Rule 7's junction variant is part of R2, which is fine-grained only (section 3), like T.
+* Rule 9 for R > 0 keeps the R grid *and* the reachable boundaries (R4: "additionally keep").
+* Rule 10 only lands on claims that are multiples of A (section 5, "Reachability").
+* Registration never starts above the column of a chunk's start (the frontier is at most
+  floor(s/B) after any earlier step), so rule 5's violation branch is decided by the chunk alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import pairwise
+from types import SimpleNamespace
+from typing import Any
+
+from chunkproof.model.arith import cdiv, ck33, fl, valid
+
+__all__ = [
+    "Poison",
+    "SlotReport",
+    "SlotSetup",
+    "checkpoint_at",
+    "crossing_claim",
+    "oracle",
+    "poisons",
+    "resend_position",
+]
+
+
+# -- the rules of one chunk, in the policy subset ----------------------------------------------
+
+
+def eagle_drop(cfg: Any) -> bool:
+    """drop: the EAGLE block drop, forced off by hash lookahead (slot note 1)."""
+    return cfg.drop and cfg.hash_lookahead == 0
+
+
+def hit_unit(cfg: Any) -> int:
+    """A := h if fine else S (slot note 6 rule 1)."""
+    if cfg.partial_hits:
+        return cfg.hash_block
+    return cfg.sched_block
+
+
+def resend_position(cfg: Any) -> int:
+    """R* := ckpos(N, A, drop), where an identical resend lands (slot note 5)."""
+    return ck33(cfg.prompt, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
+
+
+def tail_position(cfg: Any) -> int:
+    """T := ckpos(N, h, drop) under fine hits, else 0 (slot note 6 rule 1)."""
+    if cfg.partial_hits:
+        return ck33(cfg.prompt, cfg.hash_block, eagle_drop(cfg), cfg.hash_lookahead)
+    return 0
+
+
+def cacheable(cfg: Any, end: int) -> int:
+    """Slot note 6 rule 3: the cacheable count c := e, or S*floor(e/S) when not fine."""
+    if cfg.partial_hits:
+        return end
+    return fl(end, cfg.sched_block)
+
+
+def segment_keeps(cfg: Any, column: int) -> bool:
+    """Slot note 6 rule 9, segment-only mask (used by rule 6).
+
+    R = None: true; R = 0: false; R > 0: true if R/B <= 1 or (j+1)*B = 0 mod R.
+    """
+    if cfg.retention < 0:
+        return True
+    if cfg.retention == 0:
+        return False
+    return cfg.retention <= cfg.block or (column + 1) * cfg.block % cfg.retention == 0
+
+
+def boundary_column(cfg: Any, position: int) -> int:
+    """The column of a reachable boundary p floored to A: floor(A*floor(p/A) / B) - 1."""
+    return fl(position, hit_unit(cfg)) // cfg.block - 1
+
+
+def reachable_column(cfg: Any, column: int) -> bool:
+    """Slot note 6 rule 9 (R4): column j holds a reachable boundary, floored to A.
+
+    The replay boundary N - 1 without drop; with drop max(S*floor((N-1)/S) - S, 0) and
+    max(S*floor(N/S) - S, 0); plus J (and J - B with drop) when J > 0.
+    """
+    n = cfg.prompt
+    s = cfg.sched_block
+    drop = eagle_drop(cfg)
+    if drop:
+        first = boundary_column(cfg, max(fl(n - 1, s) - s, 0)) == column
+        found = first or boundary_column(cfg, max(fl(n, s) - s, 0)) == column
+    else:
+        found = boundary_column(cfg, n - 1) == column
+    if cfg.junction > 0:
+        found = found or boundary_column(cfg, cfg.junction) == column
+        found = found or (drop and boundary_column(cfg, cfg.junction - cfg.block) == column)
+    return found
+
+
+def keeps(cfg: Any, column: int) -> bool:
+    """Slot note 6 rule 9 (R4): the retention mask lets column j be keyed.
+
+    R = None keeps every block; R = 0 only the reachable-boundary columns; R > 0 those plus the
+    R grid (the segment-only mask).
+    """
+    if cfg.retention < 0:
+        return True
+    return segment_keeps(cfg, column) or reachable_column(cfg, column)
+
+
+def poisons(cfg: Any, start: int, end: int) -> bool:
+    """SPEC P3 for chunk [s, e): slot note 6 rule 5's violation branch (4.2).
+
+    s is mid-block (s > 0, s mod B != 0), the chunk runs past its block's end
+    B*ceil(s/B) (so col(s) != col(e)), the cacheable count reaches that end (so column col(s) is
+    registered now), and the retention mask keeps col(s): the cache keys B*ceil(s/B) onto the
+    block holding state@s.
+    """
+    if start <= 0 or start % cfg.block == 0:
+        return False
+    claim = cfg.block * cdiv(start, cfg.block)
+    return end > claim and cacheable(cfg, end) >= claim and keeps(cfg, start // cfg.block)
+
+
+def checkpoint_at(cfg: Any, start: int, end: int) -> int:
+    """Slot note 6 rule 4 (W6): the checkpoint ck the chunk [s, e) writes at col(e) - 1, or -1.
+
+    With internal checkpoints (K and alignment g >= 1), cp := ckpos(e, A, drop); ck := cp when
+    V(s, e) holds and a block is reserved for it (R != 0, or the chunk reaches N).
+    """
+    if not cfg.checkpoints or cfg.checkpoint_alignment <= 0:
+        return -1
+    cp = ck33(end, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
+    reserved = cfg.retention != 0 or end >= cfg.prompt
+    if reserved and valid(start, end, cp, cfg.hash_block, cfg.block, cfg.checkpoint_alignment):
+        return cp
+    return -1
+
+
+def rekeyed(cfg: Any, checkpoint: int) -> bool:
+    """Slot note 6 rule 6 (R3): the checkpoint block is re-keyed to ck (and so holds a sound
+    entry) when ck = ckpos(N, A, drop), or ck is on the block grid and the segment-only mask
+    keeps block ck/B - 1, or ck = J > 0; otherwise its keys are evicted."""
+    own = checkpoint == resend_position(cfg)
+    on_grid = checkpoint % cfg.block == 0 and segment_keeps(cfg, checkpoint // cfg.block - 1)
+    return own or on_grid or (cfg.junction > 0 and checkpoint == cfg.junction)
+
+
+def crossing_claim(cfg: Any, start: int, end: int) -> int | None:
+    """The claim B*ceil(s/B) that :func:`poisons` keys onto the block holding state@s, else
+    None."""
+    return cfg.block * cdiv(start, cfg.block) if poisons(cfg, start, end) else None
+
+
+# -- the oracle over a whole prefill -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlotSetup:
+    """One request's geometry and flags: the oracle's input (slot note 6, "Input").
+
+    ``hash_block`` is h (default B) and must divide B; ``sched_block`` is S (default B), the lcm
+    of the group block sizes, so a multiple of B. ``checkpoint_alignment`` is g (None: no internal
+    checkpoints); ``retention`` is None (dense), 0, or R > 0; ``junction`` is J (0: off).
+    :meth:`fields` gives the Config-style fields the rule functions read (fine = h < B).
+    """
+
+    prompt: int
+    block: int
+    hash_block: int | None = None
+    sched_block: int | None = None
+    drop: bool = False
+    hash_lookahead: int = 0
+    checkpoint_alignment: int | None = None
+    retention: int | None = None
+    junction: int = 0
+    start: int = 0
+
+    def __post_init__(self) -> None:
+        _check_setup(self)
+
+    @classmethod
+    def of(cls, cfg: Any) -> SlotSetup:
+        """The oracle's input for a :class:`~chunkproof.model.config.Config` (its fine hits
+        are its partial hits F)."""
+        return cls(
+            prompt=cfg.prompt,
+            block=cfg.block,
+            hash_block=cfg.hash_block if cfg.partial_hits else cfg.block,
+            sched_block=cfg.sched_block,
+            drop=cfg.drop,
+            hash_lookahead=cfg.hash_lookahead,
+            checkpoint_alignment=cfg.checkpoint_alignment
+            if cfg.checkpoints and cfg.checkpoint_alignment > 0
+            else None,
+            retention=None if cfg.retention < 0 else cfg.retention,
+            junction=cfg.junction,
+            start=cfg.start,
+        )
+
+    @cached_property
+    def fields(self) -> SimpleNamespace:
+        """The Config-style fields of this setup, as the rule functions read them."""
+        h = self.block if self.hash_block is None else self.hash_block
+        return SimpleNamespace(
+            prompt=self.prompt,
+            tokens=self.prompt,
+            block=self.block,
+            hash_block=h,
+            sched_block=self.block if self.sched_block is None else self.sched_block,
+            partial_hits=h < self.block,
+            drop=self.drop,
+            hash_lookahead=self.hash_lookahead,
+            checkpoints=self.checkpoint_alignment is not None,
+            checkpoint_alignment=self.checkpoint_alignment or 0,
+            retention=-1 if self.retention is None else self.retention,
+            junction=self.junction,
+            start=self.start,
+        )
+
+    @property
+    def fine(self) -> bool:
+        """fine = (h < B): fine-grained partial hits are on (slot note 6, "Input")."""
+        return bool(self.fields.partial_hits)
+
+    @property
+    def hit_unit(self) -> int:
+        """A := h if fine else S (slot note 6 rule 1)."""
+        return hit_unit(self.fields)
+
+    @property
+    def tail(self) -> int | None:
+        """T := ckpos(N, h, drop) if fine, else undefined (slot note 6 rule 1)."""
+        return tail_position(self.fields) if self.fine else None
+
+    @property
+    def resend_position(self) -> int:
+        """R* := ckpos(N, A, drop) (slot note 5)."""
+        return resend_position(self.fields)
+
+
+@dataclass(frozen=True)
+class Poison:
+    """One violation: claim P keyed onto a block holding state@held (slot note 4.2).
+
+    ``step`` is the index, in the chunk-end sequence, of the chunk end at which it happened.
+    """
+
+    claim: int
+    held: int
+    step: int
+
+
+@dataclass(frozen=True)
+class SlotReport:
+    """The oracle's output (slot note 6 rule 10).
+
+    ``live`` maps every live claim to the state its block holds, sound or not; ``covered`` (Cov)
+    holds the claims whose block holds the claimed state; ``resend_hit`` is where an identical
+    resend lands, poisoned entries included.
+    """
+
+    live: Mapping[int, int]
+    covered: frozenset[int]
+    violations: tuple[Poison, ...]
+    resend_hit: int
+
+
+def oracle(given: Any, ends: Sequence[int], decode_steps: int = 0) -> SlotReport:
+    """Slot note section 6 rules 1-11 for the chunk ends ``ends`` (e_1 < ... < e_m = N) from
+    the start s_0; ``decode_steps`` one-token decode chunks follow the prefill (rule 11).
+    ``given`` is a :class:`SlotSetup` or a :class:`~chunkproof.model.config.Config`."""
+    setup = given.fields if isinstance(given, SlotSetup) else given
+    _check_ends(setup, ends, decode_steps)
+    frontier = setup.start // setup.block  # slot note 6 rule 2
+    live: dict[int, int] = {}
+    violations: list[Poison] = []
+    decode = range(setup.prompt + 1, setup.prompt + 1 + decode_steps)
+    for step, (start, end) in enumerate(pairwise((setup.start, *ends, *decode))):
+        count = cacheable(setup, end)
+        running = cdiv(end, setup.block) - 1  # col(e)
+        for column in range(frontier, count // setup.block):  # rule 5
+            if not keeps(setup, column):
+                continue
+            claim = (column + 1) * setup.block
+            if column == running:
+                live[claim] = end
+            elif claim == crossing_claim(setup, start, end):
+                live[claim] = start
+                violations.append(Poison(claim=claim, held=start, step=step))
+        checkpoint = checkpoint_at(setup, start, end)
+        if checkpoint >= 0:
+            if rekeyed(setup, checkpoint):  # rule 6
+                live[checkpoint] = checkpoint
+        elif setup.partial_hits and end <= setup.prompt and end in _tail_keys(setup):  # rule 7
+            live[end] = end
+        frontier = count // setup.block  # rule 8
+    return _report(setup, live, violations)
+
+
+def _tail_keys(setup: Any) -> tuple[int, int]:
+    """Rule 7 (R2): the positions a chunk ending exactly there keys under fine hits: T and J."""
+    return (tail_position(setup), setup.junction)
+
+
+def _report(setup: Any, live: dict[int, int], violations: list[Poison]) -> SlotReport:
+    """Slot note 6 rule 10: Live, Cov = {P : Live[P] = P}, V, and the resend hit.
+
+    The resend hit (no pool pressure) is the largest live claim P <= R* with P = 0 mod A
+    (section 5), or 0; the lookup does not tell poisoned entries apart.
+    """
+    ordered = dict(sorted(live.items()))
+    resend, unit = resend_position(setup), hit_unit(setup)
+    hit = max((p for p in ordered if p <= resend and p % unit == 0), default=0)
+    return SlotReport(
+        live=ordered,
+        covered=frozenset(p for p, held in ordered.items() if p == held),
+        violations=tuple(violations),
+        resend_hit=hit,
+    )
+
+
+def _check_setup(setup: SlotSetup) -> None:
+    """Reject geometry and flags outside slot note 6's "Input" with a one-line ValueError."""
+    _require(setup.prompt >= 1, f"prompt must be >= 1, got {setup.prompt}")
+    _require(setup.block >= 1, f"block must be >= 1, got {setup.block}")
+    h = setup.block if setup.hash_block is None else setup.hash_block
+    s = setup.block if setup.sched_block is None else setup.sched_block
+    _require(h >= 1 and setup.block % h == 0, f"hash_block {h} must divide block {setup.block}")
+    _require(
+        s >= 1 and s % setup.block == 0,
+        f"sched_block {s} must be a multiple of block {setup.block}",
+    )
+    _require(setup.hash_lookahead >= 0, f"hash_lookahead must be >= 0, got {setup.hash_lookahead}")
+    g = setup.checkpoint_alignment
+    _require(g is None or g >= 1, f"checkpoint_alignment must be None or >= 1, got {g}")
+    r = setup.retention
+    _require(r is None or r >= 0, f"retention must be None or >= 0, got {r}")
+    _require(setup.junction >= 0, f"junction must be >= 0, got {setup.junction}")
+    _require(setup.start >= 0, f"start must be >= 0, got {setup.start}")
+
+
+def _check_ends(setup: Any, ends: Sequence[int], decode_steps: int) -> None:
+    """Reject a chunk-end sequence that is not start < e_1 < ... < e_m = N (slot note 1)."""
+    _require(len(ends) > 0, "ends is empty: the last chunk end must be the prompt length")
+    _require(
+        all(a < b for a, b in pairwise((setup.start, *ends))),
+        f"chunk ends must be strictly increasing and above start {setup.start}: {list(ends)}",
+    )
+    _require(ends[-1] == setup.prompt, f"last chunk end {ends[-1]} != prompt {setup.prompt}")
+    _require(decode_steps >= 0, f"decode_steps must be >= 0, got {decode_steps}")
+
+
+def _require(ok: bool, message: str) -> None:
+    """Raise ``ValueError(message)`` unless ``ok``."""
+    if not ok:
+        raise ValueError(message)
