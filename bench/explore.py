@@ -1,12 +1,15 @@
-"""Benchmark: the explorer against a plain Python loop over the same configurations.
+"""Benchmark: the explorer against a tight plain-Python enumeration of the same states.
 
-Both run in this process on the same grid (the default small grid of ``chunkproof check``, or
-``--quick`` for its B = 4 slice) and the same policy. The plain loop follows every budget 1..M
-from every reachable state with the native step function, one configuration at a time; the
-explorer evaluates the policy's vectorised form on whole tables and walks networkx graphs.
-Printed: policy evaluations per second, explored transitions per second, and their ratio.
+Both run in this process, on the same space (the default of ``chunkproof check``, or
+``--quick`` for its classic grid only) and the same built-in policy. The plain loop walks
+every configuration one at a time: from every reachable state c it offers every budget of the
+range, runs the policy's stage functions natively (the step view built once per state), and
+follows every non-zero chunk; it checks no property. The explorer (``checker.search.explore``)
+evaluates the policy's vectorised form on whole batches and checks every property.
+Printed: seconds and transitions per second of each, and the ratio explorer / loop
+(issue 12 target: 10x or more).
 
-    python bench/explore.py [--quick] [--policy vllm-latest]
+    python bench/explore.py [--quick] [--policy vllm-latest] [--jobs 1]
 """
 
 from __future__ import annotations
@@ -14,67 +17,70 @@ from __future__ import annotations
 import argparse
 import time
 
-from chunkproof.checker.ranges import SMALL_GRID, Ranges
+from chunkproof.checker.defaults import small_space
 from chunkproof.checker.search import explore
+from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
-from chunkproof.model.step import chunk
+from chunkproof.model.step import step_view
+from chunkproof.spec.properties import PROPERTIES
+from chunkproof.spec.request import RequestModel, budget_bounds
+from chunkproof.spec.space import Space
 
 
-def plain_loop(policy: Policy, ranges: Ranges) -> tuple[int, int, float]:
-    """(policy evaluations, transitions, seconds) of a per-configuration native search."""
-    evaluations = transitions = 0
-    started = time.perf_counter()
-    for family in ranges.families():
-        for m in ranges.max_sched:
-            cfg: Config = family.replace(max_sched=m)
-            seen: set[int] = set()
-            stack = [cfg.start]
-            while stack:
-                c = stack.pop()
-                if c in seen or c >= cfg.prefill_end:
-                    continue
-                seen.add(c)
-                for b in range(1, min(m, cfg.T - cfg.start) + 1):
-                    k = chunk(policy, cfg, c, b)
-                    evaluations += 1
-                    transitions += 1
-                    if k:
-                        stack.append(c + k)
-    return evaluations, transitions, time.perf_counter() - started
+def plain_loop(policy: Policy, configs: list[Config], budget: tuple[int, int] | None) -> int:
+    """Transitions of a per-configuration native enumeration of every reachable state."""
+    functions = [stage.function for stage in policy.stages]
+    transitions = 0
+    for cfg in configs:
+        low, high = budget_bounds(cfg, budget)
+        end = cfg.prefill_end
+        seen = {cfg.start}
+        stack = [cfg.start]
+        while stack:
+            c = stack.pop()
+            view = step_view(cfg, c, lambda function, args: function(*args))
+            for b in range(low, high + 1):
+                n = b
+                for function in functions:
+                    n = function(view, c, n)
+                transitions += 1
+                target = c + n
+                if n > 0 and target < end and target not in seen:
+                    seen.add(target)
+                    stack.append(target)
+    return transitions
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="only the B = 4 slice of the grid")
-    parser.add_argument("--policy", default="vllm-latest")
+    parser.add_argument("--quick", action="store_true", help="only the classic grid")
+    parser.add_argument("--policy", default="vllm-latest", help="a built-in policy")
+    parser.add_argument("--jobs", type=int, default=1, help="explorer processes")
     args = parser.parse_args()
-    policy = resolve_policy(args.policy)
-    ranges = SMALL_GRID.narrowed(block=(4,)) if args.quick else SMALL_GRID
+    policy = get_builtin(args.policy)
+    space = small_space(policy)
+    if args.quick:
+        space = Space(space.grids[:1], space.budget)
+    configs = list(space.configs())
 
     started = time.perf_counter()
-    exploration = explore(policy, ranges, ["P1"], jobs=1)
-    seconds = time.perf_counter() - started
-    tally = exploration.tally
-    base_eval, base_trans, base_seconds = plain_loop(policy, ranges)
+    exploration = explore(RequestModel(policy, space), tuple(PROPERTIES), args.jobs)
+    explorer_seconds = time.perf_counter() - started
+    explorer_transitions = exploration.tally.transitions
 
-    configs = sum(tally.configs.values())
-    print(f"policy {policy.name}; {configs} configurations ({ranges.describe()})")
-    print(f"{'':<28}{'explorer':>14}{'plain loop':>14}{'ratio':>10}")
-    rows = [
-        ("seconds", seconds, base_seconds),
-        ("policy evaluations / s", tally.evaluations / seconds, base_eval / base_seconds),
-        ("transitions / s", tally.transitions / seconds, base_trans / base_seconds),
-    ]
-    for name, mine, theirs in rows:
-        ratio = theirs / mine if name == "seconds" else mine / theirs
-        digits = 2 if name == "seconds" else 0
-        print(f"{name:<28}{mine:>14,.{digits}f}{theirs:>14,.{digits}f}{ratio:>9.1f}x")
-    print(
-        f"(explorer: {tally.evaluations:,} table cells, {tally.transitions:,} reachable "
-        f"transitions; plain loop: {base_trans:,} transitions)"
-    )
+    started = time.perf_counter()
+    loop_transitions = plain_loop(policy, configs, space.budget)
+    loop_seconds = time.perf_counter() - started
+
+    mine = explorer_transitions / explorer_seconds
+    theirs = loop_transitions / loop_seconds
+    print(f"policy {policy.name}; {len(configs):,} configurations; explorer jobs {args.jobs}")
+    print(f"{'':<20}{'explorer':>14}{'plain loop':>14}")
+    print(f"{'seconds':<20}{explorer_seconds:>14.2f}{loop_seconds:>14.2f}")
+    print(f"{'transitions':<20}{explorer_transitions:>14,}{loop_transitions:>14,}")
+    print(f"{'transitions / s':<20}{mine:>14,.0f}{theirs:>14,.0f}")
+    print(f"ratio explorer / plain loop: {mine / theirs:.2f}x (target >= 10x)")
 
 
 if __name__ == "__main__":

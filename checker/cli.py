@@ -23,7 +23,7 @@ from chunkproof.checker.compare_report import (
 )
 from chunkproof.checker.conform import DIFFERENT, EQUAL, UNKNOWN, conform
 from chunkproof.checker.conform import describe as describe_conformance
-from chunkproof.checker.defaults import production_space, small_space, user_space
+from chunkproof.checker.defaults import production_space, small_space, union, user_space
 from chunkproof.checker.graph_picture import save_graph
 from chunkproof.checker.output import RunFolder, run_folder
 from chunkproof.checker.pictures import check_picture_suffix, save_picture
@@ -393,21 +393,25 @@ def _properties(args: argparse.Namespace) -> tuple[str, ...]:
         raise ChunkproofError(f"--property: {exc}") from None
 
 
-def _explorer_space(args: argparse.Namespace, policy: Policy) -> Space:
-    """The explorer's space: the range flags given, else the default grids."""
+def _explorer_space(args: argparse.Namespace, *policies: Policy) -> Space:
+    """The explorer's space: the range flags given, else the default grids of every policy
+    (one space, so that two policies compared are judged on the same configurations)."""
     texts, budget = range_texts(args), budget_range(args)
-    space = user_space(texts, budget, production=False) if texts else small_space(policy, budget)
+    if texts:
+        space = user_space(texts, budget, production=False)
+    else:
+        space = union([small_space(policy, budget) for policy in policies])
     _check_size(space)
     return space
 
 
-def _prover_space(args: argparse.Namespace, policy: Policy, defaults: bool) -> Space:
+def _prover_space(args: argparse.Namespace, *policies: Policy, defaults: bool) -> Space:
     """The prover's space: the range flags given (unless ``defaults``), else the default
-    production range."""
+    production range of every policy."""
     texts, budget = range_texts(args), budget_range(args)
     if texts and not defaults:
         return user_space(texts, budget, production=True)
-    return production_space(policy, budget)
+    return union([production_space(policy, budget) for policy in policies])
 
 
 def _check_size(space: Space) -> None:
@@ -461,13 +465,19 @@ def _cmd_prove(args: argparse.Namespace) -> int:
 
 
 def _check_run(
-    args: argparse.Namespace, policy: Policy, prove: bool, out: RunFolder
+    args: argparse.Namespace,
+    policy: Policy,
+    prove: bool,
+    out: RunFolder,
+    defaults: tuple[Policy, ...] = (),
 ) -> tuple[list[Verdict], dict[str, Any], Space, Space | None]:
     """SPEC CLI ``check``: the explorer on the range flags (default grids) and, with ``prove``,
     the prover on the default production range for the properties the explorer did not find
     violated (a violation needs no proof attempt); one verdict per property
-    (:func:`~chunkproof.checker.report.combine`)."""
-    space = _explorer_space(args, policy)
+    (:func:`~chunkproof.checker.report.combine`). The default grids and range are those of
+    ``defaults`` (``policy`` itself when not given)."""
+    defaults = defaults or (policy,)
+    space = _explorer_space(args, *defaults)
     progress = Progress(f"exploring {policy.name}", enabled=not args.json)
     verdicts, explored = explore_space(
         policy, space, _properties(args), args.window, args.jobs, out, progress.tick
@@ -475,7 +485,7 @@ def _check_run(
     progress.close()
     if not prove:
         return verdicts, {"explored": explored}, space, None
-    production = _prover_space(args, policy, defaults=True)
+    production = _prover_space(args, *defaults, defaults=True)
     undecided = tuple(v.property for v in verdicts if v.status != VIOLATED)
     progress = Progress(f"proving {policy.name}", enabled=not args.json)
     proved, run_info = prove_space(
@@ -596,8 +606,8 @@ def _add_conform_parser(sub: Any) -> None:
 def _cmd_conform(args: argparse.Namespace) -> int:
     """SPEC CLI ``conform``: Z3 per cell of the range, plus the exhaustive small grid."""
     a, b = _policy_pair(args.policy, args.against, args)
-    production = _prover_space(args, a, defaults=False)
-    grid = _explorer_space(args, a)
+    production = _prover_space(args, a, b, defaults=False)
+    grid = _explorer_space(args, a, b)
     progress = Progress(f"conform {a.name} against {b.name}", enabled=not args.json)
     result = conform(a, b, production, grid, args.timeout * 1000, progress.tick)
     progress.close()
@@ -660,20 +670,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.markdown is not None:
         _check_writable(args.markdown, "--markdown")
     sides = []
+    # One space for both sides: the default grids of both releases (configurations one of them
+    # refuses are reported as excluded from its verdicts).
     with run_folder(args.out) as out:
         same = a.file_stem == b.file_stem
         for policy, side in ((a, "A"), (b, "B")):
             folder = out.within(side) if same else out
-            verdicts, engines, space, _ = _check_run(args, policy, not args.no_prove, folder)
+            verdicts, engines, space, production = _check_run(
+                args, policy, not args.no_prove, folder, (a, b)
+            )
             sides.append(Side(policy, tuple(verdicts), engines))
+        written = [str(p) for p in out.written]
     progress = Progress(f"comparing {a.name} with {b.name}", enabled=not args.json)
-    behaviour = compare_behaviour(a, b, space, args.jobs, progress.tick)
+    behaviour = compare_behaviour(a, b, space, args.jobs, progress.tick, window=args.window)
     progress.close()
-    prover = None if args.no_prove else _prover_space(args, a, defaults=True).describe()
+    prover = None if production is None else production.describe()
     command = compare_command(args, build_parser().parse_args(["compare", args.policy, args.other]))
     comparison = Comparison(sides[0], sides[1], space, prover, behaviour, command)
     if args.json:
-        _emit(document(comparison))
+        _emit({**document(comparison), "files": written})
     else:
         print(render_text(comparison))
     if args.markdown is not None:

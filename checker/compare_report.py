@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from chunkproof.checker.compare import (
+    CHANGED,
     FIXED,
+    GROUPS,
     INTRODUCED,
     KINDS,
     UNCHANGED,
@@ -20,26 +22,29 @@ from chunkproof.checker.compare import (
     Comparison,
     CostTally,
     Example,
+    NativeRun,
     Side,
     VerdictRow,
+    WhereExample,
     exit_status,
+    regressed,
+    run_dict,
+    same_grid,
 )
-from chunkproof.checker.report import VIOLATED, Verdict
+from chunkproof.checker.ranges import trace_arguments
+from chunkproof.checker.report import EMPTY, VIOLATED, Verdict, range_lines
+from chunkproof.checker.traces import describe
+from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.trajectory import Trajectory
 from chunkproof.spec.properties import PROPERTIES
+from chunkproof.spec.space import INPUTS
 
 RESULT_OPTIONS = (
-    "block",
-    "lookahead",
-    "prompt",
-    "max_sched",
+    *(f"range_{item.name}" for item in INPUTS),
     "budget",
-    "drop",
-    "threshold",
-    "hash_block",
     "property",
     "window",
     "no_prove",
@@ -50,7 +55,7 @@ RESULT_OPTIONS = (
 )
 """The options of ``compare`` (argparse names) that decide its result or where its files go."""
 
-_FLAGS = {"overrides": "--set"}
+_FLAGS = {"overrides": "--set", **{f"range_{item.name}": item.flag for item in INPUTS}}
 
 
 def compare_command(args: argparse.Namespace, defaults: argparse.Namespace) -> str:
@@ -129,17 +134,27 @@ SAME_CHUNKS = "The two policies take the same chunks on every run."
 
 
 def headline(comparison: Comparison) -> str:
-    """One sentence: what B fixes, introduces, and what stays or is undecided."""
+    """One sentence: what B fixes, introduces, where it fails that A does not, and what
+    changes, stays or is undecided."""
+    rows = comparison.rows
+    if rows and all(row.a.status == row.b.status == EMPTY for row in rows):
+        return "Nothing to compare: no configuration of the range is in either verdict's scope."
     by_change: dict[str, list[str]] = {}
-    for row in comparison.rows:
+    for row in rows:
         by_change.setdefault(row.change, []).append(row.pid)
 
     def listed(change: str) -> str:
         return ", ".join(by_change.get(change, [])) or "nothing"
 
     text = f"B fixes {listed(FIXED)} and introduces {listed(INTRODUCED)}"
-    if INTRODUCED in by_change:
+    elsewhere = [row.pid for row in rows if regressed(row) and row.change != INTRODUCED]
+    if elsewhere:
+        text += f"; B fails configurations of the grid that A passes for {', '.join(elsewhere)}"
+    if any(regressed(row) for row in rows):
         text += " (a regression)"
+    if CHANGED in by_change:
+        text += "; changed (failing in other configurations, or in scope on one side only): "
+        text += listed(CHANGED)
     if UNCHANGED in by_change:
         text += f"; unchanged: {listed(UNCHANGED)}"
     if UNDECIDED in by_change:
@@ -170,6 +185,8 @@ def _run_words(trajectory: Trajectory) -> str:
     if trajectory.finished:
         steps = len(trajectory.chunks)
         return f"ends {ends}, finished in {steps} step{'s' if steps != 1 else ''}"
+    if trajectory.outcome == "unsafe":
+        return f"ends {ends}, breaks P0 at c={trajectory.stuck_at}"
     return f"ends {ends}, stuck at c={trajectory.stuck_at}"
 
 
@@ -180,7 +197,7 @@ def _example_words(example: Example) -> str:
 def _population(comparison: Comparison) -> str:
     t = comparison.behaviour.tally
     excluded = ", ".join(f"{n} {why}" for why, n in sorted(t.excluded.items()))
-    budget = comparison.ranges.budget
+    budget = comparison.space.budget
     budgets = "1..M" if budget is None else f"{budget[0]}..{budget[1]} within 1..M"
     return (
         f"const(b) from c0 for each of the {t.configs} configurations of the grid that both "
@@ -246,47 +263,113 @@ def _times(comparison: Comparison) -> str:
 
 
 def _ranges_lines(comparison: Comparison) -> list[str]:
-    explored = comparison.a.engines["explored"]["configs"]["main"]
-    grid = ", ".join(f"{k}={v}" for k, v in comparison.ranges.describe().items())
-    lines = [f"explorer (exhaustive): {explored} configurations of the grid ({grid})"]
+    """The explorer's grid and the prover's range (each input of each grid, SPEC CLI
+    ``range``), as text lines; range lines are indented under their engine."""
+    main = [side.engines["explored"]["configs"]["main"] for side in (comparison.a, comparison.b)]
+    lines = [
+        f"explorer (exhaustive): {main[0]} configurations in A's verdict range, {main[1]} in "
+        "B's, over:",
+        *range_lines(comparison.space.describe()),
+    ]
+    for label, side in (("A", comparison.a), ("B", comparison.b)):
+        if side.verdicts and not same_grid(side.verdicts[0], comparison.space):
+            lines.append(
+                f"note: {label}'s explorer verdicts cover another grid (its release's default "
+                "grid); where each fails and the behaviour are over the grid above"
+            )
     if comparison.prover_range is None:
         lines.append("prover: not run (--no-prove): the verdicts cover the explorer's grid only")
     else:
-        cells = comparison.a.engines["proved"]["cells"]
-        rng = ", ".join(f"{k}={v}" for k, v in comparison.prover_range.items())
-        lines.append(f"prover (Z3): {cells} cells (B, L, D) of the production range ({rng})")
+        cells = [side.engines["proved"]["cells"] for side in (comparison.a, comparison.b)]
+        lines.append(
+            f"prover (Z3): {cells[0]} cells (A) and {cells[1]} (B) of the production range, "
+            "each fixing B, G, H, L, alpha and R, every other input symbolic, over:"
+        )
+        lines += range_lines(comparison.prover_range)
     return lines
 
 
 def reproduce(comparison: Comparison) -> list[str]:
     """The commands that reproduce the report: the comparison, a replay of every
-    counterexample and the standalone pytest repro that runs it on real vLLM source, and a
-    trace under both policies of the smallest example of each kind."""
+    counterexample and the standalone pytest repro that runs it on real vLLM source, a trace
+    of each smallest configuration where a property fails (on the side that fails it), and a
+    trace under both policies of the smallest example of each kind of difference."""
     commands = [comparison.command]
     for pid, label, path, _ in _counterexamples(comparison):
         commands.append(shlex.join(["chunkproof", "replay", path]))
         test_file = f"test_{pid.lower()}_{label.lower()}.py"
         commands.append(shlex.join(["chunkproof", "repro", path, "--pytest", test_file]))
+    for row in comparison.rows:
+        for example in comparison.behaviour.where.get(row.pid, {}).values():
+            for policy, native in _sides(comparison, example):
+                command = _witness_command(policy, example.cfg, native, row.pid)
+                if command is not None:
+                    commands.append(command)
     for kind in KINDS:
         examples = comparison.behaviour.examples[kind]
         if examples:
             for policy in (comparison.a.policy, comparison.b.policy):
-                commands.append(_trace_command(policy, examples[0]))
-    return commands
+                commands.append(
+                    _trace_command(policy, examples[0].run.cfg, [examples[0].run.budget])
+                )
+    return list(dict.fromkeys(commands))
 
 
-def _trace_command(policy: Policy, example: Example) -> str:
-    cfg, words = example.run.cfg, ["chunkproof", "trace", policy.name, *policy.options]
-    words += ["--block", str(cfg.block), "--lookahead", str(cfg.lookahead)]
-    words += ["--prompt", str(cfg.T), "--budget", str(example.run.budget)]
-    words += ["--max-sched", str(cfg.max_sched)]
-    if cfg.drop:
-        words.append("--drop")
-    if cfg.threshold:
-        words += ["--threshold", str(cfg.threshold)]
-    if cfg.H != cfg.block:
-        words += ["--hash-block", str(cfg.H)]
+def _sides(comparison: Comparison, example: WhereExample) -> list[tuple[Policy, NativeRun]]:
+    return [(comparison.a.policy, example.a), (comparison.b.policy, example.b)]
+
+
+def _trace_command(policy: Policy, cfg: Config, budgets: list[int]) -> str:
+    """``chunkproof trace`` of ``cfg`` under ``budgets`` (the last repeats)."""
+    words = ["chunkproof", "trace", policy.name, *policy.options, *trace_arguments(cfg)]
+    if len(budgets) == 1:
+        words += ["--budget", str(budgets[0])]
+    else:
+        words += ["--budgets", ",".join(map(str, budgets))]
     return shlex.join(words)
+
+
+def _witness_command(policy: Policy, cfg: Config, native: NativeRun, pid: str) -> str | None:
+    """The trace of the witness of ``pid`` (None when the policy does not fail it)."""
+    steps = native.witness.get(pid)
+    if steps is None:
+        return None
+    budgets = [steps[-1].budget] if pid == "P7" else [s.budget for s in steps]
+    return _trace_command(policy, cfg, budgets)
+
+
+# -- where each fails -----------------------------------------------------------------------------
+
+
+def _failure_words(label: str, native: NativeRun, cfg: Config, pid: str) -> str:
+    """What one side does at an example configuration: its failure in words, or that it holds
+    on every state the native search reached."""
+    steps = native.witness.get(pid)
+    if steps is None:
+        states = f"{native.states} reachable state{'s' if native.states != 1 else ''}"
+        return f"{label} holds ({states} searched natively)"
+    return f"{label} {describe(pid, cfg, steps[-1], {})}"
+
+
+def _where_line(comparison: Comparison, row: VerdictRow) -> str | None:
+    """The counts of one row, or None when neither side fails on the grid."""
+    where = row.where
+    if where is None or not where.failing:
+        return None
+    counts = ", ".join(f"{GROUPS[g]} {where.counts[g]}" for g in GROUPS)
+    configs = comparison.behaviour.tally.configs
+    return f"on the {configs} configurations of the grid both verdicts cover: {counts}"
+
+
+def _where_examples(comparison: Comparison, pid: str) -> list[str]:
+    """The smallest configuration of each group of a property, with both sides' words."""
+    lines = []
+    for group, example in comparison.behaviour.where.get(pid, {}).items():
+        cfg = example.cfg
+        a = _failure_words("A", example.a, cfg, pid)
+        b = _failure_words("B", example.b, cfg, pid)
+        lines.append(f"{GROUPS[group]}, smallest: {cfg.describe()}: {a}; {b}")
+    return lines
 
 
 # -- JSON -----------------------------------------------------------------------------------------
@@ -298,10 +381,10 @@ def document(comparison: Comparison) -> dict[str, Any]:
     return {
         "a": _side_dict(comparison.a),
         "b": _side_dict(comparison.b),
-        "ranges": {"explorer": comparison.ranges.describe(), "prover": comparison.prover_range},
+        "ranges": {"explorer": comparison.space.describe(), "prover": comparison.prover_range},
         "prover": comparison.prover_range is not None,
         "summary": headline(comparison),
-        "verdicts": [_row_dict(row) for row in comparison.rows],
+        "verdicts": [_row_dict(comparison, row) for row in comparison.rows],
         "behaviour": {
             "configs": t.configs,
             "excluded": t.excluded,
@@ -343,13 +426,62 @@ def _side_dict(side: Side) -> dict[str, Any]:
     }
 
 
-def _row_dict(row: VerdictRow) -> dict[str, Any]:
+def _row_dict(comparison: Comparison, row: VerdictRow) -> dict[str, Any]:
     return {
         "property": row.pid,
         "name": PROPERTIES[row.pid].name,
         "change": row.change,
+        "regression": regressed(row),
         "a": _verdict_dict(row.a),
         "b": _verdict_dict(row.b),
+        "where": _where_dict(comparison, row),
+    }
+
+
+def _where_dict(comparison: Comparison, row: VerdictRow) -> dict[str, Any] | None:
+    """Where each side fails the property on the grid (issue 10, item 4)."""
+    if row.where is None:
+        return None
+    examples = comparison.behaviour.where.get(row.pid, {})
+    groups = {
+        group: {
+            "description": GROUPS[group],
+            "configs": row.where.counts[group],
+            "smallest": _where_example_dict(comparison, examples[group], row.pid)
+            if group in examples
+            else None,
+        }
+        for group in GROUPS
+    }
+    return {
+        "configs": comparison.behaviour.tally.configs,
+        "window": comparison.behaviour.window,
+        "failing": {"a": row.where.own[0], "b": row.where.own[1]},
+        **groups,
+    }
+
+
+def _where_example_dict(comparison: Comparison, example: WhereExample, pid: str) -> dict[str, Any]:
+    sides = _sides(comparison, example)
+    return {
+        "config": example.cfg.to_dict(),
+        "describe": example.cfg.describe(),
+        **{
+            label: _native_dict(policy, native, example.cfg, pid)
+            for label, (policy, native) in zip(("a", "b"), sides, strict=True)
+        },
+    }
+
+
+def _native_dict(policy: Policy, native: NativeRun, cfg: Config, pid: str) -> dict[str, Any]:
+    steps = native.witness.get(pid)
+    return {
+        "fails": steps is not None,
+        "fails_properties": list(native.witness),
+        "reachable_states": native.states,
+        "verdict": None if steps is None else describe(pid, cfg, steps[-1], {}),
+        "trace": None if steps is None else [s.to_dict() for s in steps],
+        "command": _witness_command(policy, cfg, native, pid),
     }
 
 
@@ -360,9 +492,7 @@ def _verdict_dict(verdict: Verdict) -> dict[str, Any]:
 
 def _example_dict(example: Example) -> dict[str, Any]:
     return {
-        "config": example.run.cfg.to_dict(),
-        "budget": example.run.budget,
-        "describe": example.run.describe(),
+        **run_dict(example.run),
         "a": _trajectory_dict(example.a),
         "b": _trajectory_dict(example.b),
     }
@@ -390,7 +520,7 @@ def render_text(comparison: Comparison) -> str:
         f"B: {_policy_line(comparison.b)}",
         *_ranges_lines(comparison),
         "",
-        headline(comparison),
+        *_wrapped(headline(comparison)),
         "",
         *_text_verdicts(comparison),
         "",
@@ -413,6 +543,10 @@ def _text_verdicts(comparison: Comparison) -> list[str]:
             found = _counterexample(verdict)
             if found:
                 lines.append(f"      {label}: {found[0]}: {found[1]}")
+        counts = _where_line(comparison, row)
+        if counts is not None:
+            lines.append(f"      {counts}")
+            lines += [f"        {line}" for line in _where_examples(comparison, row.pid)]
     findings = list(_findings(comparison))
     if findings:
         lines += ["", "findings outside the verdicts' range:"]
@@ -461,7 +595,15 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-_CHANGE_MARK = {FIXED: "**fixed**", INTRODUCED: "**introduced**"}
+_CHANGE_MARK = {FIXED: "**fixed**", INTRODUCED: "**introduced**", CHANGED: "**changed**"}
+
+
+def _markdown_ranges(comparison: Comparison) -> list[str]:
+    """The range lines as a nested list (an indented line belongs to the line above)."""
+    return [
+        f"  - {line.strip()}" if line.startswith("  ") else f"- {line}"
+        for line in _ranges_lines(comparison)
+    ]
 
 
 def render_markdown(comparison: Comparison) -> str:
@@ -477,9 +619,10 @@ def render_markdown(comparison: Comparison) -> str:
         "",
         "### Ranges",
         "",
-        *[f"- {line}" for line in _ranges_lines(comparison)],
+        *_markdown_ranges(comparison),
         "",
         *_markdown_verdicts(comparison),
+        *_markdown_where(comparison),
         *_markdown_behaviour(comparison),
         "### Cost (SPEC P7)",
         "",
@@ -529,6 +672,36 @@ def _markdown_verdicts(comparison: Comparison) -> list[str]:
         lines += [f"- {line}" for line in findings]
         lines.append("")
     return lines
+
+
+def _markdown_where(comparison: Comparison) -> list[str]:
+    """Where each side fails, per property that fails on either side on the grid."""
+    rows = [row for row in comparison.rows if row.where is not None and row.where.failing]
+    if not rows:
+        return []
+    configs = comparison.behaviour.tally.configs
+    table = [
+        [
+            _property(row.pid),
+            *(str(row.where.counts[g]) for g in GROUPS if row.where is not None),
+            _CHANGE_MARK.get(row.change, row.change),
+        ]
+        for row in rows
+    ]
+    lines = [
+        "### Where each fails on the grid",
+        "",
+        f"Configurations of the {configs} on the grid both verdicts cover (P5 "
+        f"{comparison.behaviour.window}):",
+        "",
+        *_table(["property", *GROUPS.values(), "change"], table),
+        "",
+        "Smallest configuration of each (re-checked natively on both policies):",
+        "",
+    ]
+    for row in rows:
+        lines += [f"- {row.pid}, {line}" for line in _where_examples(comparison, row.pid)]
+    return [*lines, ""]
 
 
 def _policy_sentence(policy: Policy) -> str:

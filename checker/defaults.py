@@ -163,3 +163,12 @@ def user_space(texts: Mapping[str, str], budget: tuple[int, int] | None, product
     classic = PRODUCTION_CLASSIC if production else SMALL_CLASSIC
     grid: Grid = grid_from({**classic, **texts}, "range")
     return Space((grid,), budget)
+
+
+def union(spaces: list[Space]) -> Space:
+    """One space holding every grid of ``spaces`` once (grids are equal when their label and
+    every value set are); the budget range is the first space's (they share the flags)."""
+    grids: list[Grid] = []
+    for space in spaces:
+        grids.extend(g for g in space.grids if g not in grids)
+    return Space(tuple(grids), spaces[0].budget)

@@ -145,7 +145,8 @@ def _contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
         return np.zeros(len(keys), dtype=bool)
     at = np.searchsorted(sorted_keys, keys)
     at = np.minimum(at, len(sorted_keys) - 1)
-    return sorted_keys[at] == keys
+    found: np.ndarray = sorted_keys[at] == keys
+    return found
 
 
 def _concatenate(levels: list[Transitions]) -> Transitions:

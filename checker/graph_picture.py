@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import networkx as nx
-import numpy as np
 
 from chunkproof.checker.explorer import Explored, explore_batch
 from chunkproof.checker.pictures import new_figure, picture_style, save_figure
+from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
-from chunkproof.spec.properties import PROPERTIES
+from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES
 from chunkproof.spec.request import RequestModel, budget_bounds, make_batch
 from chunkproof.spec.space import Ints, Space
 
@@ -40,29 +40,33 @@ MAX_GRAPH_CELLS = 4_000_000
 STEP_PROPERTIES = ("P3", "P4", "P5", "P6")
 """Properties of one step (c, b): a transition breaks them with some of its budgets."""
 
-GRAPH_PROPERTIES = ("P1", *STEP_PROPERTIES)
+GRAPH_PROPERTIES = ("P0", "P1", *STEP_PROPERTIES, "P7")
 """The properties a node can be coloured by, in order of precedence."""
 
-AS_DRAWN = {"P2": "P1", "P7": "P1", "P0": "P1"}
-"""P2 fails exactly where P1 does (a state the largest budget cannot move), P7 where a budget
-cannot move it, and a P0 step ends the run there: their counterexamples draw as P1."""
+AS_DRAWN = {"P2": "P1"}
+"""P2 fails exactly where P1 does (a state the largest budget cannot move), so its
+counterexamples draw as P1."""
 
 COLOURS = {
+    "P0": "#f06595",
     "P1": "#e03131",
     "P3": "#9c36b5",
     "P4": "#f08c00",
     "P5": "#fcc419",
     "P6": "#1c7ed6",
+    "P7": "#ffa8a8",
     "ok": "#b2f2bb",
     "finished": "#dee2e6",
 }
 
 LEGEND = {
+    "P0": "P0 the code raises (or a stage leaves [0, its input])",
     "P1": "P1 stuck: b=M gives 0",
     "P3": "P3 a chunk crosses a block end",
     "P4": "P4 a chunk ends off the grid",
     "P5": "P5 a chunk ends in the window",
     "P6": "P6 a chunk skips R*",
+    "P7": "P7 a const(b) run stops here",
     "ok": "no property broken",
     "finished": "prefill finished (c >= E)",
 }
@@ -71,13 +75,17 @@ LEGEND = {
 @dataclass(frozen=True)
 class GraphNode:
     """A reachable state c: the properties a step from it breaks, whether it is past E, the
-    budgets that leave it where it is (chunk 0), and whether the counterexample visits it."""
+    budgets that leave it where it is (chunk 0), whether the counterexample visits it, the
+    budgets whose step breaks P0 there, and (for a P7 counterexample) the budgets b whose
+    ``const(b)`` run from c0 stops there for good."""
 
     c: int
     broken: tuple[str, ...]
     finished: bool
     stays: str
     on_path: bool
+    raises: str
+    const_stops: str
 
     def colour_key(self, prefer: str) -> str:
         """The legend entry the node is drawn in: ``prefer`` (the counterexample's property)
@@ -91,7 +99,8 @@ class GraphNode:
 
 @dataclass(frozen=True)
 class GraphEdge:
-    """A transition c -> c + chunk (chunk > 0), the budgets that take it, what it breaks."""
+    """A transition c -> c + chunk (chunk > 0; a step that breaks P0 leads nowhere), the budgets
+    that take it, what it breaks."""
 
     source: int
     target: int
@@ -109,7 +118,15 @@ class GraphMarks:
     nodes: tuple[GraphNode, ...]
     edges: tuple[GraphEdge, ...]
     last_step: tuple[int, int]
-    """The counterexample's violating step (c, c + chunk)."""
+    """The counterexample's violating step (c, c + chunk); (c, c) when it breaks P0."""
+
+
+def graph_window(cx: Counterexample) -> str:
+    """The form of P5 the graph colours by: the one a P5 counterexample was checked under, else
+    the one recorded, else the default (strict)."""
+    if cx.property == "P5":
+        return cx.window()
+    return str(cx.details.get("window", DEFAULT_WINDOW))
 
 
 def explored_graph(policy: Policy, cx: Counterexample) -> Explored:
@@ -123,7 +140,7 @@ def explored_graph(policy: Policy, cx: Counterexample) -> Explored:
             f"--graph draws small configurations only: {cfg.describe()} has "
             f"{cells:,} (state, budget) cells, more than {MAX_GRAPH_CELLS:,}"
         )
-    model = RequestModel(policy, Space(()), cx.window())
+    model = RequestModel(policy, Space(()), graph_window(cx))
     explored = explore_batch(model, make_batch([cfg], None))
     states = len(explored.states)
     if states > MAX_GRAPH_STATES:
@@ -133,44 +150,101 @@ def explored_graph(policy: Policy, cx: Counterexample) -> Explored:
     return explored
 
 
+@dataclass(frozen=True)
+class _Move:
+    """What budget b does at state c: the chunk, whether the step breaks P0 (and raised), and
+    the step properties it breaks."""
+
+    chunk: int
+    unsafe: bool
+    raised: bool
+    broken: tuple[str, ...]
+
+
+def _moves(explored: Explored) -> dict[int, dict[int, _Move]]:
+    """c -> b -> :class:`_Move` for every reachable state c < E and offered budget b."""
+    steps = explored.steps
+    source_c = explored.states[steps.source, 1].tolist()
+    chunk = steps.record["chunk"].tolist()
+    unsafe = steps.bad["P0"].tolist()
+    raised = steps.record["crashed"].tolist()
+    bad = {p: steps.bad[p].tolist() for p in STEP_PROPERTIES if p in steps.bad}
+    moves: dict[int, dict[int, _Move]] = {}
+    for i, (c, b) in enumerate(zip(source_c, steps.action.tolist(), strict=True)):
+        broken = tuple(p for p in STEP_PROPERTIES if p in bad and bad[p][i])
+        moves.setdefault(int(c), {})[int(b)] = _Move(
+            int(chunk[i]), bool(unsafe[i]), bool(raised[i]), broken
+        )
+    return moves
+
+
+def _const_stops(
+    cfg: Config, moves: dict[int, dict[int, _Move]], low: int, top: int
+) -> dict[int, list[int]]:
+    """c -> the budgets b in [low, top] whose ``const(b)`` run from c0 stops for good at c
+    (a step that yields 0 or breaks P0 before E: SPEC P7)."""
+    stops: dict[int, list[int]] = {}
+    for b in range(low, top + 1):
+        c = cfg.start
+        while c < cfg.prefill_end:
+            move = moves[c][b]
+            if move.unsafe or move.chunk <= 0:
+                stops.setdefault(c, []).append(b)
+                break
+            c += move.chunk
+    return stops
+
+
 def graph_marks(policy: Policy, cx: Counterexample) -> GraphMarks:
     """What the state-graph picture of ``cx`` shows: the explorer's reachable states under
-    ``adversarial(1..M)`` (SPEC S4) and the properties each step breaks (SPEC P)."""
+    ``adversarial(1..M)`` (SPEC S4) and the properties each step breaks (SPEC P): P0, P1, the
+    step properties P3-P6 and, for a P7 counterexample, where each ``const(b)`` run stops."""
     cfg = cx.config
     explored = explored_graph(policy, cx)
-    steps = explored.steps
-    source_c = explored.states[steps.source, 1]
+    moves = _moves(explored)
+    low, top = budget_bounds(cfg, None)
     graph: nx.DiGraph[int] = nx.DiGraph()
     graph.add_nodes_from(int(c) for c in explored.states[:, 1])
-    chunk = steps.record["chunk"]
-    for c, k in zip(source_c.tolist(), chunk.tolist(), strict=True):
-        graph.add_edge(int(c), int(c) + int(k))
-    path_nodes, path_edges = _path(cx, graph)
-    top = budget_bounds(cfg, None)[1]
+    for c, by_budget in moves.items():
+        for move in by_budget.values():
+            if not move.unsafe and move.chunk > 0:
+                graph.add_edge(c, c + move.chunk)
+    path_nodes, path_edges = _path(cx, moves, top)
+    stops = _const_stops(cfg, moves, low, top) if cx.property == "P7" else {}
+    p1 = explored.steps.bad["P1"]
+    stuck = {int(c) for c in explored.states[explored.steps.source[p1], 1]}
     nodes, edges = [], []
     for c in sorted(graph.nodes):
         if c >= cfg.prefill_end:
-            nodes.append(GraphNode(c, (), True, "", c in path_nodes))
+            nodes.append(GraphNode(c, (), True, "", c in path_nodes, "", ""))
             continue
-        mine = np.flatnonzero(source_c == c)
+        mine = moves.get(c, {})
         groups: dict[int, list[int]] = {}
-        for i in mine:
-            groups.setdefault(int(chunk[i]), []).append(int(steps.action[i]))
-        for members in groups.values():
-            if members[-1] == top:
-                members.extend(range(top + 1, cfg.max_sched + 1))
-        stays = groups.pop(0, [])
+        for b, move in sorted(mine.items()):
+            if not move.unsafe:
+                groups.setdefault(move.chunk, []).append(b)
+        raising = [b for b, m in sorted(mine.items()) if m.unsafe]
+        stays = _widen(groups.pop(0, []), top, cfg.max_sched)
         out = []
         for k, budgets in sorted(groups.items()):
-            rows = mine[chunk[mine] == k]
-            broken = tuple(p for p in STEP_PROPERTIES if steps.bad[p][rows].any())
-            edge = GraphEdge(c, c + k, _compact(budgets), broken, (c, c + k) in path_edges)
-            out.append(edge)
+            broken = tuple(p for p in STEP_PROPERTIES if any(p in mine[b].broken for b in budgets))
+            wide = _widen(budgets, top, cfg.max_sched)
+            out.append(GraphEdge(c, c + k, _compact(wide), broken, (c, c + k) in path_edges))
         broken_here = {p for e in out for p in e.broken}
-        if steps.bad["P1"][mine].any():
-            broken_here.add("P1")
-        order = tuple(p for p in GRAPH_PROPERTIES if p in broken_here)
-        nodes.append(GraphNode(c, order, False, _compact(stays) if stays else "", c in path_nodes))
+        broken_here |= {"P0"} if raising else set()
+        broken_here |= {"P1"} if c in stuck else set()
+        broken_here |= {"P7"} if c in stops else set()
+        nodes.append(
+            GraphNode(
+                c,
+                tuple(p for p in GRAPH_PROPERTIES if p in broken_here),
+                False,
+                _compact(stays) if stays else "",
+                c in path_nodes,
+                _raises_label(raising, mine, top, cfg.max_sched),
+                _compact(_widen(stops.get(c, []), top, cfg.max_sched)) if c in stops else "",
+            )
+        )
         edges += out
     last = cx.steps[-1]
     return GraphMarks(
@@ -181,8 +255,24 @@ def graph_marks(policy: Policy, cx: Counterexample) -> GraphMarks:
         property=AS_DRAWN.get(cx.property, cx.property),
         nodes=tuple(nodes),
         edges=tuple(edges),
-        last_step=(last.c, last.end),
+        last_step=(last.c, last.c if last.unsafe is not None else last.end),
     )
+
+
+def _widen(budgets: list[int], top: int, most: int) -> list[int]:
+    """Budgets above ``top`` = min(M, T - c0) act as ``top`` (``budget_bounds``): a group
+    holding ``top`` holds them too, up to M."""
+    if budgets and budgets[-1] == top:
+        return [*budgets, *range(top + 1, most + 1)]
+    return budgets
+
+
+def _raises_label(budgets: list[int], moves: dict[int, _Move], top: int, most: int) -> str:
+    """The budgets whose step breaks P0 at a state, and how: ``raises for b=1-3``."""
+    if not budgets:
+        return ""
+    how = "raises" if all(moves[b].raised for b in budgets) else "P0"
+    return f"{how} for b={_compact(_widen(budgets, top, most))}"
 
 
 def _compact(values: Sequence[int]) -> str:
@@ -201,17 +291,23 @@ def _merged(pairs: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     return tuple(merged)
 
 
-def _path(cx: Counterexample, graph: nx.DiGraph[int]) -> tuple[set[int], set[tuple[int, int]]]:
-    """The states and transitions of the counterexample's trace; each must be in the graph."""
+def _path(
+    cx: Counterexample, moves: dict[int, dict[int, _Move]], top: int
+) -> tuple[set[int], set[tuple[int, int]]]:
+    """The states and transitions of the counterexample's trace: each step must be what the
+    policy does at that state with that budget (a budget above ``top`` acts as ``top``)."""
     nodes, edges = {cx.config.start}, set()
     for index, s in enumerate(cx.steps):
-        if s.unsafe is None and not graph.has_edge(s.c, s.end):
+        move = moves.get(s.c, {}).get(min(s.budget, top))
+        unsafe = s.unsafe is not None
+        if move is None or move.unsafe != unsafe or not (unsafe or move.chunk == s.chunk):
             raise ChunkproofError(
                 f"step {index} ({s.c} -> {s.end} with budget {s.budget}) is not a transition "
                 "of the policy's state graph: the counterexample does not replay on it"
             )
-        nodes.add(s.end if s.unsafe is None else s.c)
-        if s.chunk > 0 and s.unsafe is None:
+        nodes.add(s.c)
+        if s.unsafe is None and s.chunk > 0:
+            nodes.add(s.end)
             edges.add((s.c, s.end))
     return nodes, edges
 
@@ -293,7 +389,8 @@ def _draw_edges(ax: Axes, marks: GraphMarks, pos: dict[int, tuple[float, float]]
 
 def _draw_nodes(ax: Axes, marks: GraphMarks, pos: dict[int, tuple[float, float]]) -> None:
     """A circle per state, coloured by its legend entry; the path's states ringed in black,
-    the violating state ringed thick; under each, the budgets that leave it in place."""
+    the violating state ringed thick; under each, the budgets that leave it in place, those
+    whose step breaks P0, and (P7) those whose const run stops there."""
     failing = marks.last_step[0]
     for node in marks.nodes:
         x, y = pos[node.c]
@@ -308,12 +405,20 @@ def _draw_nodes(ax: Axes, marks: GraphMarks, pos: dict[int, tuple[float, float]]
             zorder=5,
         )
         ax.text(x, y, str(node.c), ha="center", va="center", fontsize=8, zorder=6)
-        stuck = "stuck: " if "P1" in node.broken else ""
-        below = [f"{stuck}chunk 0\nfor b={node.stays}"] if node.stays else []
-        if len(node.broken) > 1:
-            below.append(",".join(node.broken))
-        if below:
-            ax.text(x, y - 0.3, "\n".join(below), ha="center", va="top", fontsize=7)
+        ax.text(x, y - 0.3, "\n".join(_below(node)), ha="center", va="top", fontsize=7)
+
+
+def _below(node: GraphNode) -> list[str]:
+    """The lines written under a node."""
+    stuck = "stuck: " if "P1" in node.broken else ""
+    below = [f"{stuck}chunk 0\nfor b={node.stays}"] if node.stays else []
+    if node.raises:
+        below.append(node.raises.replace(" for ", "\nfor "))
+    if node.const_stops:
+        below.append(f"const(b) stops\nfor b={node.const_stops}")
+    if len(node.broken) > 1:
+        below.append(",".join(node.broken))
+    return below
 
 
 def _draw_legend(fig: Figure, marks: GraphMarks) -> None:

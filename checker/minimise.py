@@ -43,19 +43,20 @@ def minimal_for_cell(
     T < ``bound`` (None, and why, when there is none)."""
     v = model.view
     if bound is not None:
-        below = reachable_violation(model, pid, v.tokens < bound, timeout_ms).status
+        below = reachable_violation(model, pid, _term(v.tokens < bound), timeout_ms).status
         if below != "sat":
             return None, f"Spacer: {below} for T < {bound}"
     found: SolverTrace | None = None
     certified = "unknown"
     for depth in DEPTHS:
-        result = bounded_search(model, pid, depth, [v.tokens, v.max_sched, v.threshold], timeout_ms)
+        objectives = [t for t in (v.tokens, v.max_sched, v.threshold) if z3.is_expr(t)]
+        result = bounded_search(model, pid, depth, objectives, timeout_ms)
         if result == "unknown":
             return None, f"the bounded search at depth {depth} timed out"
         if isinstance(result, SolverTrace):
             found = result
             tokens = _value(result, v.tokens)
-            certified = reachable_violation(model, pid, v.tokens < tokens, timeout_ms).status
+            certified = reachable_violation(model, pid, _term(v.tokens < tokens), timeout_ms).status
             if certified == "unsat":
                 break
     if found is None:
@@ -84,7 +85,14 @@ def minimal_for_cell(
 
 
 def _value(trace: SolverTrace, term: Any) -> int:
-    return int(trace.model.eval(term, model_completion=True).as_long())
+    return int(trace.model.eval(_term(term), model_completion=True).as_long())
+
+
+def _term(value: Any) -> Any:
+    """A Z3 term for a value the model may hold as a constant (an input its range fixes)."""
+    if z3.is_expr(value):
+        return value
+    return z3.BoolVal(value) if isinstance(value, bool) else z3.IntVal(value)
 
 
 def _max_sched_values(model: SymbolicRequest, cfg: Config) -> list[int]:
@@ -150,7 +158,7 @@ def _bisect_max_sched(model: SymbolicRequest, pid: str, cfg: Config, timeout_ms:
     v = model.view
     fixed = z3.And(
         *[
-            getattr(v, name) == value
+            _term(getattr(v, name) == value)
             for name, value in cfg.to_dict().items()
             if name in model.symbols and name != "max_sched"
         ]
@@ -158,7 +166,7 @@ def _bisect_max_sched(model: SymbolicRequest, pid: str, cfg: Config, timeout_ms:
     low, high = max(cfg.lookahead, 1), cfg.max_sched
     while low < high:
         middle = (low + high) // 2
-        extra = z3.And(fixed, v.max_sched <= middle)
+        extra = z3.And(fixed, _term(v.max_sched <= middle))
         answer = reachable_violation(model, pid, extra, timeout_ms)
         if answer.status == "sat":
             high = middle

@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chunkproof.model.arith import fl
+from chunkproof.model.budget import Const
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError, PolicyError
 from chunkproof.model.policy import Policy
 from chunkproof.model.splits import CACHE_POSITIONS
-from chunkproof.spec.properties import PROPERTIES, STUCK_PROPERTIES, resend_position
-from chunkproof.spec.slots import crossing_claim
+from chunkproof.model.step import Step
+from chunkproof.spec.properties import PROPERTIES, STUCK_PROPERTIES
+from chunkproof.spec.slots import crossing_claim, resend_position
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -45,10 +47,14 @@ HEAD_ROWS = 6
 MAX_TICKS = 24
 """Above this many boundaries and chunk ends, matplotlib picks the axis ticks."""
 
+NOTE_WIDTH = 64
+"""A failure's note is wrapped at this many characters (a raising line's path is long)."""
+
 RED = "#c92a2a"
 BAR = "#4c6ef5"
 POSITION = "#2b8a3e"
 WINDOW = "#ffc078"
+ADMITTED = "#dee2e6"
 HALO = {"boxstyle": "round,pad=0.15", "facecolor": "white", "alpha": 0.85, "edgecolor": "none"}
 """A white background that keeps red text readable over lines and shading."""
 
@@ -68,21 +74,38 @@ class Position:
 @dataclass(frozen=True)
 class Bar:
     """Step ``step`` of the trace: the chunk [start, end) offered ``budget``, drawn on row
-    ``row`` (a zero chunk is a marker at ``start``)."""
+    ``row``. A zero chunk, and a step that breaks SPEC P0 (``unsafe``: the code raised, or a
+    stage left [0, its input], so ``end`` may even lie before ``start``), is a marker at
+    ``start``."""
 
     row: int
     step: int
     start: int
     end: int
     budget: int
+    unsafe: bool = False
+    raised: bool = False
 
     @property
     def zero(self) -> bool:
-        return self.end == self.start
+        """Drawn as a marker, not a bar."""
+        return self.end == self.start or self.unsafe
 
     @property
     def label(self) -> str:
         return f"b={self.budget}"
+
+    @property
+    def outcome(self) -> str:
+        """What the marker of a step without a bar says: ``chunk 0``, or what broke P0."""
+        if self.raised:
+            return "raises"
+        chunk = self.end - self.start
+        return f"chunk {chunk} (unsafe)" if self.unsafe else f"chunk {chunk}"
+
+
+def _bar(row: int, index: int, s: Step) -> Bar:
+    return Bar(row, index, s.c, s.end, s.budget, s.unsafe is not None, s.crash is not None)
 
 
 @dataclass(frozen=True)
@@ -114,13 +137,30 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Admission:
+    """The admission start c0 > 0 and its external part x (SPEC S1): tokens [0, c0) come from
+    prefix hits, ``external`` of them loaded by a KV connector."""
+
+    start: int
+    external: int
+
+    @property
+    def label(self) -> str:
+        if self.external == self.start:
+            return f"c0={self.start}: external hit (KV connector)"
+        if self.external:
+            return f"c0={self.start}: prefix hit, x={self.external} external"
+        return f"c0={self.start}: prefix hit"
+
+
+@dataclass(frozen=True)
 class TraceMarks:
     """Everything the picture of a counterexample shows."""
 
     title: str
     verdict: str
     axis_ends: tuple[tuple[str, int], ...]
-    """The right end of the axis: ``(("T", T),)`` when T = P, else ``(("E", E), ("T", T))``."""
+    """The right end of the axis: ``(("T", T),)`` when T = E, else ``(("E", E), ("T", T))``."""
     block: int
     boundaries: tuple[int, ...]
     window: tuple[int, int] | None
@@ -128,6 +168,13 @@ class TraceMarks:
     bars: tuple[Bar, ...]
     elided: Elision | None
     failures: tuple[Failure, ...]
+    admission: Admission | None
+    """Where the request was admitted, when c0 > 0 (its prefix hits)."""
+    split_block: int
+    """G, the split's grid (``cache_config.block_size``)."""
+    split_grid: tuple[int, ...]
+    """Where G differs from B: the multiples of G in [0, T] that are not block boundaries (none
+    when there are too many to draw)."""
 
     @property
     def axis_end(self) -> int:
@@ -196,18 +243,30 @@ def block_boundaries(cfg: Config, points: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(b for b in near if 0 <= b <= end))
 
 
+def split_grid(cfg: Config) -> tuple[int, ...]:
+    """The multiples of the split's grid G in [0, T] that are not multiples of B, when G != B
+    and there are at most :data:`MAX_BOUNDARIES` of them (else none: the picture would be a
+    wash of lines)."""
+    grid, end = cfg.split_block, cfg.T
+    if grid == cfg.block or end // grid + 1 > MAX_BOUNDARIES:
+        return ()
+    return tuple(g for g in range(0, end + 1, grid) if g % cfg.block)
+
+
+def admission(cfg: Config) -> Admission | None:
+    """Where the request was admitted (SPEC S1 c0 and its external part x), when c0 > 0."""
+    return Admission(cfg.start, cfg.external) if cfg.start > 0 else None
+
+
 def step_bars(cx: Counterexample) -> tuple[tuple[Bar, ...], Elision | None]:
     """One bar per recorded step (SPEC C trace), in order; more than :data:`MAX_ROWS` steps
     keep the first :data:`HEAD_ROWS` and the last ones around one elision row."""
     steps = cx.steps
     if len(steps) <= MAX_ROWS:
-        return tuple(Bar(i, i, s.c, s.end, s.budget) for i, s in enumerate(steps)), None
+        return tuple(_bar(i, i, s) for i, s in enumerate(steps)), None
     first_tail = len(steps) - (MAX_ROWS - HEAD_ROWS - 1)
-    head = [Bar(i, i, s.c, s.end, s.budget) for i, s in enumerate(steps[:HEAD_ROWS])]
-    tail = [
-        Bar(HEAD_ROWS + 1 + j, first_tail + j, s.c, s.end, s.budget)
-        for j, s in enumerate(steps[first_tail:])
-    ]
+    head = [_bar(i, i, s) for i, s in enumerate(steps[:HEAD_ROWS])]
+    tail = [_bar(HEAD_ROWS + 1 + j, first_tail + j, s) for j, s in enumerate(steps[first_tail:])]
     hidden = steps[HEAD_ROWS:first_tail]
     return (*head, *tail), Elision(HEAD_ROWS, len(hidden), hidden[0].c, hidden[-1].end)
 
@@ -215,18 +274,24 @@ def step_bars(cx: Counterexample) -> tuple[tuple[Bar, ...], Elision | None]:
 def failure_marks(cx: Counterexample, row: int) -> tuple[Failure, ...]:
     """The failure of the last step, according to the property (SPEC P).
 
-    P0: the step that raises or leaves [0, its input]; P1/P2/P7: the stuck point;
-    P3: the block end the chunk runs past, and every poisoned slot
-    the slot oracle found (``details["poisoned"]``); P4: the off-grid end; P5: the end inside
-    the window; P6: the skipped resend position R*. ``row`` is the last step's row.
+    P0 (and a P7 run that ends in a P0 step): the step that raises or leaves [0, its input];
+    P1/P2: the stuck point, where even the largest budget gives 0; P7: the stuck point of the
+    ``const(b)`` run; P3: the block end the chunk runs past, and every poisoned slot the slot
+    oracle found (``details["poisoned"]``); P4: the off-grid end; P5: the end inside the
+    window; P6: the skipped resend position R*. ``row`` is the last step's row.
     """
     cfg, pid = cx.config, cx.property
     last = cx.steps[-1]
-    c, e = last.c, last.end
-    if pid == "P0" or last.unsafe is not None:
-        return (Failure("unsafe", c, f"at c={c}: {last.unsafe}", row),)
+    c, e, b = last.c, last.end, last.budget
+    if last.unsafe is not None:
+        return (Failure("unsafe", c, f"P0 at c={c}, b={b}: {last.unsafe}", row),)
+    if pid == "P0":
+        raise ChunkproofError(f"the last step at c={c} breaks no stage range: not a P0 trace")
+    if pid == "P7":
+        text = f"const({b}) stuck at c={c}: b={b} gives 0 every step"
+        return (Failure("stuck", c, text, row),)
     if pid in STUCK_PROPERTIES:
-        return (Failure("stuck", c, f"stuck at c={c}: b={last.budget} gives 0", row),)
+        return (Failure("stuck", c, f"stuck at c={c}: even b={b} gives 0", row),)
     if pid == "P3":
         claim = crossing_claim(cfg, c, e)
         if claim is None:
@@ -264,15 +329,18 @@ def trace_marks(cx: Counterexample, policy: Policy) -> TraceMarks:
     failures, window = failure_marks(cx, bars[-1].row), lookahead_window(cfg)
     points = (
         *(b.start for b in bars),
-        *(b.end for b in bars),
+        *(b.end for b in bars if not b.unsafe),
         *(p.at for p in positions),
         *(f.at for f in failures),
         *(window or ()),
+        cfg.start,
     )
     ends = (("T", cfg.T),) if cfg.prefill_end == cfg.T else (("E", cfg.prefill_end), ("T", cfg.T))
+    model = cx.budget_model
+    under = f" under const({model.budget})" if isinstance(model, Const) else ""
     return TraceMarks(
         title=(
-            f"{cx.policy}: {cx.property} {PROPERTIES[cx.property].name} violated"
+            f"{cx.policy}: {cx.property} {PROPERTIES[cx.property].name} violated{under}"
             f"   ({cfg.describe()})"
         ),
         verdict=cx.verdict,
@@ -284,6 +352,9 @@ def trace_marks(cx: Counterexample, policy: Policy) -> TraceMarks:
         bars=bars,
         elided=elided,
         failures=failures,
+        admission=admission(cfg),
+        split_block=cfg.split_block,
+        split_grid=split_grid(cfg),
     )
 
 
@@ -340,6 +411,11 @@ def _draw_axis(ax: Axes, marks: TraceMarks) -> None:
     ax.set_ylim(rows + (0.5 if _has_poison(marks) else -0.2), -1.1)
     for b in marks.boundaries:
         ax.axvline(b, color="#adb5bd", linewidth=0.8, zorder=0)
+    for g in marks.split_grid:
+        ax.axvline(g, color="#adb5bd", linewidth=0.6, linestyle=":", zorder=0)
+    if marks.admission is not None:
+        ax.axvspan(0, marks.admission.start, color=ADMITTED, alpha=0.6, zorder=0, linewidth=0)
+        _note(ax, 0, rows - 0.3, marks.admission.label, (2, 0), ha="left", va="bottom")
     if marks.window is not None:
         ax.axvspan(*marks.window, color=WINDOW, alpha=0.45, zorder=0, linewidth=0)
     for name, at in marks.axis_ends:
@@ -348,12 +424,13 @@ def _draw_axis(ax: Axes, marks: TraceMarks) -> None:
     for position in marks.positions:
         ax.axvline(position.at, color=POSITION, linestyle="--", linewidth=1.1, zorder=1)
         _note(ax, position.at, -0.75, position.label, (-3, 0), ha="right", va="top", color=POSITION)
-    ticks = sorted(
-        {*marks.boundaries, *(b.end for b in marks.bars), *dict(marks.axis_ends).values()}
-    )
+    ends = (b.end for b in marks.bars if not b.unsafe)
+    starts = (marks.admission.start,) if marks.admission is not None else ()
+    ticks = sorted({*marks.boundaries, *ends, *starts, *dict(marks.axis_ends).values()})
     if len(ticks) <= MAX_TICKS:
         ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.set_xlabel(f"tokens (grey lines: block boundaries, every B={marks.block})")
+    grid = f"; dotted: the split's grid, every G={marks.split_block}" if marks.split_grid else ""
+    ax.set_xlabel(f"tokens (grey lines: block boundaries, every B={marks.block}{grid})")
     ax.set_yticks([bar.row for bar in marks.bars], [f"step {bar.step + 1}" for bar in marks.bars])
     if marks.elided is not None:
         ax.text(0, marks.elided.row, marks.elided.label, va="center", fontsize=8, color="#495057")
@@ -370,7 +447,8 @@ def _note(
 
 
 def _draw_bars(ax: Axes, marks: TraceMarks) -> None:
-    """A bar [c, c + chunk) per step, labelled with its budget; a zero chunk is a marker."""
+    """A bar [c, c + chunk) per step, labelled with its budget; a zero chunk, or a step that
+    breaks P0, is a marker."""
     for bar in marks.bars:
         if bar.zero:
             ax.plot(bar.start, bar.row, marker="X", markersize=10, color=RED, zorder=3)
@@ -378,7 +456,7 @@ def _draw_bars(ax: Axes, marks: TraceMarks) -> None:
                 ax,
                 bar.start,
                 bar.row,
-                f"{bar.label}: chunk 0",
+                f"{bar.label}: {bar.outcome}",
                 (-8, 6),
                 ha="right",
                 va="bottom",
@@ -408,7 +486,7 @@ def _draw_failures(ax: Axes, marks: TraceMarks) -> None:
             ax,
             failure.at,
             row + 0.25,
-            failure.text,
+            textwrap.fill(failure.text, NOTE_WIDTH),
             (-6 if left else 6, 0),
             ha="right" if left else "left",
             va="top",
@@ -436,7 +514,7 @@ def _draw_poison(ax: Axes, failure: Failure) -> None:
         ax,
         failure.at,
         y,
-        failure.text,
+        textwrap.fill(failure.text, NOTE_WIDTH),
         (-8 if left else 8, -4),
         ha="right" if left else "left",
         va="top",
@@ -452,6 +530,8 @@ def _draw_legend(fig: Figure, marks: TraceMarks) -> None:
     from matplotlib.patches import Patch
 
     handles: list[Artist] = [Patch(color=BAR, label="chunk [c, c + chunk), budget b")]
+    if marks.admission is not None:
+        handles.append(Patch(color=ADMITTED, alpha=0.6, label="admitted: prefix hits [0, c0)"))
     if marks.window is not None:
         low, high = marks.window
         handles.append(Patch(color=WINDOW, alpha=0.45, label=f"lookahead window ({low}, {high})"))

@@ -92,7 +92,8 @@ def exploration_verdicts(
         elif main:
             status, summary = PROVED, _proved_summary(exploration, pid)
         else:
-            status, summary = EMPTY, "no configuration in range (" + _held(tally.configs) + ")"
+            held = _held(tally.configs, exploration.model.unoffered)
+            status, summary = EMPTY, f"no configuration in range ({held})"
         verdict = Verdict(
             pid,
             status,
@@ -123,11 +124,12 @@ def exploration_verdicts(
     return verdicts
 
 
-def _held(configs: dict[str, int]) -> str:
+def _held(configs: dict[str, int], unoffered: int) -> str:
     """What a range held when none of it is in scope."""
     return (
         f"{configs['refused']} configurations the release refuses, "
-        f"{configs['degenerate']} in the degenerate region"
+        f"{configs['degenerate']} in the degenerate region, "
+        f"{unoffered} offered no budget of the --budget range"
     )
 
 

@@ -3,11 +3,16 @@
 The generated file needs pytest and a vLLM source tree, nothing else: it carries
 :mod:`chunkproof.model.extraction` verbatim (standard library only) to read the real
 ``Scheduler._mamba_block_aligned_split`` and ``_reserve_prefill_lookahead`` from the source text,
-runs them on stand-ins holding exactly the counterexample's configuration, offers the recorded
-budgets step by step (then the largest budget until the prefill ends), and asserts the property
-on every step with chunkproof's own predicates (their source is copied in too, with the budget
-cap of the counterexample's composition). So the file fails on code with the bug and passes on a
-fix, and it cannot drift from the model: every function in it is the one chunkproof runs.
+runs them on stand-ins holding exactly the counterexample's configuration, and calls them as the
+call sites do (:data:`CALL_SITE`: at c = c0 the waiting loop passes the admission hits, local
+and external, and V3's u; after, the running loop passes c). It offers the recorded budgets step
+by step, then the largest budget until the prefill ends (a P7 counterexample: its ``const(b)``
+at every step), and checks every step with chunkproof's own predicates (their source is copied
+in too, with the budget cap of the counterexample's composition): first SPEC P0 (the real code
+raised, or a stage left [0, its input]), then the counterexample's property. Each failure names
+the property it breaks (``AssertionError: P1: stuck at c=46 ...``). So the file fails on code
+with the bug and passes on a fix, and it cannot drift from the model: every function in it is
+the one chunkproof runs.
 """
 
 from __future__ import annotations
@@ -23,18 +28,31 @@ from types import FunctionType
 from typing import Any, TypeGuard
 
 from chunkproof.model import extraction
+from chunkproof.model.budget import Const
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.loading import recorded_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.source_policy import recorded_options
-from chunkproof.model.step import VIEW_FIELDS, step_view
+from chunkproof.model.step import (
+    computed_tokens,
+    external_hit,
+    local_hit,
+    step_view,
+    uncached_at,
+)
 from chunkproof.model.vllm_source import standin_attributes
 from chunkproof.spec import properties as props
 
 SOURCE_VARIABLE = "CHUNKPROOF_VLLM_SOURCE"
 """Names the root of a vLLM checkout or unpacked wheel for a generated test."""
+
+CALL_SITE = (computed_tokens, local_hit, external_hit, uncached_at)
+"""What the call sites pass at state c (:mod:`chunkproof.model.step`): the waiting loop admits
+the request at c = c0 with ``num_computed_tokens`` 0 and the hits (and V3's u) as arguments,
+the running loop passes c and nothing else."""
+
 
 _SYMBOLS = {
     "block": "B: the Mamba group's block size (the state grid)",
@@ -97,9 +115,8 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
         "test_name": f"test_{cx.property.lower()}_{name}",
         "definition": props.PROPERTIES[cx.property].definition,
         "check_body": _check(cx),
-        "functions": "\n\n\n".join(
-            _function_sources([cap, *_predicates(cx), *VIEW_FIELDS.values()])
-        ),
+        "checked": "P0" if cx.property == "P0" else f"{cx.property} (or P0)",
+        "functions": "\n\n\n".join(_function_sources([cap, *_predicates(cx), *CALL_SITE])),
         "budgets": _budgets(cx),
         "source_variable": SOURCE_VARIABLE,
         "imports": "\n".join(sorted(set(_OWN_IMPORTS + loader_imports), key=_import_order)),
@@ -117,17 +134,24 @@ def _cap_function(policy: Policy) -> FunctionType:
 
 
 def _budgets(cx: Counterexample) -> str:
-    """The budgets the test offers: a P7 counterexample's constant one, else the recorded
-    budgets then the largest budget until the prefill ends."""
+    """The budgets the test offers (SPEC S4): a P7 counterexample's ``const(b)`` at every step,
+    else the recorded budgets, then the largest budget until the prefill ends."""
     if cx.property == "P7":
-        return f"[{cx.steps[-1].budget}] * (PREFILL_END + 1)"
+        return f"[{_const_budget(cx)}] * (PREFILL_END + 1)"
     return "[s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)"
 
 
+def _const_budget(cx: Counterexample) -> int:
+    """b of a P7 counterexample's ``const(b)`` (the last step's budget in a file without it)."""
+    model = cx.budget_model
+    return model.budget if isinstance(model, Const) else cx.steps[-1].budget
+
+
 def _predicates(cx: Counterexample) -> list[Callable[..., Any]]:
-    """chunkproof's predicate of the property (SPEC P), as the trace check calls it."""
+    """chunkproof's predicate of the property (SPEC P), as the trace check calls it (P0 needs
+    none: the stages' ranges and the crash are checked on every step)."""
     pid = cx.property
-    if pid in ("P0", "P7"):
+    if pid == "P0":
         return []
     if pid in props.STUCK_PROPERTIES:
         return [props.stuck]
@@ -139,42 +163,59 @@ def _predicates(cx: Counterexample) -> list[Callable[..., Any]]:
 
 
 def _check(cx: Counterexample) -> str:
-    """The body of the generated ``violation(vllm, scheduler, step)``: SPEC P per property. A
-    stage leaving [0, its input] breaks P0 whatever the property (a crash raises in the test
-    itself); P7 is the const run not finishing, checked after the loop."""
+    """The body of the generated ``violation(vllm, scheduler, step)``: SPEC P per property.
+
+    Every step is checked for P0 first (:data:`_SAFETY`: the real code raised, or a stage left
+    [0, its input]), whatever the property; each problem names the property it breaks. P1/P2:
+    the largest budget yields 0 at c; P7: the ``const(b)`` step yields 0 at c < E (the state
+    never changes, so the run never finishes); P3-P6: chunkproof's predicate of the chunk.
+    """
     pid = cx.property
-    safety = (
-        "    for name, value, limit in (\n"
-        '        ("split", step.split, step.n),\n'
-        '        ("reservation", step.reservation, step.split),\n'
-        "    ):\n"
-        "        if not 0 <= value <= limit:\n"
-        '            return f"P0: the {name} returns {value}, outside [0, {limit}]: {step}"\n'
-    )
-    if pid in ("P0", "P7"):
-        return safety + "    return None\n"
+    if pid == "P0":
+        return "    return unsafe(step)\n"
+    if pid == "P7":
+        return _SAFETY + (
+            "    if stuck(CONFIG, step.c, step.chunk):\n"
+            "        return (\n"
+            '            f"P7: const({step.budget}) never finishes: at c={step.c} < "\n'
+            '            f"E={PREFILL_END} the step yields 0 ({step}); c, T and the flags "\n'
+            '            "never change"\n'
+            "        )\n"
+            "    return None\n"
+        )
     if pid in props.STUCK_PROPERTIES:
-        return safety + (
+        return _SAFETY + (
             "    largest = schedule_step(vllm, scheduler, step.c, LARGEST_BUDGET)\n"
+            "    problem = unsafe(largest)\n"
+            "    if problem is not None:\n"
+            "        return problem\n"
             "    if stuck(CONFIG, step.c, largest.chunk):\n"
             "        return (\n"
-            '            f"stuck at c={step.c} < E={PREFILL_END}: even the largest budget, "\n'
-            '            f"{LARGEST_BUDGET}, yields 0 ({largest}); c, T and the flags never "\n'
-            '            "change"\n'
+            f'            f"{pid}: stuck at c={{step.c}} < E={{PREFILL_END}}: even the largest "\n'
+            '            f"budget, {LARGEST_BUDGET}, yields 0 ({largest}); c, T and the flags "\n'
+            '            "never change"\n'
             "        )\n"
             "    return None\n"
         )
     predicate = _predicates(cx)[0].__name__
     args = "CONFIG, step.c, step.n, step.end" if pid == "P5" else "CONFIG, step.c, step.end"
     rule = props.PROPERTIES[pid]
-    return safety + (
+    return _SAFETY + (
         f"    if step.chunk > 0 and {predicate}({args}):\n"
         "        return (\n"
-        f'            f"chunk [{{step.c}}, {{step.end}}) breaks {pid} {rule.name} "\n'
+        f'            f"{pid}: chunk [{{step.c}}, {{step.end}}) breaks {pid} {rule.name} "\n'
         f'            f"({rule.definition}): {{step}}"\n'
         "        )\n"
         "    return None\n"
     )
+
+
+_SAFETY = """\
+    problem = unsafe(step)
+    if problem is not None:
+        return problem
+"""
+"""P0 on the step itself, first in every property's check."""
 
 
 def _function_sources(roots: list[Callable[..., Any]]) -> list[str]:
@@ -222,6 +263,7 @@ def _loader_source() -> tuple[list[str], str]:
 _OWN_IMPORTS = [
     "import importlib.util",
     "import os",
+    "import traceback",
     "from types import SimpleNamespace",
     "from typing import NamedTuple",
 ]
@@ -246,12 +288,15 @@ def _docstring(cx: Counterexample, source_name: str) -> str:
         "",
         *textwrap.wrap(f"What goes wrong: {cx.verdict}.", 96),
         "",
-        "The test reads the real Scheduler._mamba_block_aligned_split and",
-        "Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not imported: no",
-        "torch, no GPU), runs them on stand-ins holding exactly the values below, offers the",
-        "counterexample's budgets step by step, then the largest budget until the prefill ends,",
-        f"and asserts {cx.property} on every step. It fails while the bug is in the code and",
-        "passes once it is fixed.",
+        *textwrap.wrap(
+            "The test reads the real Scheduler._mamba_block_aligned_split and "
+            "Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not "
+            "imported: no torch, no GPU), runs them on stand-ins holding exactly the values "
+            f"below, offers {_offered(cx)} on every step (P0: the code raises, or a stage "
+            "returns a value outside [0, its input]). It fails while the bug is in the code "
+            "and passes once it is fixed.",
+            92,
+        ),
         "",
         f"The source tree: ${SOURCE_VARIABLE} (the root of a vLLM checkout or unpacked wheel),",
         "else the installed vllm (located, not imported).",
@@ -265,6 +310,20 @@ def _docstring(cx: Counterexample, source_name: str) -> str:
         "verbatim; the property and budget-cap functions are chunkproof's own.",
     ]
     return '"""' + "\n".join(lines) + '\n"""'
+
+
+def _offered(cx: Counterexample) -> str:
+    """The docstring's words on the budgets offered and what is asserted."""
+    checked = "P0" if cx.property == "P0" else f"P0 and {cx.property}"
+    if cx.property == "P7":
+        return (
+            f"the counterexample's budget model, const({_const_budget(cx)}), at every step, and "
+            f"asserts {checked}"
+        )
+    return (
+        "the counterexample's budgets step by step, then the largest budget until the prefill "
+        f"ends, and asserts {checked}"
+    )
 
 
 def _config_literal(cfg: Config) -> str:
@@ -282,7 +341,9 @@ def _dict_literal(values: dict[str, Any]) -> str:
 def _recorded_literal(cx: Counterexample) -> str:
     rows = [
         f"    Step(c={s.c}, budget={s.budget}, n={s.n}, split={s.split}, "
-        f"reservation={s.reservation}, chunk={s.chunk}),"
+        f"reservation={s.reservation}, chunk={s.chunk}"
+        + ("" if s.crash is None else f", crash={s.crash!r}")
+        + "),"
         for s in cx.steps
     ]
     note = textwrap.wrap(f"{cx.property}: {cx.verdict}", 92)
@@ -316,7 +377,8 @@ LARGEST_BUDGET = $largest  # the most tokens one step can offer
 
 class Step(NamedTuple):
     """One scheduling step: c, the budget offered, n after schedule()'s budget cap, after
-    _mamba_block_aligned_split, after _reserve_prefill_lookahead, and the chunk scheduled."""
+    _mamba_block_aligned_split, after _reserve_prefill_lookahead, and the chunk scheduled;
+    ``crash`` says where the real code raised (the values from there on are 0)."""
 
     c: int
     budget: int
@@ -324,10 +386,18 @@ class Step(NamedTuple):
     split: int
     reservation: int
     chunk: int
+    crash: str | None = None
 
     @property
     def end(self) -> int:
         return self.c + self.chunk
+
+    def __repr__(self) -> str:
+        crash = "" if self.crash is None else f", crash={self.crash!r}"
+        return (
+            f"Step(c={self.c}, budget={self.budget}, n={self.n}, split={self.split}, "
+            f"reservation={self.reservation}, chunk={self.chunk}{crash})"
+        )
 
 
 # The counterexample: what $policy does, step by step.
@@ -345,14 +415,27 @@ def $test_name(vllm: Extracted) -> None:
         step = schedule_step(vllm, scheduler, c, budget)
         path.append(step)
         problem = violation(vllm, scheduler, step)
-        assert problem is None, f"$property: {problem}; steps: {path}"
+        assert problem is None, f"{problem}; steps: {path}"
         c = step.end
     pytest.fail(f"the prefill does not finish: c={c} < E={PREFILL_END}; steps: {path}")
 
 
 def violation(vllm: Extracted, scheduler: StandIn, step: Step) -> str | None:
-    """What breaks $property at this step, if anything."""
+    """What breaks $checked at this step, if anything: "Pn: why"."""
 $check_body
+
+def unsafe(step: Step) -> str | None:
+    """P0 SAFE: the real code raised, or a stage returned a value outside [0, its input]."""
+    if step.crash is not None:
+        return f"P0: {step.crash} (at c={step.c}, budget {step.budget})"
+    for name, value, limit in (
+        ("split", step.split, step.n),
+        ("reservation", step.reservation, step.split),
+    ):
+        if not 0 <= value <= limit:
+            return f"P0: the {name} returns {value}, outside [0, {limit}] ({step})"
+    return None
+
 
 def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int) -> Step:
     """One step of schedule() for this request: the budget cap, the real split, then the
@@ -364,11 +447,29 @@ def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int) -> S
     request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": computed})
     uncached = [uncached_at(CONFIG, c)] if vllm.takes_uncached_prefix else []
     hits = (local_hit(CONFIG, c), external_hit(CONFIG, c))
-    split = scheduler._mamba_block_aligned_split(request, n, *hits, *uncached)
+    try:
+        split = scheduler._mamba_block_aligned_split(request, n, *hits, *uncached)
+    except SourceError:
+        raise
+    except Exception as exc:  # the real code raised: P0
+        return Step(c, budget, n, 0, 0, 0, raised("_mamba_block_aligned_split", exc))
     reservation = split
     if vllm.has_reservation:
-        reservation = scheduler._reserve_prefill_lookahead(request, c, split)
+        try:
+            reservation = scheduler._reserve_prefill_lookahead(request, c, split)
+        except SourceError:
+            raise
+        except Exception as exc:  # the real code raised: P0
+            return Step(c, budget, n, split, 0, 0, raised("_reserve_prefill_lookahead", exc))
     return Step(c, budget, n, split, reservation, reservation)
+
+
+def raised(method: str, exc: Exception) -> str:
+    """What the real code raised, and the innermost line it raised on."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    message = f": {exc}" if str(exc) else ""
+    return f"{method} raises {type(exc).__name__}{where}{message}"
 
 
 @pytest.fixture(scope="module")

@@ -114,8 +114,10 @@ def prove_space(
         return SymbolicRequest(policy, cell, space.budget, run.window)
 
     def name(cell: Cell, pid: str) -> str:
+        """One file per (property, cell): every value that tells cells apart is in it."""
         values = "-".join(f"{k}{v}" for k, v in cell.values)
-        return f"{pid}-{values}-g{space.grids.index(cell.grid)}.smt2"
+        lookahead = "L1+" if cell.speculative else "L0"
+        return f"{pid}-{values}-{lookahead}-grid{space.grids.index(cell.grid)}.smt2"
 
     settings = prover.Settings(make, name, run.timeout_ms, certificates)
     results = prover.prove_range(settings, found, pids, usable_jobs(run.jobs), tick)

@@ -12,7 +12,7 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.spec import properties as props
 from chunkproof.spec.request import budget_bounds
-from chunkproof.spec.slots import crossing_claim, oracle
+from chunkproof.spec.slots import crossing_claim, oracle, resend_position
 
 MINIMISED = ("prompt", "block", "lookahead", "max_sched", "trace_length")
 """Dimensions minimised, in lexicographic order (smallest T, then B, L, M, length)."""
@@ -77,7 +77,7 @@ def _agree_with_oracle(pid: str, cfg: Config, last: Step, details: dict[str, Any
     ran on the completed trace, it must report the same failure."""
     if "covered" not in details:
         return
-    if pid == "P6" and props.resend_position(cfg) in details["covered"]:
+    if pid == "P6" and resend_position(cfg) in details["covered"]:
         raise ModelMismatch(f"P6: the slot oracle covers R* on the trace ending {last.end}")
     claim = crossing_claim(cfg, last.c, last.end)
     if pid == "P3" and f"{claim} holds state@{last.c}" not in details["poisoned"]:
@@ -119,7 +119,7 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
         suffix = f"; an identical resend hits {hit}" if hit is not None else ""
         return (
             f"chunk [{last.c}, {e}) runs over the resend position "
-            f"R*={props.resend_position(cfg)} with budget {last.budget}, so R* is never "
+            f"R*={resend_position(cfg)} with budget {last.budget}, so R* is never "
             f"cached{suffix}"
         )
     raise ValueError(pid)

@@ -1,37 +1,68 @@
 #!/usr/bin/env bash
 # Regenerate the curated counterexamples from the explorer, and the standalone pytest repro of
 # each (pytest/test_POLICY_NAME.py). Each line names the ranges; the explorer minimises inside
-# them (smallest T, then B, L, M, then trace length).
+# them (smallest T, then B, L, M, then trace length). The ranges are small so that each line
+# takes seconds; every file must replay on the policy it was found on.
 set -euo pipefail
 cd "$(dirname "$0")"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# The set of files is exactly what the lines below write.
+rm -f ./*/*.json pytest/test_*.py
+
 pick() {  # pick NAME POLICY PROPERTY [RANGES...]
-  local name=$1 policy=$2 prop=$3
+  local name=$1 policy=$2 prop=$3 status=0
   shift 3
-  chunkproof explore "$policy" --property "$prop" --out "$tmp/$name" --jobs 1 "$@" >/dev/null || true
+  chunkproof explore "$policy" --property "$prop" --out "$tmp/$name" --jobs 1 "$@" >/dev/null \
+    || status=$?
+  if [ "$status" -ne 1 ]; then  # 1: the property is violated
+    echo "$name: chunkproof explore $policy --property $prop $* exited $status, not 1" >&2
+    exit 1
+  fi
   mkdir -p "$policy"
   cp "$tmp/$name/$policy/$prop.json" "$policy/$name.json"
+  chunkproof replay "$policy/$name.json" >/dev/null
   local stem="${policy}_${name}"
   chunkproof repro "$policy/$name.json" --pytest "pytest/test_${stem//[^[:alnum:]]/_}.py" >/dev/null
 }
 
-# vllm-0.33: the multi-module MTP livelock (0 < T mod B < L), smallest over the default grid.
-pick p1-livelock-smallest vllm-0.33 P1
+CLASSIC=(--block 4,8,16 --lookahead 0-4 --prompt 1-16 --max-sched 1-8 --drop both)
+SMALL=(--block 4,8 --lookahead 0-3 --prompt 1-16 --max-sched 1-8 --drop both)
+
+# vllm-0.33: the multi-module MTP livelock (0 < T mod B < L), smallest over the classic grid
+# (SPEC K: T=5, B=4, L=2).
+pick p1-livelock-smallest vllm-0.33 P1 "${CLASSIC[@]}"
 # SPEC K: B=16, L=3, T=49 under const(16): 16, 32, 46, then 0 forever.
 pick p1-livelock-T49-B16-L3 vllm-0.33 P1 --block 16 --lookahead 3 --prompt 49 --max-sched 16 --budget 16-16 --drop off
 # SPEC K: the smallest T for B=16, L=3 with M=16 is 17: one chunk to 14, then 0 forever.
 pick p1-livelock-T17-B16-L3 vllm-0.33 P1 --block 16 --lookahead 3 --prompt 1-48 --max-sched 16 --drop off
+# SPEC K as P7: const(16) never finishes (16, 32, 46, then 0 on every step).
+pick p7-const16-never-finishes-T49-B16-L3 vllm-0.33 P7 --block 16 --lookahead 3 --prompt 49 --max-sched 16 --budget 16-16 --drop off
 # vllm-0.33: the reservation trims a chunk to an off-grid T - L.
-pick p4-offgrid-reservation vllm-0.33 P4
+pick p4-offgrid-reservation vllm-0.33 P4 "${CLASSIC[@]}"
+# vllm-0.33: a KV connector loads the prefix up to T - L (c0 = x); the admission chunk would end
+# inside the lookahead window (T - L, T), the reservation trims it to 0 for every budget, and the
+# request waits forever.
+pick p1-livelock-external-start vllm-0.33 P1 --block 4 --lookahead 3 --prompt 1-16 --max-sched 1-8 --drop off --start external
+# vllm-0.33 with internal checkpoints (alpha = 1) and partial hits (H = G/2): admitted at a
+# mid-block hit, the first chunk runs past the block end.
+pick p3-checkpoints-partial-hit vllm-0.33 P3 "${SMALL[@]}" --checkpoints on --checkpoint-alignment 1 --hash-block G/2 --start 0,hash
+# vllm-0.33 with the split on a finer grid than the Mamba block (G = B/2): a chunk from a
+# G-aligned, mid-block end crosses the block end (P3), and chunks end off the B grid (P4).
+pick p3-split-grid-half-block vllm-0.33 P3 "${SMALL[@]}" --split-block B/2
+pick p4-split-grid-half-block vllm-0.33 P4 "${SMALL[@]}" --split-block B/2
 # vllm-0.15: starvation when the budget is below a block (V1 floors the length to 0).
-pick p1-starvation-below-block vllm-0.15 P1
-# vllm-0.17 (V2, EAGLE drop on): a chunk from a mid-block end crosses the block end (#51113 class).
-pick p3-poisoned-slot-eagle vllm-0.17 P3
+pick p1-starvation-below-block vllm-0.15 P1 "${CLASSIC[@]}"
+# vllm-0.17 (V2): an external (KV connector) hit at admission trips the split's assert (P0).
+pick p0-external-hit-assert vllm-0.17 P0 --block 4 --lookahead 0 --prompt 1-8 --max-sched 1-4 --drop off --start external
+# vllm-0.17 (V2, EAGLE drop on, with L = 1 as 0.17 requires): a chunk from a mid-block end
+# crosses the block end (#51113 class).
+pick p3-poisoned-slot-eagle vllm-0.17 P3 "${CLASSIC[@]}"
 # vllm-0.28 (V5): a prompt of exactly k blocks in one chunk loses the resend state (#50235).
-pick p6-lost-resend-state vllm-0.28 P6
+pick p6-lost-resend-state vllm-0.28 P6 "${CLASSIC[@]}"
 # lookahead-in-split: the proposed fix finishes over lambda, so R* is not cached.
-pick p6-fix-skips-resend lookahead-in-split P6
-# lookahead-in-split: in the sub-block regime a block end inside the window survives.
-pick p5-fix-window-subblock lookahead-in-split P5
+pick p6-fix-skips-resend lookahead-in-split P6 "${CLASSIC[@]}"
+# lookahead-in-split: in the sub-block regime a block end inside the window survives even the
+# relaxed form of P5 (the trade-off the fix chooses): the budget could have finished.
+pick p5-fix-window-subblock lookahead-in-split P5 "${CLASSIC[@]}" --window relaxed

@@ -44,7 +44,7 @@ class Config:
     external: int = 0
     junction: int = 0
     exact_junction: bool = False
-    partial_hits: bool | None = None
+    partial_hits: bool = None  # type: ignore[assignment]  # derived in __post_init__
     checkpoints: bool = False
     checkpoint_alignment: int = 0
     uncached_prefix: int = 0
@@ -117,7 +117,7 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, resolved (the full config of a counterexample file, SPEC C)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: getattr(self, name) for name in _FIELD_NAMES}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
@@ -142,6 +142,7 @@ _DERIVED: dict[str, Callable[[dict[str, Any]], Any]] = {
 """Fields whose default is derived from others, in derivation order."""
 
 _FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Config)}
+_FIELD_NAMES = tuple(_FIELD_DEFAULTS)
 
 _SYMBOLS = {
     "prompt": "P",

@@ -191,7 +191,7 @@ def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict
     n = budget
     for stage in policy.stages:
         outcome = evaluate(stage.subset(), stage.arguments(view, c, n))
-        n = outcome.value
+        n = 0 if outcome.value is None else outcome.value  # None: every lane raised
         crashed = np.logical_or(crashed, outcome.crashed)
         values[stage.name] = n
     filled = _fill(values, budget)

@@ -401,6 +401,8 @@ class Interpreter:
         ``return`` or crash."""
         if self.depth >= MAX_DEPTH:
             raise SubsetError(f"{func.where(func.node)}: {func.name}: calls nest too deeply")
+        if self.domain.truth(active) is False:
+            return 0  # no live lane needs the value: any value of the domain will do
         self.depth += 1
         try:
             frame = _Frame(self._bind(func, args, dict(kwargs or {}), active), active)
@@ -546,8 +548,13 @@ class Interpreter:
             known = d.truth(cond)
             if known is not None:
                 return self._expr(func, node.body if known else node.orelse, env, active)
-            then = self._expr(func, node.body, env, d.and_(active, cond))
-            other = self._expr(func, node.orelse, env, d.and_(active, d.not_(cond)))
+            live_then, live_else = d.and_(active, cond), d.and_(active, d.not_(cond))
+            if d.truth(live_then) is False:
+                return self._expr(func, node.orelse, env, live_else)
+            if d.truth(live_else) is False:
+                return self._expr(func, node.body, env, live_then)
+            then = self._expr(func, node.body, env, live_then)
+            other = self._expr(func, node.orelse, env, live_else)
             return d.ite(cond, then, other)
         if isinstance(node, ast.Tuple):
             return tuple(self._expr(func, elt, env, active) for elt in node.elts)

@@ -20,7 +20,7 @@ property, the condition under which a transition violates it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,16 +54,17 @@ class ExplicitModel(Protocol):
     properties: tuple[str, ...]
     """The transition properties it judges (ids of SPEC P)."""
 
-    def batches(self) -> Iterator[Sequence[Any]]:
-        """The instances, grouped so that one evaluation covers a batch."""
+    def batches(self) -> Iterator[Any]:
+        """The instances, grouped so that one evaluation covers a batch (of the model's own
+        type, with ``len``)."""
 
-    def initial(self, batch: Sequence[Any]) -> np.ndarray:
+    def initial(self, batch: Any) -> np.ndarray:
         """Init: the initial states of every instance of the batch (rows)."""
 
-    def successors(self, batch: Sequence[Any], states: np.ndarray) -> Transitions:
+    def successors(self, batch: Any, states: np.ndarray) -> Transitions:
         """Next: every action of every state (rows of ``states``)."""
 
-    def key(self, batch: Sequence[Any], states: np.ndarray) -> np.ndarray:
+    def key(self, batch: Any, states: np.ndarray) -> np.ndarray:
         """A unique int64 per (instance, state) row, for the visited set."""
 
 

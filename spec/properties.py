@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from chunkproof.model.config import Config
 from chunkproof.model.splits import max_chunk, prefill_end
 from chunkproof.spec.slots import checkpoint_at, poisons, resend_position, tail_position
 
@@ -82,18 +82,18 @@ def parse_property_ids(text: str) -> tuple[str, ...]:
     return ids
 
 
-def stuck(cfg: Any, c: int, chunk: int) -> bool:
+def stuck(cfg: Config, c: int, chunk: int) -> bool:
     """P1 at state c: c < E and the chunk with the largest budget is 0 (permanent: SPEC P1)."""
     return c < prefill_end(cfg) and chunk == 0
 
 
-def crosses_block_end(cfg: Any, c: int, e: int) -> bool:
+def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
     """P3 for chunk [c, e): the slot oracle keys a block end onto a block holding state@c
     (slot note 4.2, oracle rule 5: :func:`chunkproof.spec.slots.poisons`)."""
     return poisons(cfg, c, e)
 
 
-def misaligned(cfg: Any, c: int, e: int) -> bool:
+def misaligned(cfg: Config, c: int, e: int) -> bool:
     """P4 for chunk [c, e) with e > c: an end before E off the Mamba grid B, unless it is a
     sub-block advance (B > m) that keeps P3, or a position the cache keys soundly off the
     grid: the prompt's partial tail T under partial hits, and the junction J with the exact
@@ -110,19 +110,19 @@ def misaligned(cfg: Any, c: int, e: int) -> bool:
     return not (sub_block and not crosses_block_end(cfg, c, e))
 
 
-def in_window(cfg: Any, c: int, n: int, e: int) -> bool:
+def in_window(cfg: Config, c: int, n: int, e: int) -> bool:
     """P5 strict for chunk [c, e): it ends inside the lookahead window (T - L, T)."""
     return e > c and cfg.tokens - cfg.lookahead < e < cfg.tokens
 
 
-def in_window_relaxed(cfg: Any, c: int, n: int, e: int) -> bool:
+def in_window_relaxed(cfg: Config, c: int, n: int, e: int) -> bool:
     """P5 relaxed: a window end is allowed only on a multiple of B when n < T - c."""
     if not in_window(cfg, c, n, e):
         return False
     return e % cfg.block != 0 or c + n >= cfg.tokens
 
 
-def skips_resend(cfg: Any, c: int, e: int) -> bool:
+def skips_resend(cfg: Config, c: int, e: int) -> bool:
     """P6 for chunk [c, e): it runs over R* = ckpos(P, A, D) > 0 (slot note 5; its budget allowed
     it to end there), and no internal checkpoint written by the chunk covers R* (oracle rules 4
     and 6)."""
@@ -130,7 +130,7 @@ def skips_resend(cfg: Any, c: int, e: int) -> bool:
     return r > 0 and c < r < e and checkpoint_at(cfg, c, e) != r
 
 
-def ideal_steps(cfg: Any, budget: int) -> int:
+def ideal_steps(cfg: Config, budget: int) -> int:
     """P7: the ideal number of steps ceil((E - c0) / b)."""
     return -(-(prefill_end(cfg) - cfg.start) // budget)
 

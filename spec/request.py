@@ -39,6 +39,7 @@ STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 BATCH_LANES = 1 << 21
 """About how many (state, budget) lanes one vectorised evaluation covers."""
 
+
 def batch_key(cfg: Config) -> tuple[Any, ...]:
     """What one batch holds as plain values (the other fields are arrays where they differ):
     the stand-ins of real code need them plain (``speculative_config`` is None without a
@@ -111,13 +112,21 @@ class RequestModel:
     space: Space
     window: str = props.DEFAULT_WINDOW
     properties: tuple[str, ...] = STEP_PROPERTIES
+    unoffered: int = 0
+    """Configurations of the space the budget range offers no budget (counted by
+    :meth:`batches`; not part of any verdict)."""
 
     def batches(self) -> Iterator[Batch]:
-        """The configurations of the space, grouped by :func:`batch_key`, at most about
-        :data:`BATCH_LANES` table lanes per batch."""
+        """The configurations of the space that are offered some budget, grouped by
+        :func:`batch_key`, at most about :data:`BATCH_LANES` table lanes per batch."""
         groups: dict[tuple[Any, ...], list[Config]] = {}
+        self.unoffered = 0
         for cfg in self.space.configs():
-            groups.setdefault(batch_key(cfg), []).append(cfg)
+            low, high = budget_bounds(cfg, self.space.budget)
+            if low <= high:
+                groups.setdefault(batch_key(cfg), []).append(cfg)
+            else:  # the range's budgets offer this configuration none
+                self.unoffered += 1
         for configs in groups.values():
             batch: list[Config] = []
             lanes = 0
@@ -138,7 +147,8 @@ class RequestModel:
     def key(self, batch: Batch, states: np.ndarray) -> np.ndarray:
         """instance * (max E + 1) + c."""
         stride = int(batch.end.max()) + 1
-        return states[:, 0] * stride + states[:, 1]
+        keys: np.ndarray = states[:, 0] * stride + states[:, 1]
+        return keys
 
     def successors(self, batch: Batch, states: np.ndarray) -> Transitions:
         """Every offered budget at every state (module docstring)."""

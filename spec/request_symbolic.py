@@ -101,19 +101,28 @@ class SymbolicRequest:
     ) -> None:
         self.policy, self.cell, self.budget, self.window = policy, cell, budget, window
         self.symbols = {n: z3.Int(n) for n in _INTEGERS} | {n: z3.Bool(n) for n in _BOOLEANS}
-        concrete = cell.describe()
+        self._build(self.symbols)
+        fixed = self._fixed()
+        if fixed:
+            self._build({**self.symbols, **fixed})
+        self.parameters = [t for n, t in self.symbols.items() if n not in fixed]
+
+    def _build(self, values: dict[str, Any]) -> None:
+        """The view, the prefill end, the largest budget and the constraint, with the symbolic
+        inputs set to ``values`` (terms, or constants where the range fixes them)."""
+        cell = self.cell
+        concrete = dict(cell.values)
         block, split = concrete["block"], concrete["split_block"]
         fields: dict[str, Any] = {
             **concrete,
             "sched_block": math.lcm(block, split),
             "partial_hits": concrete["hash_block"] < block,
-            **self.symbols,
+            **values,
             "speculative": cell.speculative,
         }
         if not cell.speculative:
             fields["lookahead"] = 0
         self.view = SimpleNamespace(**fields)
-        self.parameters = list(self.symbols.values())
         self._stages: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._template: dict[str, Any] | None = None
         self.end = self._call(prefill_end, [self.view])
@@ -121,10 +130,30 @@ class SymbolicRequest:
         self.constraint = z3.And(
             *self._ranges(),
             *[self._call(rule, [self.view]) for rule, _ in WELL_FORMED],
-            *[self._call(rule.holds, [self.view]) for rule in policy.acceptance],
+            *[self._call(rule.holds, [self.view]) for rule in self.policy.acceptance],
             z3.Not(self._degenerate()),
             self._low() <= self.high,
         )
+
+    def _fixed(self) -> dict[str, Any]:
+        """The symbolic inputs the constraint fixes: to a constant (``start`` = 0 when the range
+        holds no other start), or ``tokens`` to the prompt (fresh requests only). They are put
+        into the translation as such, so the solver works on fewer unknowns."""
+        fixed: dict[str, Any] = {}
+        solver = z3.Solver()
+        solver.set("timeout", FIXING_MS)
+        solver.add(self.constraint)
+        if solver.check() != z3.sat:
+            return fixed
+        model = solver.model()
+        for name, term in self.symbols.items():
+            value = model.eval(term, model_completion=True)
+            if solver.check(term != value) == z3.unsat:
+                fixed[name] = z3.is_true(value) if z3.is_bool(term) else value.as_long()
+        prompt = self.symbols["prompt"]
+        if "tokens" not in fixed and solver.check(self.symbols["tokens"] != prompt) == z3.unsat:
+            fixed["tokens"] = fixed.get("prompt", prompt)
+        return fixed
 
     # -- building -------------------------------------------------------------------------------
 
@@ -260,14 +289,14 @@ class SymbolicRequest:
     def concrete(self, model: z3.ModelRef) -> dict[str, Any]:
         """The configuration fields of a solver model (cell inputs included)."""
         out: dict[str, Any] = dict(self.cell.values)
-        for name, term in self.symbols.items():
-            if name == "lookahead" and not self.cell.speculative:
-                out[name] = 0
-                continue
-            value = model.eval(term, model_completion=True)
+        for name in self.symbols:
+            value = model.eval(_as_term(getattr(self.view, name)), model_completion=True)
             out[name] = z3.is_true(value) if name in _BOOLEANS else value.as_long()
         return out
 
+
+FIXING_MS = 2_000
+"""Timeout of each query that looks for inputs the range fixes (unknown: left symbolic)."""
 
 _TEMPLATE = (z3.Int("c_template"), z3.Int("b_template"))
 """The constants the policy is translated over once per model (:meth:`SymbolicRequest.stages`)."""

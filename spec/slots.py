@@ -36,6 +36,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from chunkproof.model.arith import cdiv, ck33, fl, valid
+from chunkproof.model.config import Config
 
 __all__ = [
     "Poison",
@@ -52,38 +53,42 @@ __all__ = [
 # -- the rules of one chunk, in the policy subset ----------------------------------------------
 
 
-def eagle_drop(cfg: Any) -> bool:
+def eagle_drop(cfg: Config) -> bool:
     """drop: the EAGLE block drop, forced off by hash lookahead (slot note 1)."""
     return cfg.drop and cfg.hash_lookahead == 0
 
 
-def hit_unit(cfg: Any) -> int:
+def hit_unit(cfg: Config) -> int:
     """A := h if fine else S (slot note 6 rule 1)."""
     if cfg.partial_hits:
         return cfg.hash_block
     return cfg.sched_block
 
 
-def resend_position(cfg: Any) -> int:
+def resend_position(cfg: Config) -> int:
     """R* := ckpos(N, A, drop), where an identical resend lands (slot note 5)."""
     return ck33(cfg.prompt, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
 
 
-def tail_position(cfg: Any) -> int:
-    """T := ckpos(N, h, drop) under fine hits, else 0 (slot note 6 rule 1)."""
-    if cfg.partial_hits:
-        return ck33(cfg.prompt, cfg.hash_block, eagle_drop(cfg), cfg.hash_lookahead)
-    return 0
+def tail_position(cfg: Config) -> int:
+    """T := ckpos(N, h, drop) (slot note 6 rule 1). The real 0.33.0 manager keys it when the
+    cacheable count reaches it whether or not hits are fine (checked against it: with h = B the
+    position is on the block grid)."""
+    return ck33(cfg.prompt, cfg.hash_block, eagle_drop(cfg), cfg.hash_lookahead)
 
 
-def cacheable(cfg: Any, end: int) -> int:
-    """Slot note 6 rule 3: the cacheable count c := e, or S*floor(e/S) when not fine."""
-    if cfg.partial_hits:
-        return end
-    return fl(end, cfg.sched_block)
+def cacheable(cfg: Config, end: int) -> int:
+    """Slot note 6 rule 3: the cacheable count c := e, or S*floor(e/S) when not fine, and
+    never past the tokens the request's block hashes cover: a hash block gets its hash once
+    its L_h following tokens exist, so h*floor((T - L_h)/h), T the tokens the request holds
+    (e itself for a decode step past the prefill; slot note 3; the real 0.33.0 manager keys no
+    block beyond it)."""
+    hashed = fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
+    count = end if cfg.partial_hits else fl(end, cfg.sched_block)
+    return min(count, hashed)
 
 
-def segment_keeps(cfg: Any, column: int) -> bool:
+def segment_keeps(cfg: Config, column: int) -> bool:
     """Slot note 6 rule 9, segment-only mask (used by rule 6).
 
     R = None: true; R = 0: false; R > 0: true if R/B <= 1 or (j+1)*B = 0 mod R.
@@ -95,16 +100,18 @@ def segment_keeps(cfg: Any, column: int) -> bool:
     return cfg.retention <= cfg.block or (column + 1) * cfg.block % cfg.retention == 0
 
 
-def boundary_column(cfg: Any, position: int) -> int:
+def boundary_column(cfg: Config, position: int) -> int:
     """The column of a reachable boundary p floored to A: floor(A*floor(p/A) / B) - 1."""
     return fl(position, hit_unit(cfg)) // cfg.block - 1
 
 
-def reachable_column(cfg: Any, column: int) -> bool:
+def reachable_column(cfg: Config, column: int) -> bool:
     """Slot note 6 rule 9 (R4): column j holds a reachable boundary, floored to A.
 
     The replay boundary N - 1 without drop; with drop max(S*floor((N-1)/S) - S, 0) and
-    max(S*floor(N/S) - S, 0); plus J (and J - B with drop) when J > 0.
+    max(S*floor(N/S) - S, 0); plus J when J > 0. (The note's J - B under EAGLE applies to
+    EAGLE-flagged groups only; in 0.33.0 those are the groups holding draft layers, never the
+    Mamba group: checked against the real manager.)
     """
     n = cfg.prompt
     s = cfg.sched_block
@@ -116,11 +123,10 @@ def reachable_column(cfg: Any, column: int) -> bool:
         found = boundary_column(cfg, n - 1) == column
     if cfg.junction > 0:
         found = found or boundary_column(cfg, cfg.junction) == column
-        found = found or (drop and boundary_column(cfg, cfg.junction - cfg.block) == column)
     return found
 
 
-def keeps(cfg: Any, column: int) -> bool:
+def keeps(cfg: Config, column: int) -> bool:
     """Slot note 6 rule 9 (R4): the retention mask lets column j be keyed.
 
     R = None keeps every block; R = 0 only the reachable-boundary columns; R > 0 those plus the
@@ -131,7 +137,7 @@ def keeps(cfg: Any, column: int) -> bool:
     return segment_keeps(cfg, column) or reachable_column(cfg, column)
 
 
-def poisons(cfg: Any, start: int, end: int) -> bool:
+def poisons(cfg: Config, start: int, end: int) -> bool:
     """SPEC P3 for chunk [s, e): slot note 6 rule 5's violation branch (4.2).
 
     s is mid-block (s > 0, s mod B != 0), the chunk runs past its block's end
@@ -145,7 +151,7 @@ def poisons(cfg: Any, start: int, end: int) -> bool:
     return end > claim and cacheable(cfg, end) >= claim and keeps(cfg, start // cfg.block)
 
 
-def checkpoint_at(cfg: Any, start: int, end: int) -> int:
+def checkpoint_at(cfg: Config, start: int, end: int) -> int:
     """Slot note 6 rule 4 (W6): the checkpoint ck the chunk [s, e) writes at col(e) - 1, or -1.
 
     With internal checkpoints (K and alignment g >= 1), cp := ckpos(e, A, drop); ck := cp when
@@ -160,7 +166,7 @@ def checkpoint_at(cfg: Any, start: int, end: int) -> int:
     return -1
 
 
-def rekeyed(cfg: Any, checkpoint: int) -> bool:
+def rekeyed(cfg: Config, checkpoint: int) -> bool:
     """Slot note 6 rule 6 (R3): the checkpoint block is re-keyed to ck (and so holds a sound
     entry) when ck = ckpos(N, A, drop), or ck is on the block grid and the segment-only mask
     keeps block ck/B - 1, or ck = J > 0; otherwise its keys are evicted."""
@@ -169,7 +175,7 @@ def rekeyed(cfg: Any, checkpoint: int) -> bool:
     return own or on_grid or (cfg.junction > 0 and checkpoint == cfg.junction)
 
 
-def crossing_claim(cfg: Any, start: int, end: int) -> int | None:
+def crossing_claim(cfg: Config, start: int, end: int) -> int | None:
     """The claim B*ceil(s/B) that :func:`poisons` keys onto the block holding state@s, else
     None."""
     return cfg.block * cdiv(start, cfg.block) if poisons(cfg, start, end) else None
@@ -198,12 +204,14 @@ class SlotSetup:
     retention: int | None = None
     junction: int = 0
     start: int = 0
+    exact_junction: bool = False
+    tokens: int | None = None
 
     def __post_init__(self) -> None:
         _check_setup(self)
 
     @classmethod
-    def of(cls, cfg: Any) -> SlotSetup:
+    def of(cls, cfg: Config) -> SlotSetup:
         """The oracle's input for a :class:`~chunkproof.model.config.Config` (its fine hits
         are its partial hits F)."""
         return cls(
@@ -219,15 +227,17 @@ class SlotSetup:
             retention=None if cfg.retention < 0 else cfg.retention,
             junction=cfg.junction,
             start=cfg.start,
+            exact_junction=cfg.exact_junction,
+            tokens=cfg.tokens,
         )
 
     @cached_property
-    def fields(self) -> SimpleNamespace:
+    def fields(self) -> Any:
         """The Config-style fields of this setup, as the rule functions read them."""
         h = self.block if self.hash_block is None else self.hash_block
         return SimpleNamespace(
             prompt=self.prompt,
-            tokens=self.prompt,
+            tokens=self.prompt if self.tokens is None else self.tokens,
             block=self.block,
             hash_block=h,
             sched_block=self.block if self.sched_block is None else self.sched_block,
@@ -239,6 +249,7 @@ class SlotSetup:
             retention=-1 if self.retention is None else self.retention,
             junction=self.junction,
             start=self.start,
+            exact_junction=self.exact_junction,
         )
 
     @property
@@ -298,7 +309,7 @@ def oracle(given: Any, ends: Sequence[int], decode_steps: int = 0) -> SlotReport
     frontier = setup.start // setup.block  # slot note 6 rule 2
     live: dict[int, int] = {}
     violations: list[Poison] = []
-    decode = range(setup.prompt + 1, setup.prompt + 1 + decode_steps)
+    decode = range(ends[-1] + 1, ends[-1] + 1 + decode_steps)
     for step, (start, end) in enumerate(pairwise((setup.start, *ends, *decode))):
         count = cacheable(setup, end)
         running = cdiv(end, setup.block) - 1  # col(e)
@@ -311,19 +322,26 @@ def oracle(given: Any, ends: Sequence[int], decode_steps: int = 0) -> SlotReport
             elif claim == crossing_claim(setup, start, end):
                 live[claim] = start
                 violations.append(Poison(claim=claim, held=start, step=step))
+            elif claim == start:
+                live[claim] = start  # registered one step late (S > B): the block kept state@s
         checkpoint = checkpoint_at(setup, start, end)
         if checkpoint >= 0:
             if rekeyed(setup, checkpoint):  # rule 6
                 live[checkpoint] = checkpoint
-        elif setup.partial_hits and end <= setup.prompt and end in _tail_keys(setup):  # rule 7
-            live[end] = end
+        elif end <= setup.prompt and _tail_key(setup, start, end, count):  # rule 7
+            live[count if count == tail_position(setup) else end] = end
         frontier = count // setup.block  # rule 8
     return _report(setup, live, violations)
 
 
-def _tail_keys(setup: Any) -> tuple[int, int]:
-    """Rule 7 (R2): the positions a chunk ending exactly there keys under fine hits: T and J."""
-    return (tail_position(setup), setup.junction)
+def _tail_key(setup: Any, start: int, end: int, count: int) -> bool:
+    """Rule 7 (R2): the chunk keys the prompt's tail T when its cacheable count reaches T
+    exactly (fine hits or not: the real manager does), or, with fine hits and the exact
+    shared-prefix checkpoint S on, the junction J it ends on (start < J <= N)."""
+    tail = tail_position(setup)
+    if tail > 0 and count == tail and end == tail:
+        return True
+    return bool(setup.partial_hits and setup.exact_junction and start < setup.junction == end)
 
 
 def _report(setup: Any, live: dict[int, int], violations: list[Poison]) -> SlotReport:
@@ -364,13 +382,16 @@ def _check_setup(setup: SlotSetup) -> None:
 
 
 def _check_ends(setup: Any, ends: Sequence[int], decode_steps: int) -> None:
-    """Reject a chunk-end sequence that is not start < e_1 < ... < e_m = N (slot note 1)."""
+    """Reject a chunk-end sequence that is not start < e_1 < ... < e_m with e_m the prompt N, or
+    for a resumed request (T > N) the prefill end T - 1 or T itself (slot note 1; a resumed
+    request replays its outputs too, and its last chunk may take the decode input)."""
     _require(len(ends) > 0, "ends is empty: the last chunk end must be the prompt length")
     _require(
         all(a < b for a, b in pairwise((setup.start, *ends))),
         f"chunk ends must be strictly increasing and above start {setup.start}: {list(ends)}",
     )
-    _require(ends[-1] == setup.prompt, f"last chunk end {ends[-1]} != prompt {setup.prompt}")
+    low, high = max(setup.prompt, setup.tokens - 1), max(setup.prompt, setup.tokens)
+    _require(low <= ends[-1] <= high, f"last chunk end {ends[-1]} != prompt {low}")
     _require(decode_steps >= 0, f"decode_steps must be >= 0, got {decode_steps}")
 
 

@@ -16,9 +16,16 @@ TRACE = ["trace", "vllm-0.33", "--lookahead", "3", "--budget", "16"]
     [
         [*TRACE, "--block", "0", "--prompt", "49"],
         [*TRACE, "--block", "16", "--prompt", "-5"],
-        [*TRACE, "--block", "16", "--prompt", "2"],  # L > T
-        [*TRACE, "--block", "16", "--prompt", "49", "--hash-block", "5"],
         [*TRACE, "--block", "16", "--prompt", "49", "--start", "60"],
+        [*TRACE, "--block", "16", "--prompt", "49", "--start", "8", "--external", "9"],
+        [*TRACE, "--block", "16", "--prompt", "49", "--tokens", "48"],  # T below P
+        [*TRACE, "--block", "16", "--prompt", "1000000000", "--budget", "1"],  # too long
+        ["explore", "vllm-0.33", "--prompt", "1-100000000"],  # too large to enumerate
+        ["explore", "vllm-0.33", "--split-block", "B/0"],
+        ["explore", "vllm-0.33", "--start", "sideways"],
+        ["explore", "vllm-0.33", "--retention", "-3"],
+        ["explore", "vllm-0.33", "--tokens", "Q+1"],
+        ["prove", "vllm-0.33", "--property", "P7"],  # a figure: the prover decides no P7
         [*TRACE, "--block", "16", "--prompt", "49", "--max-sched", "8"],  # budget above M
         ["trace", "vllm-0.99", "--block", "16", "--prompt", "49", "--budget", "16"],
         ["trace", "vllm-0.33", "--block", "16", "--prompt", "49"],  # no budget
@@ -28,7 +35,6 @@ TRACE = ["trace", "vllm-0.33", "--lookahead", "3", "--budget", "16"]
         ["explore", "vllm-0.33", "--block", "x"],
         ["explore", "vllm-0.33", "--drop", "maybe"],
         ["explore", "vllm-0.33", "--property", "P9"],
-        ["explore", "vllm-0.33", "--block", "16", "--prompt", "1", "--lookahead", "4"],
         ["explore", "vllm-0.33", "--jobs", "0"],
         ["check", "--no-such-flag"],
         ["frobnicate"],
@@ -89,7 +95,14 @@ def test_an_unwritable_out_folder_is_bad_input(cli: Cli, tmp_path: Path) -> None
     assert len(run.err.strip().splitlines()) == 1
 
 
-def test_a_budget_range_no_configuration_offers_is_bad_input(cli: Cli) -> None:
-    """No M of the range reaches the budgets: nothing to explore, not PROVED over nothing."""
-    run = cli("explore", "vllm-0.33", "--max-sched", "1-4", "--budget", "9-12")
-    assert run.code == 2 and "no valid configuration" in run.err
+def test_a_budget_range_no_configuration_offers_is_not_proved(cli: Cli, tmp_path: Path) -> None:
+    """No M of the range reaches the budgets: nothing to explore, never PROVED over nothing;
+    every verdict says so and the exit status is 2."""
+    run = cli(
+        "explore", "vllm-0.33", "--max-sched", "1-4", "--budget", "9-12", "--json",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert run.code == 2
+    verdicts = run.json()["verdicts"]
+    assert {v["status"] for v in verdicts} == {"EMPTY"}
+    assert all("offered no budget" in v["summary"] for v in verdicts)

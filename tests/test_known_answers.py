@@ -115,8 +115,12 @@ def test_t17_with_budget_16_is_one_chunk_to_14(cli: Cli, tmp_path: Path) -> None
     assert [(s["c"], s["budget"], s["chunk"]) for s in cx["trace"]] == [(0, 16, 14), (14, 16, 0)]
 
 
-def test_smallest_p1_counterexample_over_the_default_grid(cli: Cli, tmp_path: Path) -> None:
-    run = cli("check", "--property", "P1", "--out", str(tmp_path), "--json")
+def test_smallest_p1_counterexample_over_the_classic_grid(cli: Cli, tmp_path: Path) -> None:
+    """SPEC K: over all B and L of the classic grid (fresh requests) it is T=5, B=4, L=2."""
+    run = cli(
+        "explore", "vllm-0.33", "--block", "4,8,16", "--lookahead", "0-4", "--prompt", "1-48",
+        "--max-sched", "1-32", "--property", "P1", "--out", str(tmp_path), "--json",
+    )  # fmt: skip
     assert run.code == 1
     doc = run.json()
     assert doc["policy"] == "vllm-0.33"
@@ -125,15 +129,48 @@ def test_smallest_p1_counterexample_over_the_default_grid(cli: Cli, tmp_path: Pa
     assert (cfg["tokens"], cfg["block"], cfg["lookahead"]) == (5, 4, 2)
 
 
-def test_check_lookahead_in_split_has_no_p1_violation(cli: Cli, tmp_path: Path) -> None:
-    run = cli("check", "lookahead-in-split", "--property", "P1", "--out", str(tmp_path), "--json")
+def test_default_check_finds_the_admission_livelock(cli: Cli, tmp_path: Path) -> None:
+    """The default grid reaches admission starts: a request a KV connector loads to inside the
+    window (c0 >= T - L, mid-block) is stuck there on its first step (history note 10)."""
+    run = cli("check", "--property", "P1", "--out", str(tmp_path), "--json")
+    assert run.code == 1
     (verdict,) = run.json()["verdicts"]
-    assert verdict["status"] == "PROVED"
+    cx = _load(verdict["counterexample"])
+    cfg = cx["config"]
+    assert cfg["start"] > 0 and cfg["external"] == cfg["start"]
+    assert cfg["tokens"] - cfg["lookahead"] <= cfg["start"] < cfg["tokens"]
+    assert len(cx["trace"]) == 1 and cx["trace"][0]["chunk"] == 0
+
+
+def test_lookahead_in_split_has_no_p1_violation_on_the_classic_range(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The fix holds on the classic production range (fresh requests, no hits)."""
+    run = cli(
+        "prove", "lookahead-in-split", "--block", "16,64,528,800,1600,2096,4416",
+        "--lookahead", "0-8", "--property", "P1", "--out", str(tmp_path), "--json",
+    )  # fmt: skip
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["status"] == "PROVED", verdict["summary"]
     assert verdict["counterexample"] is None
-    assert verdict["range"]["explorer"]["block"] == "4,8,16"
-    assert verdict["range"]["prover"]["block"] == "16,64,528,800,1600,2096,4416"
-    assert verdict["figure"]["prover"]["proved_by"] == {"induction": 126}
+    assert verdict["range"]["block"] == "16,64,528,800,1600,2096,4416"
+    figure = verdict["figure"]
+    assert sum(figure["proved_by"].values()) == figure["cells"] == 14
     assert run.code == 0
+
+
+def test_default_check_finds_the_fix_stuck_at_a_partial_tail_in_the_window(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The prover's default range reaches what the fix does not resolve: with partial hits the
+    split stops at the prompt's tail tau inside the window (T - L, T), the reservation trims
+    that unaligned end to 0, and an admission at T - L never moves."""
+    run = cli("check", "lookahead-in-split", "--property", "P1", "--out", str(tmp_path), "--json")
+    assert run.code == 1
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["status"] == "VIOLATED"
+    assert verdict["figure"]["explorer"] is None or "P1" == verdict["property"]
+    assert "prover: VIOLATED" in verdict["summary"]
 
 
 def _load(path: str) -> Any:

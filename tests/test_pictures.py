@@ -1,10 +1,12 @@
-"""Pictures of counterexamples (issue 5): the marks they show, ``chunkproof show``, and the
-pictures ``check``, ``explore`` and ``prove`` write beside their counterexample files."""
+"""Pictures of counterexamples (issue 5): the marks they show for every property P0-P7,
+``chunkproof show`` (the trace picture and the ``--graph`` state graph), and the pictures
+``check``, ``explore`` and ``prove`` write beside their counterexample files."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -13,29 +15,35 @@ import pytest
 from cli_helpers import Cli
 from matplotlib.image import imread
 
-from chunkproof.checker import cli as cli_module
 from chunkproof.checker.graph_picture import MAX_GRAPH_STATES, graph_marks
 from chunkproof.checker.pictures import (
     HEAD_ROWS,
     MAX_ROWS,
     RED,
+    Admission,
     Bar,
     Failure,
     Position,
     TraceMarks,
+    save_picture,
     trace_marks,
 )
 from chunkproof.checker.report import PROVED, VIOLATED, Verdict, combine, render_table
+from chunkproof.model.budget import Const
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.loading import recorded_policy, resolve_policy
 from chunkproof.model.releases import release_root
 from chunkproof.model.step import Step, step
 
 COUNTEREXAMPLES = Path(__file__).parent.parent / "counterexamples"
 SPEC_K = COUNTEREXAMPLES / "vllm-0.33" / "p1-livelock-T49-B16-L3.json"
+P7_CONST = COUNTEREXAMPLES / "vllm-0.33" / "p7-const16-never-finishes-T49-B16-L3.json"
+P0_EXTERNAL = COUNTEREXAMPLES / "vllm-0.17" / "p0-external-hit-assert.json"
 P3_EAGLE = COUNTEREXAMPLES / "vllm-0.17" / "p3-poisoned-slot-eagle.json"
+P3_SPLIT_GRID = COUNTEREXAMPLES / "vllm-0.33" / "p3-split-grid-half-block.json"
 P6_028 = COUNTEREXAMPLES / "vllm-0.28" / "p6-lost-resend-state.json"
 WINDOW_ON_WHITE = "#ffe3c2"
 """The window's colour (#ffc078 at alpha 0.45) over the white background."""
@@ -96,7 +104,8 @@ def test_spec_k_marks_show_the_stuck_point_and_the_window() -> None:
 
 
 def test_p3_marks_the_crossing_and_the_poisoned_slot() -> None:
-    """vllm-0.17 with the EAGLE drop, B=4 T=5: [1, 5) runs past 4, keying 4 onto state@1."""
+    """vllm-0.17 with the EAGLE drop (and L=1, which 0.17 requires with it), B=4 T=5: [1, 5)
+    runs past 4, keying 4 onto state@1."""
     marks = _marks(Counterexample.load(P3_EAGLE))
     crossing, poisoned = marks.failures
     assert (crossing.kind, crossing.at, crossing.row) == ("crossing", 4, 1)
@@ -104,8 +113,66 @@ def test_p3_marks_the_crossing_and_the_poisoned_slot() -> None:
     assert poisoned == Failure(
         "poisoned", 4, "poisoned slot: key 4 holds state@1, not state@4", 1, 1
     )
-    assert marks.window is None  # L = 0
+    assert marks.window == (4, 5)  # L = 1
     assert "D=on" in marks.title
+    assert marks.admission is None and marks.split_grid == ()
+
+
+def test_p0_marks_the_raising_step_and_the_external_admission() -> None:
+    """vllm-0.17 (V2) admitted at c0 = x = 1 by a KV connector: the split asserts x == 0, so
+    the first step raises; it is a marker (no chunk), and [0, c0) is drawn as the hit."""
+    marks = _marks(Counterexample.load(P0_EXTERNAL))
+    assert "P0 SAFE violated" in marks.title and "c0=1 x=1" in marks.title
+    (bar,) = marks.bars
+    assert bar == Bar(0, 0, 1, 1, 1, unsafe=True, raised=True)
+    assert bar.zero and bar.outcome == "raises"
+    (failure,) = marks.failures
+    assert (failure.kind, failure.at, failure.row) == ("unsafe", 1, 0)
+    assert failure.text.startswith("P0 at c=1, b=1: the policy raises")
+    assert marks.admission == Admission(1, 1)
+    assert marks.admission.label == "c0=1: external hit (KV connector)"
+
+
+def test_p0_marks_a_stage_that_leaves_its_range() -> None:
+    """A step whose reservation returns -1 (outside [0, its input]) breaks P0 without raising:
+    no bar running backwards, a marker that says the chunk, and the stage in the failure."""
+    cx = Counterexample.load(SPEC_K)
+    bad = Step(c=46, budget=16, n=3, split=2, encoder=2, reservation=-1, chunk=-1)
+    marks = _marks(dataclasses.replace(cx, property="P0", steps=(*cx.steps[:3], bad)))
+    assert marks.bars[-1] == Bar(3, 3, 46, 45, 16, unsafe=True, raised=False)
+    assert marks.bars[-1].zero and marks.bars[-1].outcome == "chunk -1 (unsafe)"
+    (failure,) = marks.failures
+    assert failure.kind == "unsafe" and "the reservation returns -1, outside [0, 2]" in failure.text
+    safe = dataclasses.replace(cx, property="P0")
+    with pytest.raises(ChunkproofError, match="not a P0 trace"):
+        _marks(safe)
+
+
+def test_p7_marks_the_const_run_that_stops() -> None:
+    """SPEC K as P7: under const(16) the run stops at 46 for good."""
+    cx = Counterexample.load(P7_CONST)
+    assert cx.budget_model == Const(16)
+    marks = _marks(cx)
+    assert "P7 COST violated under const(16)" in marks.title
+    assert [(b.start, b.end, b.budget) for b in marks.bars] == [
+        (0, 16, 16),
+        (16, 32, 16),
+        (32, 46, 16),
+        (46, 46, 16),
+    ]
+    (failure,) = marks.failures
+    assert (failure.kind, failure.at, failure.row) == ("stuck", 46, 3)
+    assert failure.text == "const(16) stuck at c=46: b=16 gives 0 every step"
+    assert marks.window == (46, 49)
+
+
+def test_a_split_grid_finer_than_the_block_is_drawn() -> None:
+    """vllm-0.33 with G = B/2 = 2, B = 4, T = 5: the split's grid adds 2 (4 is a block end)."""
+    marks = _marks(Counterexample.load(P3_SPLIT_GRID))
+    assert (marks.block, marks.split_block) == (4, 2)
+    assert marks.boundaries == (0, 4)
+    assert marks.split_grid == (2,)
+    assert [f.kind for f in marks.failures] == ["crossing", "poisoned"]
 
 
 def test_positions_follow_the_release_split() -> None:
@@ -195,6 +262,57 @@ def test_show_draws_the_p3_crossing(cli: Cli, tmp_path: Path) -> None:
     assert "poisoned slot: key 4 holds state@1" in text
 
 
+def test_show_draws_the_p0_crash(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "p0.svg"
+    run = cli("show", str(P0_EXTERNAL), "--out", str(out))
+    assert run.code == 0, run.err
+    text = _svg_text(out)
+    for expected in (
+        "P0 SAFE violated",
+        "b=1: raises",
+        "P0 at c=1, b=1: the policy raises",
+        "c0=1: external hit (KV connector)",
+        "admitted: prefix hits [0, c0)",
+    ):
+        assert expected in text, expected
+
+
+def test_a_long_failure_note_is_wrapped(tmp_path: Path) -> None:
+    """A crash in real source names a long file path; its note is wrapped, so the layout holds
+    (matplotlib warns, and draws the axes collapsed, when a note is wider than the figure)."""
+    data = json.loads(P0_EXTERNAL.read_text())
+    where = "/root/.cache/chunkproof/vllm-0.17.0/vllm/v1/core/sched/scheduler.py:279"
+    data["trace"][0]["crash"] = f"{where}: assertion failed in _mamba_block_aligned_split"
+    cx = Counterexample.from_dict(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_picture(cx, recorded_policy(cx), tmp_path / "p0.png")
+        save_picture(cx, recorded_policy(cx), tmp_path / "p0.svg")
+    text = _svg_text(tmp_path / "p0.svg")
+    assert "P0 at c=1, b=1: the policy raises at /root/" in text
+    assert "in _mamba_block_aligned_split" in text
+
+
+def test_show_draws_the_p7_const_run(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "p7.svg"
+    run = cli("show", str(P7_CONST), "--out", str(out))
+    assert run.code == 0, run.err
+    text = _svg_text(out)
+    for expected in (
+        "P7 COST violated under const(16)",
+        "const(16) stuck at c=46: b=16 gives 0 every step",
+        "b=16 → 46",
+        "b=16: chunk 0",
+    ):
+        assert expected in text, expected
+
+
+def test_show_draws_the_split_grid(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "grid.svg"
+    assert cli("show", str(P3_SPLIT_GRID), "--out", str(out)).code == 0
+    assert "dotted: the split's grid, every G=2" in _svg_text(out)
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
@@ -257,16 +375,70 @@ def test_graph_marks_of_the_p3_counterexample() -> None:
     assert next(e.budgets for e in marks.edges if (e.source, e.target) == (3, 5)) == "2-4"
 
 
+def test_graph_marks_of_the_p0_counterexample() -> None:
+    """Admitted at c0 = 1 with an external hit, vllm-0.17's split asserts for every budget:
+    one state, no transition, every budget (those above T - c0 = 1 act as 1) raising."""
+    marks = graph_marks(get_builtin("vllm-0.17"), Counterexample.load(P0_EXTERNAL))
+    assert marks.property == "P0"
+    (node,) = marks.nodes
+    assert (node.c, node.broken, node.stays, node.raises, node.on_path) == (
+        1,
+        ("P0",),
+        "",
+        "raises for b=1-4",
+        True,
+    )
+    assert node.colour_key(marks.property) == "P0"
+    assert marks.edges == ()
+    assert marks.last_step == (1, 1)
+
+
+def test_graph_marks_of_the_p7_counterexample() -> None:
+    """SPEC K under budgets 1..16: const(b) for b < 16 stops at c0 = 0 (the split floors to
+    the grid), const(16) at 46; the other states are left by b=16 only."""
+    marks = graph_marks(get_builtin("vllm-0.33"), Counterexample.load(P7_CONST))
+    assert marks.property == "P7"
+    assert [(n.c, n.broken, n.const_stops) for n in marks.nodes] == [
+        (0, ("P7",), "1-15"),
+        (16, (), ""),
+        (32, ("P4",), ""),
+        (46, ("P1", "P7"), "16"),
+    ]
+    assert [n.colour_key("P7") for n in marks.nodes] == ["P7", "ok", "P4", "P7"]
+    assert all(e.on_path for e in marks.edges)
+    assert marks.last_step == (46, 46)
+
+
+def test_const_runs_are_marked_for_p7_only() -> None:
+    """The same configuration drawn for the P1 counterexample colours no const(b) stop."""
+    marks = graph_marks(get_builtin("vllm-0.33"), Counterexample.load(SPEC_K))
+    assert all(n.const_stops == "" and "P7" not in n.broken for n in marks.nodes)
+
+
 def test_show_graph_writes_an_svg(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "graph.svg"
     run = cli("show", str(P3_EAGLE), "--graph", str(out))
     assert run.code == 0, run.err
     assert run.out == f"state graph: {out}\n"
     text = _svg_text(out)
-    assert "state graph of T=5 B=4 L=0 M=4 D=on" in text
+    assert "state graph of T=5 B=4 L=1 M=4 D=on" in text
     assert "P3 a chunk crosses a block end" in text
     assert "b=2-4" in text
     assert "counterexample path" in text
+
+
+def test_show_graph_of_p0_and_p7(cli: Cli, tmp_path: Path) -> None:
+    for cx_file, expected in (
+        (P0_EXTERNAL, ("P0 the code raises", "raises for b=1-4", "P0 SAFE counterexample")),
+        (P7_CONST, ("P7 a const(b) run stops here", "const(b) stops for b=16", "P1,P7")),
+    ):
+        out = tmp_path / f"{cx_file.stem}.svg"
+        run = cli("show", str(cx_file), "--out", str(tmp_path / "t.png"), "--graph", str(out))
+        assert run.code == 0, run.err
+        assert run.out.splitlines()[1] == f"state graph: {out}"
+        text = _svg_text(out)
+        for words in expected:
+            assert words in text, (cx_file.name, words)
 
 
 def test_show_graph_refuses_a_large_config(cli: Cli, tmp_path: Path) -> None:
@@ -296,6 +468,17 @@ def test_show_graph_of_a_trace_that_does_not_replay(cli: Cli, tmp_path: Path) ->
     assert "does not replay" in run.err
 
 
+def test_show_graph_of_a_p0_trace_that_does_not_raise(cli: Cli, tmp_path: Path) -> None:
+    """A P0 file whose step is recorded as raising where the policy does not is refused."""
+    data = json.loads(P0_EXTERNAL.read_text())
+    data["policy"]["name"] = "vllm-0.33"  # V9 takes external hits: chunk 1, no assert
+    (tmp_path / "p0.json").write_text(json.dumps(data))
+    run = cli("show", str(tmp_path / "p0.json"), "--graph", str(tmp_path / "g.svg"))
+    assert run.code == 2
+    _one_line_error(run.err)
+    assert "does not replay" in run.err
+
+
 # -- pictures beside the counterexamples of explore, check and prove ---------------------------
 
 
@@ -318,6 +501,20 @@ def test_explore_writes_each_picture_beside_its_counterexample(cli: Cli, tmp_pat
     assert verdicts["P3"]["status"] == "PROVED"
     assert verdicts["P4"]["picture"] is not None
     assert "ends at 3, off the B=4 grid" in _svg_text(Path(verdicts["P4"]["picture"]))
+    assert "const(1) stuck at c=0" in _svg_text(Path(verdicts["P7"]["picture"]))
+
+
+def test_explore_draws_the_p0_counterexample(cli: Cli, tmp_path: Path) -> None:
+    """vllm-0.17 admitted with an external hit: P0 is violated and drawn beside its file."""
+    ranges = ["--block", "4", "--lookahead", "0", "--prompt", "1-4", "--max-sched", "1-4"]
+    ranges += ["--drop", "off", "--start", "external"]
+    argv = ["--property", "P0", "--out", str(tmp_path), "--json", "--jobs", "1"]
+    run = cli("explore", "vllm-0.17", *ranges, *argv)
+    assert run.code == 1, run.err
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["status"] == "VIOLATED"
+    assert verdict["picture"] == str(tmp_path / "vllm-0.17" / "P0.svg")
+    assert "P0 at c=1, b=1: the policy raises" in _svg_text(Path(verdict["picture"]))
 
 
 def test_explore_prints_where_the_pictures_are(cli: Cli, tmp_path: Path) -> None:
@@ -329,11 +526,8 @@ def test_explore_prints_where_the_pictures_are(cli: Cli, tmp_path: Path) -> None
     assert f"      picture: {tmp_path / 'vllm-0.33' / 'P1-degenerate.svg'}" in lines
 
 
-def test_check_writes_the_picture_beside_the_counterexample(
-    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``check`` on the narrow grid; the prover's production range is narrowed to B=16."""
-    monkeypatch.setattr(cli_module, "PRODUCTION_BLOCKS", (16,))
+def test_check_writes_the_picture_beside_the_counterexample(cli: Cli, tmp_path: Path) -> None:
+    """``check`` on the narrow grid (the explorer finds P1 violated, so no prover runs)."""
     argv = ["check", "vllm-0.33", *NARROW, "--property", "P1", "--out", str(tmp_path)]
     run = cli(*argv, "--json", "--jobs", "1")
     assert run.code == 1

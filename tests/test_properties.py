@@ -4,45 +4,73 @@ from __future__ import annotations
 
 import pytest
 
-from chunkproof.checker.ranges import Ranges
-from chunkproof.checker.search import explore
+from chunkproof.checker.search import Exploration, explore
 from chunkproof.model.builtin import get_builtin
+from chunkproof.spec.request import RequestModel
+from chunkproof.spec.space import Space, grid_from
 
-GRID = Ranges(
-    block=(4, 8), lookahead=(0, 1, 2, 3), prompt=tuple(range(1, 25)), max_sched=tuple(range(1, 17))
-)
+GRID = {"block": "4,8", "lookahead": "0-3", "prompt": "1-24", "max_sched": "1-16"}
+
+
+def _explore(name: str, pid: str, window: str = "strict", **texts: str) -> Exploration:
+    space = Space((grid_from({**GRID, **texts}),))
+    return explore(RequestModel(get_builtin(name), space, window), (pid,))
+
 
 CASES = [
     # property, breaks it, keeps it (on GRID, inside each policy's accepted configurations)
-    ("P1", "vllm-0.33", "lookahead-in-split"),  # the #61762-class livelock
-    ("P2", "vllm-0.33", "keep-subblock"),
-    ("P3", "keep-subblock", "vllm-0.33"),  # sub-block chunks that later cross a block end
-    ("P4", "vllm-0.33", "vllm-0.27"),  # the reservation trims to an off-grid T - L
-    ("P5", "vllm-0.27", "vllm-0.33"),  # no reservation before 0.28
-    ("P6", "vllm-0.28", "vllm-0.33"),  # #50235: N = kB in one chunk loses the resend state
-    ("P7", "vllm-0.33", "lookahead-in-split"),
+    ("P0", "vllm-0.17", "vllm-0.33", {"start": "0,external"}),  # V2 asserts x = 0
+    ("P1", "vllm-0.33", "lookahead-in-split", {}),  # the #61762-class livelock
+    ("P2", "vllm-0.33", "keep-subblock", {}),
+    ("P3", "keep-subblock", "vllm-0.33", {}),  # sub-block chunks that later cross a block end
+    ("P4", "vllm-0.33", "vllm-0.27", {}),  # the reservation trims to an off-grid T - L
+    ("P5", "vllm-0.27", "vllm-0.33", {}),  # no reservation before 0.28
+    ("P6", "vllm-0.28", "vllm-0.33", {}),  # #50235: N = kB in one chunk loses the resend state
+    ("P7", "vllm-0.33", "keep-subblock", {}),  # const(b < B) never finishes
 ]
 
 
-@pytest.mark.parametrize(("pid", "breaks", "keeps"), CASES)
-def test_property_has_a_breaking_and_a_keeping_policy(pid: str, breaks: str, keeps: str) -> None:
-    bad = explore(get_builtin(breaks), GRID, [pid])
-    good = explore(get_builtin(keeps), GRID, [pid])
+@pytest.mark.parametrize(("pid", "breaks", "keeps", "texts"), CASES)
+def test_property_has_a_breaking_and_a_keeping_policy(
+    pid: str, breaks: str, keeps: str, texts: dict[str, str]
+) -> None:
+    bad = _explore(breaks, pid, **texts)
+    good = _explore(keeps, pid, **texts)
     assert bad.failing(pid, "main") > 0
     assert good.failing(pid, "main") == 0
-    assert good.tally.configs["main"] > 1000
+    assert good.tally.configs["main"] > 500
 
 
 def test_p5_strict_is_broken_by_the_fix_and_kept_by_033() -> None:
-    fix = explore(get_builtin("lookahead-in-split"), GRID, ["P5"], window="strict")
-    latest = explore(get_builtin("vllm-0.33"), GRID, ["P5"], window="strict")
+    fix = _explore("lookahead-in-split", "P5")
+    latest = _explore("vllm-0.33", "P5")
     assert fix.failing("P5", "main") > 0
     assert latest.failing("P5", "main") == 0
 
 
 def test_refused_and_degenerate_configurations_are_reported_apart() -> None:
-    v17 = explore(get_builtin("vllm-0.17"), GRID, ["P1"])
+    v17 = _explore("vllm-0.17", "P1")
     assert v17.failing("P1", "main") == 0
     assert v17.failing("P1", "refused") > 0  # B > M: starvation 0.17 refuses at start-up
-    v33 = explore(get_builtin("vllm-0.33"), GRID, ["P1"])
+    v33 = _explore("vllm-0.33", "P1")
     assert v33.failing("P1", "degenerate") > 0  # M < L
+
+
+def test_newest_release_poisons_a_slot_with_checkpoints_after_a_partial_hit() -> None:
+    """0.33.0's internal checkpoint lifts the mid-block stop, so a chunk from a partial hit
+    crosses its block's end (slot note 4.2): P3 breaks only with those inputs."""
+    plain = _explore("vllm-0.33", "P3")
+    assert plain.failing("P3", "main") == 0
+    inputs = {"checkpoints": "on", "checkpoint_alignment": "1", "hash_block": "G/2"}
+    poisoned = _explore("vllm-0.33", "P3", start="0,hash", **inputs)
+    assert poisoned.failing("P3", "main") > 0
+
+
+@pytest.mark.parametrize("pid", ["P3", "P4"])
+def test_a_split_grid_other_than_the_mamba_block_breaks_the_slots(pid: str) -> None:
+    """vLLM #54076: the split aligns to cache_config.block_size G while states are kept on the
+    Mamba group's block B; with G = B/2 chunk ends fall mid-block on B (L <= 1: no
+    reservation trims an end off the grid)."""
+    assert _explore("vllm-0.33", pid, lookahead="0,1").failing(pid, "main") == 0
+    split = _explore("vllm-0.33", pid, lookahead="0,1", split_block="B/2")
+    assert split.failing(pid, "main") > 0

@@ -2,15 +2,20 @@
 
 Each generated file is run in a fresh interpreter whose import path puts packages named
 ``chunkproof``, ``vllm`` and ``torch`` first that refuse to be imported, so a pass or a failure
-can only come from the real methods read out of the source tree as text.
+can only come from the real methods read out of the source tree as text. A failure names the
+property it breaks (``AssertionError: P1: ...``); P0 (the code raises, or a stage leaves [0, its
+input]) is checked on every step of every repro.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
+import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,12 +23,23 @@ from cli_helpers import Cli
 from vllm_copies import copy_release, patched_release
 
 from chunkproof.checker.repro import SOURCE_VARIABLE, repro_source
+from chunkproof.model import step as model_step
 from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.releases import release_root
 
 COUNTEREXAMPLES = Path(__file__).resolve().parent.parent / "counterexamples"
 SPEC_K = COUNTEREXAMPLES / "vllm-0.33" / "p1-livelock-T49-B16-L3.json"
+P7_CONST = COUNTEREXAMPLES / "vllm-0.33" / "p7-const16-never-finishes-T49-B16-L3.json"
+P4_OFFGRID = COUNTEREXAMPLES / "vllm-0.33" / "p4-offgrid-reservation.json"
+P0_EXTERNAL = COUNTEREXAMPLES / "vllm-0.17" / "p0-external-hit-assert.json"
 CURATED = sorted(COUNTEREXAMPLES.glob("*/*.json"))
+LIVELOCKS = [
+    p
+    for p in CURATED
+    if p.parent.name == "vllm-0.33" and Counterexample.load(p).property in ("P1", "P7")
+]
+"""The curated livelocks of the newest release: the class lookahead-in-split fixes."""
 
 
 def _blockers(into: Path) -> Path:
@@ -59,6 +75,30 @@ def _generate(cli: Cli, cx_file: Path, tmp_path: Path) -> Path:
     return out
 
 
+def _fake_tree(root: Path, split: str, reserve: str | None) -> Path:
+    """A source tree whose scheduler.py has the given method bodies (indented 8 spaces)."""
+    scheduler = root / SCHEDULER_FILE
+    scheduler.parent.mkdir(parents=True)
+    text = (
+        "class Scheduler:\n"
+        "    def _mamba_block_aligned_split(self, request, num_new_tokens,\n"
+        "                                   num_new_local_computed_tokens,\n"
+        "                                   num_external_computed_tokens):\n"
+        f"{textwrap.indent(split, ' ' * 8)}\n"
+    )
+    if reserve is not None:
+        text += (
+            "\n    def _reserve_prefill_lookahead(self, request, num_computed_tokens,\n"
+            "                                   num_new_tokens):\n"
+            f"{textwrap.indent(reserve, ' ' * 8)}\n"
+        )
+    scheduler.write_text(text)
+    return root
+
+
+# -- the acceptance: SPEC K ------------------------------------------------------------------
+
+
 @pytest.mark.fidelity
 def test_spec_k_repro_fails_on_0_33_and_passes_on_the_fix(cli: Cli, tmp_path: Path) -> None:
     """The issue's acceptance: the generated file fails on 0.33.0's source at the SPEC K stuck
@@ -67,9 +107,46 @@ def test_spec_k_repro_fails_on_0_33_and_passes_on_the_fix(cli: Cli, tmp_path: Pa
     blockers = _blockers(tmp_path / "blockers")
     status, output = _run_repro(test_file, release_root("0.33.0"), blockers)
     assert status == 1, output
-    assert "stuck at c=46 < E=49" in output and "1 failed" in output
+    assert "AssertionError: P1: stuck at c=46 < E=49" in output and "1 failed" in output
     status, output = _run_repro(test_file, patched_release(tmp_path / "fixed"), blockers)
     assert status == 0 and "1 passed" in output, output
+
+
+@pytest.mark.fidelity
+@pytest.mark.parametrize("cx_file", LIVELOCKS, ids=lambda p: p.stem)
+def test_the_curated_livelocks_of_0_33_pass_on_the_fix(
+    cli: Cli, tmp_path: Path, cx_file: Path
+) -> None:
+    """Every curated P1/P7 livelock of 0.33 (SPEC K, the smallest, an external admission
+    start, const(16)) finishes on the lookahead-in-split tree."""
+    test_file = _generate(cli, cx_file, tmp_path)
+    fixed = patched_release(tmp_path / "fixed")
+    status, output = _run_repro(test_file, fixed, _blockers(tmp_path / "blockers"))
+    assert status == 0 and "1 passed" in output, output
+
+
+@pytest.mark.fidelity
+def test_p0_repro_names_the_line_that_raises(cli: Cli, tmp_path: Path) -> None:
+    """vllm-0.17 asserts that no external hit reaches the split: the repro reports the
+    assert's line as P0, and passes on 0.33.0, whose split takes the hit."""
+    test_file = _generate(cli, P0_EXTERNAL, tmp_path)
+    blockers = _blockers(tmp_path / "blockers")
+    root = release_root("0.17.0")
+    status, output = _run_repro(test_file, root, blockers)
+    assert status == 1, output
+    raised = f"AssertionError: P0: _mamba_block_aligned_split raises AssertionError at {root}"
+    assert raised in output and SCHEDULER_FILE in output, output
+    status, output = _run_repro(test_file, release_root("0.33.0"), blockers)
+    assert status == 0 and "1 passed" in output, output
+
+
+@pytest.mark.fidelity
+def test_p7_repro_offers_the_const_budget(cli: Cli, tmp_path: Path) -> None:
+    """const(16) on 0.33.0: 16, 32, 46, then 0: P7, not a stuck largest budget."""
+    test_file = _generate(cli, P7_CONST, tmp_path)
+    status, output = _run_repro(test_file, release_root("0.33.0"), _blockers(tmp_path / "b"))
+    assert status == 1, output
+    assert "AssertionError: P7: const(16) never finishes: at c=46 < E=49" in output
 
 
 @pytest.mark.fidelity
@@ -93,6 +170,99 @@ def test_repro_without_a_vllm_source_is_an_error_not_a_pass(cli: Cli, tmp_path: 
     assert status == 1 and "has no vllm/v1/core/sched/scheduler.py" in output, output
 
 
+# -- P0 on any source: small trees written here -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("split", "reserve", "words"),
+    [
+        (
+            "return num_new_tokens",
+            "return num_new_tokens + 1",
+            "AssertionError: P0: the reservation returns 5, outside [0, 4]",
+        ),
+        (
+            "return -1",
+            None,
+            "AssertionError: P0: the split returns -1, outside [0, 4]",
+        ),
+        (
+            "return num_new_tokens // (num_new_tokens - num_new_tokens)",
+            None,
+            "AssertionError: P0: _mamba_block_aligned_split raises ZeroDivisionError at ",
+        ),
+        (
+            "return num_new_tokens",
+            "raise ValueError('no lookahead')",
+            "P0: _reserve_prefill_lookahead raises ValueError at ",
+        ),
+    ],
+    ids=["reservation-above-its-input", "negative-split", "division-by-zero", "raise"],
+)
+def test_every_repro_checks_p0_on_every_step(
+    cli: Cli, tmp_path: Path, split: str, reserve: str | None, words: str
+) -> None:
+    """A repro run on code that crashes, or whose stage leaves [0, its input], fails on P0 at
+    the first step (the raising line is named), whatever its own property: here P4, whose own
+    check would let a chunk to T pass."""
+    test_file = _generate(cli, P4_OFFGRID, tmp_path)
+    tree = _fake_tree(tmp_path / "tree", split, reserve)
+    status, output = _run_repro(test_file, tree, _blockers(tmp_path / "blockers"))
+    assert status == 1, output
+    assert words in output, output
+    assert "steps: [Step(c=0, budget=4" in output
+
+
+def test_a_sound_split_passes(cli: Cli, tmp_path: Path) -> None:
+    """On a tree whose split takes the whole budget and has no reservation, the SPEC K P1 and
+    P7 repros finish (16, 32, 48, 49) and pass: the file can pass."""
+    tree = _fake_tree(tmp_path / "tree", "return num_new_tokens", None)
+    blockers = _blockers(tmp_path / "blockers")
+    for cx_file in (SPEC_K, P7_CONST):
+        status, output = _run_repro(_generate(cli, cx_file, tmp_path), tree, blockers)
+        assert status == 0 and "1 passed" in output, output
+
+
+def test_a_stand_in_read_is_an_error_not_p0(cli: Cli, tmp_path: Path) -> None:
+    """The real code reading an attribute the stand-ins lack is the repro's error (it names
+    the attribute), never reported as the policy crashing."""
+    tree = _fake_tree(tmp_path / "tree", "return self.some_new_flag", None)
+    test_file = _generate(cli, SPEC_K, tmp_path)
+    status, output = _run_repro(test_file, tree, _blockers(tmp_path / "blockers"))
+    assert status == 1, output
+    assert "StandInError" in output and "self.some_new_flag" in output
+    assert "P0:" not in output
+
+
+# -- the generated text ---------------------------------------------------------------------
+
+
+def test_the_call_site_functions_are_chunkproofs_own() -> None:
+    """The admission hits (local, external), u and num_computed_tokens at c are computed in
+    the file by model/step.py's own functions, copied verbatim."""
+    text = repro_source(Counterexample.load(P0_EXTERNAL), "p0.json")
+    for function in (
+        model_step.computed_tokens,
+        model_step.local_hit,
+        model_step.external_hit,
+        model_step.uncached_at,
+    ):
+        assert inspect.getsource(function).rstrip() in text, function.__name__
+    assert "start=1,  # c0" in text and "external=1,  # x" in text
+    assert "crash='AssertionError'" in text  # the recorded step
+
+
+def test_a_p7_repro_offers_const_b_and_the_others_the_recorded_budgets() -> None:
+    p7 = repro_source(Counterexample.load(P7_CONST), "p7.json")
+    assert "budgets = [16] * (PREFILL_END + 1)" in p7
+    assert "budget model, const(16), at every step" in p7.split('"""')[1].replace("\n", " ")
+    p1 = repro_source(Counterexample.load(SPEC_K), "k.json")
+    assert "budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET]" in p1
+
+
+# -- the curated set ---------------------------------------------------------------------------
+
+
 def _source_of(cx_file: Path, tmp_path: Path) -> Path:
     """The source tree a curated counterexample was found on: its release, or the fix."""
     policy = Counterexample.load(cx_file).policy
@@ -113,6 +283,15 @@ def test_every_curated_repro_fails_on_the_code_it_was_found_on(
     source = _source_of(cx_file, tmp_path)
     status, output = _run_repro(test_file, source, _blockers(tmp_path / "blockers"))
     assert status == 1 and f"AssertionError: {cx.property}: " in output, output
+
+
+def test_the_curated_set_covers_p0_to_p7() -> None:
+    """Every property with a curated counterexample has its repro committed; P0 and P7 are
+    among them."""
+    properties = {json.loads(p.read_text())["property"] for p in CURATED}
+    assert {"P0", "P1", "P3", "P4", "P5", "P6", "P7"} <= properties
+    committed = {p.name for p in (COUNTEREXAMPLES / "pytest").glob("test_*.py")}
+    assert committed == {repro_file_name(p) for p in CURATED}
 
 
 @pytest.mark.parametrize("cx_file", CURATED, ids=lambda p: f"{p.parent.name}/{p.stem}")

@@ -1,4 +1,4 @@
-"""Repro: P3 NOCROSS breaks on vllm-0.17 (T=5 B=4 L=0 M=4 D=on).
+"""Repro: P3 NOCROSS breaks on vllm-0.17 (T=5 B=4 L=1 M=4 D=on).
 
 What goes wrong: chunk [1, 5) starts mid-block and runs past 4: the cache keys 4 onto the block
 holding state@1.
@@ -6,9 +6,9 @@ holding state@1.
 The test reads the real Scheduler._mamba_block_aligned_split and
 Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not imported: no
 torch, no GPU), runs them on stand-ins holding exactly the values below, offers the
-counterexample's budgets step by step, then the largest budget until the prefill ends,
-and asserts P3 on every step. It fails while the bug is in the code and
-passes once it is fixed.
+counterexample's budgets step by step, then the largest budget until the prefill ends, and
+asserts P0 and P3 on every step (P0: the code raises, or a stage returns a value outside [0,
+its input]). It fails while the bug is in the code and passes once it is fixed.
 
 The source tree: $CHUNKPROOF_VLLM_SOURCE (the root of a vLLM checkout or unpacked wheel),
 else the installed vllm (located, not imported).
@@ -29,6 +29,7 @@ import importlib.util
 import os
 import symtable
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,23 +42,26 @@ Config = SimpleNamespace  # chunkproof's configuration type, here a plain namesp
 
 # The configuration (chunkproof's model, SPEC S1).
 CONFIG = SimpleNamespace(
-    block=4,  # B: the Mamba block size
+    block=4,  # B: the Mamba group's block size (the state grid)
     prompt=5,  # P: prompt tokens
     max_sched=4,  # M: max scheduled tokens per step
-    lookahead=0,  # L: MTP prefill lookahead
+    lookahead=1,  # L: MTP prefill lookahead
     tokens=5,  # T: num_tokens
     threshold=0,  # theta: long-prefill threshold (0 = off)
+    split_block=4,  # G: cache_config.block_size (the split's grid)
     hash_block=4,  # H: hash block size
     sched_block=4,  # B_s: scheduler block size
     drop=True,  # D: EAGLE block drop
     hash_lookahead=0,  # L_h: hash lookahead tokens
-    start=0,  # c0: num_computed_tokens at admission
+    start=0,  # c0: where the request is admitted (its prefix hits)
+    external=0,  # x: the part of c0 a KV connector loaded
     junction=0,  # J: shared-prefix junction
     exact_junction=False,  # S: shared-prefix checkpoint
     partial_hits=False,  # F: Mamba partial cache hits
     checkpoints=False,  # K: prefill checkpoint blocks
     checkpoint_alignment=0,  # alpha: checkpoint alignment (0 = None)
     uncached_prefix=0,  # u: uncached common prefix (0.24-0.25)
+    retention=-1,  # R: prefix_cache_retention_interval (-1 = None)
 )
 
 # What the real methods read: the stand-in scheduler (``self``) and request, by attribute path.
@@ -65,24 +69,40 @@ CONFIG = SimpleNamespace(
 # error naming it, so no input of the real code is silently defaulted.
 SCHEDULER_ATTRIBUTES = {
     "cache_config.block_size": 4,
+    "cache_config.mamba_cache_mode": 'align',
+    "cache_config.enable_prefix_caching": True,
+    "cache_config.enable_mamba_shared_prefix_checkpoint": False,
+    "cache_config.prefix_cache_retention_interval": None,
     "scheduler_config.long_prefill_token_threshold": 0,
+    "scheduler_config.max_num_batched_tokens": 4,
+    "scheduler_config.max_num_scheduled_tokens": 4,
+    "scheduler_config.enable_chunked_prefill": True,
+    "scheduler_config.disable_chunked_mm_input": False,
     "block_size": 4,
     "hash_block_size": 4,
     "use_eagle": True,
     "use_eagle_block_drop": True,
+    "need_mamba_block_aligned_split": True,
+    "has_mamba_layers": True,
     "mamba_partial_cache_hit": False,
     "mamba_fine_grained_prefix_cache": False,
     "mamba_shared_prefix_checkpoint": False,
     "mamba_has_prefill_checkpoint_blocks": False,
     "mamba_prefill_checkpoint_alignment": None,
     "max_num_scheduled_tokens": 4,
+    "max_model_len": 1099511627776,
     "num_hash_lookahead_tokens": 0,
-    "num_prefill_lookahead": 0,
+    "num_prefill_lookahead": 1,
+    "num_spec_tokens": 1,
+    "num_lookahead_tokens": 1,
+    "speculative_config.num_speculative_tokens": 1,
 }
 REQUEST_ATTRIBUTES = {
     "num_prompt_tokens": 5,
     "num_tokens": 5,
+    "num_tokens_with_spec": 5,
     "num_output_tokens": 0,
+    "num_output_placeholders": 0,
     "shared_prefix_boundary": 0,
 }
 
@@ -92,7 +112,8 @@ LARGEST_BUDGET = 4  # the most tokens one step can offer
 
 class Step(NamedTuple):
     """One scheduling step: c, the budget offered, n after schedule()'s budget cap, after
-    _mamba_block_aligned_split, after _reserve_prefill_lookahead, and the chunk scheduled."""
+    _mamba_block_aligned_split, after _reserve_prefill_lookahead, and the chunk scheduled;
+    ``crash`` says where the real code raised (the values from there on are 0)."""
 
     c: int
     budget: int
@@ -100,10 +121,18 @@ class Step(NamedTuple):
     split: int
     reservation: int
     chunk: int
+    crash: str | None = None
 
     @property
     def end(self) -> int:
         return self.c + self.chunk
+
+    def __repr__(self) -> str:
+        crash = "" if self.crash is None else f", crash={self.crash!r}"
+        return (
+            f"Step(c={self.c}, budget={self.budget}, n={self.n}, split={self.split}, "
+            f"reservation={self.reservation}, chunk={self.chunk}{crash})"
+        )
 
 
 # The counterexample: what vllm-0.17 does, step by step.
@@ -116,7 +145,7 @@ RECORDED = [
 
 
 def test_p3_nocross(vllm: Extracted) -> None:
-    """P3: a chunk starting mid-block ends at or before that block's end."""
+    """P3: no chunk makes the cache key a block end onto a block holding a mid-block state."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
     c, path = CONFIG.start, []
@@ -126,32 +155,70 @@ def test_p3_nocross(vllm: Extracted) -> None:
         step = schedule_step(vllm, scheduler, c, budget)
         path.append(step)
         problem = violation(vllm, scheduler, step)
-        assert problem is None, f"P3: {problem}; steps: {path}"
+        assert problem is None, f"{problem}; steps: {path}"
         c = step.end
     pytest.fail(f"the prefill does not finish: c={c} < E={PREFILL_END}; steps: {path}")
 
 
 def violation(vllm: Extracted, scheduler: StandIn, step: Step) -> str | None:
-    """What breaks P3 at this step, if anything."""
+    """What breaks P3 (or P0) at this step, if anything: "Pn: why"."""
+    problem = unsafe(step)
+    if problem is not None:
+        return problem
     if step.chunk > 0 and crosses_block_end(CONFIG, step.c, step.end):
         return (
-            f"chunk [{step.c}, {step.end}) breaks P3 NOCROSS "
-            f"(a chunk starting mid-block ends at or before that block's end): {step}"
+            f"P3: chunk [{step.c}, {step.end}) breaks P3 NOCROSS "
+            f"(no chunk makes the cache key a block end onto a block holding a mid-block state): {step}"
         )
+    return None
+
+
+def unsafe(step: Step) -> str | None:
+    """P0 SAFE: the real code raised, or a stage returned a value outside [0, its input]."""
+    if step.crash is not None:
+        return f"P0: {step.crash} (at c={step.c}, budget {step.budget})"
+    for name, value, limit in (
+        ("split", step.split, step.n),
+        ("reservation", step.reservation, step.split),
+    ):
+        if not 0 <= value <= limit:
+            return f"P0: the {name} returns {value}, outside [0, {limit}] ({step})"
     return None
 
 
 def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int) -> Step:
     """One step of schedule() for this request: the budget cap, the real split, then the
-    real reservation when the source has one."""
+    real reservation when the source has one. At c = c0 the waiting loop admits the request
+    (num_computed_tokens 0, the hits and u as arguments); after, the running loop calls the
+    split with num_computed_tokens = c."""
     n = cap_static_threshold(CONFIG, c, budget)
-    request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": c})
-    uncached = [CONFIG.uncached_prefix] if vllm.takes_uncached_prefix else []
-    split = scheduler._mamba_block_aligned_split(request, n, 0, 0, *uncached)
+    computed = computed_tokens(CONFIG, c)
+    request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": computed})
+    uncached = [uncached_at(CONFIG, c)] if vllm.takes_uncached_prefix else []
+    hits = (local_hit(CONFIG, c), external_hit(CONFIG, c))
+    try:
+        split = scheduler._mamba_block_aligned_split(request, n, *hits, *uncached)
+    except SourceError:
+        raise
+    except Exception as exc:  # the real code raised: P0
+        return Step(c, budget, n, 0, 0, 0, raised("_mamba_block_aligned_split", exc))
     reservation = split
     if vllm.has_reservation:
-        reservation = scheduler._reserve_prefill_lookahead(request, c, split)
+        try:
+            reservation = scheduler._reserve_prefill_lookahead(request, c, split)
+        except SourceError:
+            raise
+        except Exception as exc:  # the real code raised: P0
+            return Step(c, budget, n, split, 0, 0, raised("_reserve_prefill_lookahead", exc))
     return Step(c, budget, n, split, reservation, reservation)
+
+
+def raised(method: str, exc: Exception) -> str:
+    """What the real code raised, and the innermost line it raised on."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    message = f": {exc}" if str(exc) else ""
+    return f"{method} raises {type(exc).__name__}{where}{message}"
 
 
 @pytest.fixture(scope="module")
@@ -187,26 +254,16 @@ def vllm_source_root() -> Path:
 # chunkproof's property and budget-cap functions (SPEC P, S3), copied from its source.
 # ---------------------------------------------------------------------------------------------
 
-# from chunkproof.spec.properties
-def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
-    """P3 for chunk [c, e): the slot oracle's own crossing rule (slot note 4.2, rule 5)."""
-    return runs_past_block(c, e, cfg.block)
-
-
-# from chunkproof.spec.slots
-def runs_past_block(start: int, end: int, block: int) -> bool:
-    """SPEC P3 / slot note 4.2 for one chunk [start, end): it starts mid-block (start > 0,
-    start mod B != 0) and runs past the end of its block (end > B*ceil(start/B)).
-
-    Written in the policy subset, so the explorer evaluates this very rule over arrays.
-    """
-    return start > 0 and start % block != 0 and end > block * cdiv(start, block)
-
-
 # from chunkproof.model.arith
 def cdiv(x: int, m: int) -> int:
     """The ceiling of ``x / m`` for ``m > 0``."""
     return -(-x // m)
+
+
+# from chunkproof.model.arith
+def fl(x: int, m: int) -> int:
+    """fl(x, m) = m * floor(x / m): ``x`` floored onto the grid of ``m`` (history note 2)."""
+    return x // m * m
 
 
 # from chunkproof.model.stages
@@ -216,6 +273,132 @@ def cap_static_threshold(cfg: Config, c: int, n: int) -> int:
     if 0 < cfg.threshold < want:
         want = cfg.threshold
     return min(want, n)
+
+
+# from chunkproof.model.step
+def computed_tokens(cfg: Config, c: int) -> int:
+    """``request.num_computed_tokens`` when the split runs at c: 0 at admission (c = c0, the
+    waiting loop passes the hits as arguments), c in the running loop (history note 2)."""
+    return 0 if c == cfg.start else c
+
+
+# from chunkproof.model.step
+def external_hit(cfg: Config, c: int) -> int:
+    """The external (KV connector) hit x the waiting loop passes at admission; 0 after."""
+    return cfg.external if c == cfg.start else 0
+
+
+# from chunkproof.model.step
+def local_hit(cfg: Config, c: int) -> int:
+    """The local prefix hit the waiting loop passes at admission (c0 - x); 0 after."""
+    return cfg.start - cfg.external if c == cfg.start else 0
+
+
+# from chunkproof.model.step
+def uncached_at(cfg: Config, c: int) -> int:
+    """V3's u, passed by the waiting loop only (history note 3, V3)."""
+    return cfg.uncached_prefix if c == cfg.start else 0
+
+
+# from chunkproof.spec.properties
+def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
+    """P3 for chunk [c, e): the slot oracle keys a block end onto a block holding state@c
+    (slot note 4.2, oracle rule 5: :func:`chunkproof.spec.slots.poisons`)."""
+    return poisons(cfg, c, e)
+
+
+# from chunkproof.spec.slots
+def boundary_column(cfg: Config, position: int) -> int:
+    """The column of a reachable boundary p floored to A: floor(A*floor(p/A) / B) - 1."""
+    return fl(position, hit_unit(cfg)) // cfg.block - 1
+
+
+# from chunkproof.spec.slots
+def cacheable(cfg: Config, end: int) -> int:
+    """Slot note 6 rule 3: the cacheable count c := e, or S*floor(e/S) when not fine, and
+    never past the tokens the request's block hashes cover: a hash block gets its hash once
+    its L_h following tokens exist, so h*floor((T - L_h)/h), T the tokens the request holds
+    (e itself for a decode step past the prefill; slot note 3; the real 0.33.0 manager keys no
+    block beyond it)."""
+    hashed = fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
+    count = end if cfg.partial_hits else fl(end, cfg.sched_block)
+    return min(count, hashed)
+
+
+# from chunkproof.spec.slots
+def eagle_drop(cfg: Config) -> bool:
+    """drop: the EAGLE block drop, forced off by hash lookahead (slot note 1)."""
+    return cfg.drop and cfg.hash_lookahead == 0
+
+
+# from chunkproof.spec.slots
+def hit_unit(cfg: Config) -> int:
+    """A := h if fine else S (slot note 6 rule 1)."""
+    if cfg.partial_hits:
+        return cfg.hash_block
+    return cfg.sched_block
+
+
+# from chunkproof.spec.slots
+def keeps(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9 (R4): the retention mask lets column j be keyed.
+
+    R = None keeps every block; R = 0 only the reachable-boundary columns; R > 0 those plus the
+    R grid (the segment-only mask).
+    """
+    if cfg.retention < 0:
+        return True
+    return segment_keeps(cfg, column) or reachable_column(cfg, column)
+
+
+# from chunkproof.spec.slots
+def poisons(cfg: Config, start: int, end: int) -> bool:
+    """SPEC P3 for chunk [s, e): slot note 6 rule 5's violation branch (4.2).
+
+    s is mid-block (s > 0, s mod B != 0), the chunk runs past its block's end
+    B*ceil(s/B) (so col(s) != col(e)), the cacheable count reaches that end (so column col(s) is
+    registered now), and the retention mask keeps col(s): the cache keys B*ceil(s/B) onto the
+    block holding state@s.
+    """
+    if start <= 0 or start % cfg.block == 0:
+        return False
+    claim = cfg.block * cdiv(start, cfg.block)
+    return end > claim and cacheable(cfg, end) >= claim and keeps(cfg, start // cfg.block)
+
+
+# from chunkproof.spec.slots
+def reachable_column(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9 (R4): column j holds a reachable boundary, floored to A.
+
+    The replay boundary N - 1 without drop; with drop max(S*floor((N-1)/S) - S, 0) and
+    max(S*floor(N/S) - S, 0); plus J when J > 0. (The note's J - B under EAGLE applies to
+    EAGLE-flagged groups only; in 0.33.0 those are the groups holding draft layers, never the
+    Mamba group: checked against the real manager.)
+    """
+    n = cfg.prompt
+    s = cfg.sched_block
+    drop = eagle_drop(cfg)
+    if drop:
+        first = boundary_column(cfg, max(fl(n - 1, s) - s, 0)) == column
+        found = first or boundary_column(cfg, max(fl(n, s) - s, 0)) == column
+    else:
+        found = boundary_column(cfg, n - 1) == column
+    if cfg.junction > 0:
+        found = found or boundary_column(cfg, cfg.junction) == column
+    return found
+
+
+# from chunkproof.spec.slots
+def segment_keeps(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9, segment-only mask (used by rule 6).
+
+    R = None: true; R = 0: false; R > 0: true if R/B <= 1 or (j+1)*B = 0 mod R.
+    """
+    if cfg.retention < 0:
+        return True
+    if cfg.retention == 0:
+        return False
+    return cfg.retention <= cfg.block or (column + 1) * cfg.block % cfg.retention == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,12 +573,12 @@ class Extracted:
 
 def extract(tree: SourceTree, base: type[StandIn] = StandIn) -> Extracted:
     """The split, the reservation and all they reach in ``tree``, compiled (module docstring)."""
-    return _Collector(tree).compile(base)
+    return Collector(tree).compile(base)
 
 
 def files_read(tree: SourceTree) -> list[str]:
     """The tree-relative paths of every file :func:`extract` reads from ``tree``."""
-    return sorted(_Collector(tree).modules)
+    return sorted(Collector(tree).modules)
 
 
 @dataclass
@@ -411,25 +594,30 @@ class _Module:
 
 
 @dataclass(frozen=True)
-class _Link:
-    """What a global name of a compiled module is bound to: an extracted function or an object."""
+class Link:
+    """What a global name of an extracted module is bound to: function ``name`` of module
+    ``rel`` of the tree, or (``stdlib``) a standard-library module or name, which is looked up
+    only when the functions are compiled (:func:`extract`), never while collecting."""
 
     rel: str = ""
     name: str = ""
-    value: object = None
+    stdlib: tuple[str, str | None, str, int] | None = None
+    """(module, imported name or None, file label, line)."""
 
     def resolve(self, namespaces: dict[str, dict[str, Any]]) -> object:
-        return namespaces[self.rel][self.name] if self.rel else self.value
+        if self.stdlib is not None:
+            return _stdlib_object(*self.stdlib)
+        return namespaces[self.rel][self.name]
 
 
-class _Collector:
+class Collector:
     """Finds, strips and compiles the functions the two methods reach (module docstring)."""
 
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
         self.modules: dict[str, _Module] = {}
         self.needed: dict[str, dict[str, ast.FunctionDef]] = {}
-        self.links: dict[str, dict[str, _Link]] = {}
+        self.links: dict[str, dict[str, Link]] = {}
         self.members: dict[str, ast.FunctionDef] = {}
         scheduler = self._module(SCHEDULER_FILE)
         self.class_def = _scheduler_class(scheduler)
@@ -455,7 +643,7 @@ class _Collector:
             tree = ast.parse(text, filename=label)
         except SyntaxError as exc:
             raise SourceError(f"{label}:{exc.lineno}: syntax error: {exc.msg}") from None
-        module = _Module(rel, label, tree, _top_functions(tree), _top_imports(tree))
+        module = _Module(rel, label, tree, _top_functions(tree), top_imports(tree))
         self.modules[rel] = module
         return module
 
@@ -465,7 +653,7 @@ class _Collector:
         """Add method ``name`` of class Scheduler, the members it reads, and its helpers."""
         if name in self.members:
             return
-        method = _stripped(available[name], member=True)
+        method = stripped(available[name], member=True)
         self.members[name] = method
         for used in _self_attributes(method) & available.keys():
             self._need_member(scheduler, available, used)
@@ -476,14 +664,14 @@ class _Collector:
         needed = self.needed.setdefault(module.rel, {})
         if name in needed:
             return
-        function = _stripped(module.functions[name], member=False)
+        function = stripped(module.functions[name], member=False)
         needed[name] = function
         self._link_globals(module, function)
 
     def _link_globals(self, module: _Module, function: ast.FunctionDef) -> None:
         """Bind every global name ``function`` uses; builtins stay unbound."""
         links = self.links.setdefault(module.rel, {})
-        for name in sorted(_global_names(function)):
+        for name in sorted(global_names(function)):
             if name in links:
                 continue
             if name in module.functions or name in module.imports:
@@ -494,11 +682,11 @@ class _Collector:
                     f"uses {name!r}, which is neither a function nor an import"
                 )
 
-    def _resolve(self, module: _Module, name: str, line: int) -> _Link:
+    def _resolve(self, module: _Module, name: str, line: int) -> Link:
         """What ``name`` means in ``module``: a function there, or what its import names."""
         if name in module.functions:
             self._need(module, name)
-            return _Link(module.rel, name)
+            return Link(module.rel, name)
         if name not in module.imports:
             raise SourceError(
                 f"{module.label}:{line}: {name!r} is neither a function nor an import here"
@@ -508,7 +696,7 @@ class _Collector:
         if rel is not None and imported is not None:
             return self._resolve(self._module(rel), imported, line)
         if source.partition(".")[0] in sys.stdlib_module_names:
-            return _Link(value=_stdlib_object(source, imported, module.label, line))
+            return Link(stdlib=(source, imported, module.label, line))
         raise SourceError(
             f"{module.label}:{line}: cannot resolve {name!r} from {source}: it must "
             "be a function in the source tree or a standard-library name (a scheduler.py "
@@ -591,7 +779,7 @@ def _top_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
-def _top_imports(tree: ast.Module) -> dict[str, tuple[str, str | None, int]]:
+def top_imports(tree: ast.Module) -> dict[str, tuple[str, str | None, int]]:
     """The module's top-level absolute imports: local name -> (module, name, line)."""
     imports: dict[str, tuple[str, str | None, int]] = {}
     for node in tree.body:
@@ -630,7 +818,7 @@ def _self_attributes(method: ast.FunctionDef) -> set[str]:
     }
 
 
-def _global_names(function: ast.FunctionDef) -> set[str]:
+def global_names(function: ast.FunctionDef) -> set[str]:
     """The global (module or builtin) names ``function``'s body and nested scopes use."""
     table = symtable.symtable(ast.unparse(function), "<extracted>", "exec")
     names: set[str] = set()
@@ -668,7 +856,7 @@ class _StripAnnotations(ast.NodeTransformer):
         return ast.copy_location(ast.Assign([node.target], node.value), node)
 
 
-def _stripped(function: ast.FunctionDef, member: bool) -> ast.FunctionDef:
+def stripped(function: ast.FunctionDef, member: bool) -> ast.FunctionDef:
     """A copy of ``function`` without annotations or decorators.
 
     A class member keeps ``property`` (also for ``cached_property``), ``staticmethod`` and
