@@ -1,425 +1,626 @@
-"""Fidelity: the built-in split and reservation of each release against the real vLLM code.
+"""Fidelity: every built-in release variant against the real code of its release (SPEC V).
 
-For every release that starts or continues a variant (0.15.0 ... 0.33.0), the real
+For the first release of every built-in variant (0.15.0 ... 0.33.0) the real
 ``Scheduler._mamba_block_aligned_split`` and ``_reserve_prefill_lookahead`` are read from the
 release's own source (fetched once into the user cache by ``release_root``; vLLM is never
-imported) and compared with the stages "split" and "reservation" of
-``policy_for_release(version)`` (SPEC V; history note sections 3 and 4) on seeded random inputs.
-The inputs vary everything the real methods read (history note section 2: B, H, B_s, P, T, the
-split of c into c_r, l and x, n, D, F, S, J, K, alpha, M, theta, L_h, u, L) and aim at the
-branch points: c and ends at and next to block multiples, ends at and next to E, lambda, T - L
-and J, and starts from which an internal checkpoint is valid. Outcome counts per release are
-checked against floors, so a generator that stops reaching a branch fails the test.
+imported) and run two independent ways:
+
+(a) chunkproof's interpreter over the source: the policy ``vllm==X.Y.Z``
+    (:func:`~chunkproof.model.loading.resolve_policy`) stepped by
+    :func:`~chunkproof.model.step.step`;
+(b) CPython itself: the methods compiled by :func:`~chunkproof.model.extraction.extract` (the
+    exec-based loader of the generated repros; acceptable here, release code is trusted) and
+    called on stand-ins holding the same attributes, with the call site's arguments computed
+    here from the history note (the waiting loop admits at c = c0 with
+    ``num_computed_tokens`` 0 and passes the local hit c0 - x, the external hit x and, in
+    0.24-0.25, u; the running loop passes ``num_computed_tokens`` = c and no hits).
+
+Whole steps are compared on seeded random inputs covering every input of
+:class:`~chunkproof.model.config.Config` (G != B, H, B_s, L, L_h, D, F, S, J, K and alpha, u,
+T > P, R, c0 with local and external parts, M and theta), P0 crashes included (V1 and V2 assert
+x = 0): the built-in variant equals (a) on every configuration the release accepts (SPEC S1b),
+and (a) equals (b) everywhere, crash lines included, which ties the interpreter's semantics to
+Python's. Outcome tallies per release are checked against floors, so a generator that stops
+reaching a branch fails. ``conform vllm-0.NN --against vllm==0.NN.0`` must be EQUAL on small
+ranges of every input the release has (the symbolic and the vectorised forms of the source).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
+import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import Cli
 
 from chunkproof.model.arith import ck30, ck32, ck33, valid
 from chunkproof.model.builtin import builtin_policies, policy_for_release
 from chunkproof.model.config import Config
-from chunkproof.model.errors import PolicyError, SubsetError
-from chunkproof.model.extraction import SCHEDULER_FILE
+from chunkproof.model.errors import ConfigError, PolicyError
+from chunkproof.model.extraction import (
+    REQUEST_LABEL,
+    SCHEDULER_FILE,
+    SCHEDULER_LABEL,
+    DirectoryTree,
+    Extracted,
+    extract,
+    standin_tree,
+)
+from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.releases import MANIFEST, release_root
 from chunkproof.model.splits import max_chunk
-from chunkproof.model.vllm_source import (
-    Hits,
-    SchedulerMethods,
-    StandInError,
-    load_scheduler,
-)
+from chunkproof.model.step import Step, step, step_view
+from chunkproof.model.subset import StandInError
+from chunkproof.model.vllm_source import Hits, load_scheduler, standin_attributes
 
 pytestmark = pytest.mark.fidelity
 
 RELEASES = tuple(p.releases[0] for p in builtin_policies() if p.releases)
 """The first release of every built-in variant."""
-CASES = 10_000
-SEED = 20_260_615
-ASSERTS_NO_EXTERNAL = ("0.15.0", "0.17.0")
-"""V1 and V2 assert x = 0 (history note section 3, V1/V2 rule 1)."""
-LARGE_BLOCKS = (528, 800, 1600, 2096, 4416)
+CASES = 5_000
+SEED = 20_261_201
+WILD = 0.15
+"""Share of inputs drawn without regard to what the release accepts (compared (a) to (b))."""
+LARGE_BLOCKS = (528, 800, 1600, 2096)
 
 
 @dataclass(frozen=True)
 class Release:
-    """One release: its real methods (read from source) and its built-in policy."""
+    """One release: its built-in variant, its source as a policy (a) and compiled (b)."""
 
     version: str
-    real: SchedulerMethods
-    policy: Policy
+    minor: int
+    builtin: Policy
+    interpreted: Policy
+    compiled: Extracted
 
 
 @pytest.fixture(scope="module", params=RELEASES)
 def release(request: pytest.FixtureRequest) -> Release:
-    """Fetch (once per machine) and extract one release (once per test module)."""
+    """Fetch (once per machine) and read one release (once per test module)."""
     version: str = request.param
     root = release_root(version)
     return Release(
-        version, load_scheduler(root / SCHEDULER_FILE, root), policy_for_release(version)
+        version,
+        int(version.split(".")[1]),
+        policy_for_release(version),
+        resolve_policy(f"vllm=={version}"),
+        extract(DirectoryTree(root)),
     )
 
 
 # --- random inputs ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Case:
-    """One input of the split (or, with ``hits.computed`` as c, of the reservation)."""
-
-    cfg: Config
-    hits: Hits
-    n: int
-
-    def __str__(self) -> str:
-        fields = {k: v for k, v in self.cfg.to_dict().items() if v not in (0, False, None)}
-        return f"Config({fields}), {self.hits}, n={self.n}"
-
-
-def _block(rng: random.Random) -> int:
-    """B: mostly small (1..64, where every branch is cheap to reach), some production sizes."""
-    r = rng.random()
-    if r < 0.6:
-        return rng.randint(1, 64)
-    if r < 0.8:
-        return rng.choice((16, 32, 64, 128))
-    return rng.choice(LARGE_BLOCKS)
-
-
-def _divisor(rng: random.Random, b: int) -> int:
-    """H: B itself 40% of the time, else any divisor of B."""
-    if rng.random() < 0.4:
-        return b
-    return rng.choice([d for d in range(1, b + 1) if b % d == 0])
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _near(rng: random.Random, grid: int, top: int) -> int:
     """A position in [0, top] at or next to a multiple of ``grid``, or anywhere in it."""
-    base = rng.randint(0, max(top, 0) // grid) * grid
+    top = max(top, 0)
+    base = rng.randint(0, top // grid) * grid
     offset = rng.choice((0, 0, 0, 1, -1, grid - 1, rng.randint(0, grid - 1)))
-    return min(max(base + offset, 0), max(top, 0))
+    return min(max(base + offset, 0), top)
 
 
-def _either(rng: random.Random, p: float, then: Callable[[], int], other: int) -> int:
-    """``then()`` with probability p, else ``other``."""
-    return then() if rng.random() < p else other
+def _block(rng: random.Random) -> int:
+    """B: mostly small (where every branch is cheap to reach), some production sizes."""
+    r = rng.random()
+    if r < 0.6:
+        return rng.randint(1, 64)
+    if r < 0.85:
+        return rng.choice((16, 32, 64, 128))
+    return rng.choice(LARGE_BLOCKS)
 
 
-def _sched_block(rng: random.Random, b: int, h: int) -> int:
-    """B_s: usually B; also H, a multiple of B (lcm of groups) or anything."""
-    return rng.choice((b, b, b, h, b * rng.randint(2, 4), rng.randint(1, 2 * b)))
-
-
-def _budget(rng: random.Random, b: int) -> int:
-    """M: below, at and above one block, and a production default."""
-    return rng.choice((rng.randint(1, 2 * b), b, rng.randint(b, 8 * b), 16384))
-
-
-def _sizes(rng: random.Random) -> dict[str, Any]:
-    """B, H, B_s, P, T, L and L_h."""
+def _grids(rng: random.Random, minor: int, wild: bool) -> dict[str, Any]:
+    """B, G, H, B_s and F. G is B or a divisor of B (0.26+: the least prefix-cacheable block,
+    vLLM #54076), H a divisor of both; ``wild`` also draws G and H anywhere."""
     b = _block(rng)
-    h = _divisor(rng, b)
-    prompt = max(1, _near(rng, rng.choice((b, h)), 6 * b + b // 2))
-    extra = rng.choice((0, 0, 0, 1, rng.randint(1, 8), rng.randint(1, 2 * b + 8)))
-    tokens = prompt + extra
-    lookahead = min(tokens, rng.choice((0, 0, 1, rng.randint(2, 8))))
-    hash_lookahead = rng.choice((0, 0, lookahead, rng.randint(0, 8)))
+    r = rng.random()
+    if r < 0.55:
+        g = b
+    elif r < 0.85 or not wild:
+        g = rng.choice(_divisors(b))
+    else:
+        g = rng.choice((b * rng.randint(2, 3), rng.randint(1, 2 * b)))
+    common = math.gcd(b, g)
+    h = rng.choice(_divisors(common)) if rng.random() < 0.6 else 0
+    if wild and rng.random() < 0.2:
+        h = rng.randint(1, b)
+    fields: dict[str, Any] = {"block": b, "split_block": g, "hash_block": h}
+    if rng.random() < 0.25:
+        fields["sched_block"] = math.lcm(b, g) * rng.randint(2, 3)
+    resolved_h = h or g
+    if minor < 26 and not wild:
+        fields["partial_hits"] = False
+    elif rng.random() < 0.3:
+        fields["partial_hits"] = resolved_h < b if not wild else rng.random() < 0.5
+    return fields
+
+
+def _lookaheads(rng: random.Random, minor: int, wild: bool) -> dict[str, Any]:
+    """L, D and L_h as the release sets them (D is use_eagle up to 0.29; L_h = 0 or L in
+    0.33, and D is then off)."""
+    lookahead = rng.choice((0, 0, 1, 1, rng.randint(2, 8)))
+    if wild:
+        return {
+            "lookahead": lookahead,
+            "drop": rng.random() < 0.5,
+            "hash_lookahead": rng.choice((0, lookahead, rng.randint(0, 8))),
+        }
+    drop = lookahead >= 1 if minor <= 29 else lookahead >= 1 and rng.random() < 0.6
+    hash_lookahead = lookahead if minor >= 33 and lookahead >= 1 and rng.random() < 0.4 else 0
     return {
-        "block": b,
-        "hash_block": h,
-        "sched_block": _sched_block(rng, b, h),
-        "prompt": prompt,
-        "tokens": tokens,
         "lookahead": lookahead,
+        "drop": drop and not hash_lookahead,
         "hash_lookahead": hash_lookahead,
     }
 
 
-def _flags(rng: random.Random, b: int, h: int) -> dict[str, Any]:
-    """D, F, S, K, alpha, M, theta."""
-    return {
-        "drop": rng.random() < 0.5,
-        "partial_hits": rng.random() < 0.5,
-        "exact_junction": rng.random() < 0.5,
-        "checkpoints": rng.random() < 0.5,
-        "checkpoint_alignment": rng.choice((0, 1, 8, 16, 64, h, b)),
-        "max_sched": _budget(rng, b),
-        "threshold": _either(rng, 0.5, lambda: rng.randint(1, 2 * b), 0),
-    }
+def _lengths(rng: random.Random, fields: dict[str, Any]) -> dict[str, int]:
+    """P and T (T > P: a resumed request replaying output tokens)."""
+    b, g = fields["block"], fields["split_block"]
+    grid = rng.choice((b, g, fields["hash_block"] or g))
+    prompt = max(1, _near(rng, grid, 6 * max(b, g) + b // 2))
+    extra = rng.choice((0, 0, 0, 1, rng.randint(1, 8), rng.randint(1, 2 * b + 8)))
+    return {"prompt": prompt, "tokens": prompt + extra}
 
 
-def _start(rng: random.Random, sizes: dict[str, int]) -> int:
-    """c: 0, on or next to the B or H grid, near E, past E, or anywhere up to T."""
-    b, t = sizes["block"], sizes["tokens"]
-    big_e = max(sizes["prompt"], t - 1)
+def _admission(rng: random.Random, fields: dict[str, Any], minor: int) -> dict[str, int]:
+    """c0 and its external part x: on or next to a grid, near E, or anywhere below E."""
+    big_e = max(fields["prompt"], fields["tokens"] - 1)
     r = rng.random()
-    if r < 0.12:
-        return 0
-    if r < 0.45:
-        return _near(rng, b, t)
-    if r < 0.6:
-        return _near(rng, sizes["hash_block"], t)
-    if r < 0.78:
-        return max(big_e - rng.randint(0, 2 * b + 8), 0)
-    if r < 0.86:
-        return rng.randint(min(big_e, t), t)
-    return rng.randint(0, t)
+    if r < 0.3:
+        return {"start": 0}
+    if r < 0.65:
+        grid = rng.choice((fields["block"], fields["split_block"], fields["hash_block"] or 1))
+        start = _near(rng, grid, big_e - 1)
+    else:
+        start = max(big_e - rng.randint(1, 2 * fields["block"] + 8), 0)
+    external = 0
+    no_connector = minor >= 33 and fields["hash_lookahead"] > 0
+    if rng.random() < 0.5 and not no_connector:
+        external = rng.choice((start, rng.randint(0, start), start % fields["block"]))
+    return {"start": start, "external": external}
 
 
-def _end(rng: random.Random, sizes: dict[str, int], c: int, junction: int) -> int:
-    """The proposed end c + n: block multiples, E, T - L, lambda, J, past tau, past T, anything."""
-    b, t = sizes["block"], sizes["tokens"]
-    big_e = max(sizes["prompt"], t - 1)
+def _features(rng: random.Random, fields: dict[str, Any], minor: int, wild: bool) -> None:
+    """J, S, K, alpha, u, R, M and theta, where the release has them (all of them when
+    ``wild``); ``fields`` is completed in place."""
+    b, g, t = fields["block"], fields["split_block"], fields["tokens"]
+    h = fields["hash_block"] or g
+    on = wild or minor >= 26
+    if on and rng.random() < 0.5:
+        grid = rng.choice((b, g, h))
+        fields["junction"] = rng.choice((rng.randint(0, t), _near(rng, grid, t)))
+    if (wild or minor >= 29) and rng.random() < 0.45:
+        fields["checkpoints"] = not (minor == 29 and fields["drop"] and not wild)
+    if fields.get("checkpoints") or rng.random() < 0.2:
+        fields["checkpoint_alignment"] = rng.choice((1, 1, 8, 16, 64, h, b, 0))
+    partial = fields.get("partial_hits", h < b)
+    s_possible = partial and fields["lookahead"] == 1 and fields["drop"]
+    if (wild or (minor >= 30 and s_possible)) and rng.random() < 0.5:
+        fields["exact_junction"] = True
+    if (wild or minor in (24, 25)) and rng.random() < 0.6:
+        fields["uncached_prefix"] = rng.choice((_near(rng, b, t), rng.randint(0, t)))
+    sched_block = fields.get("sched_block", math.lcm(b, g))
+    if (
+        (fields["drop"] or fields["hash_lookahead"])
+        and sched_block < fields["lookahead"]
+        and not wild
+    ):
+        fields["sched_block"] = sched_block * fields["lookahead"]
+        sched_block = fields["sched_block"]
+    if (wild or minor >= 29) and rng.random() < 0.3:
+        retention = sched_block * rng.randint(0, 3)
+        fields["retention"] = (
+            retention if not wild else rng.choice((retention, rng.randint(0, 3 * b)))
+        )
+    old = minor <= 26 and not wild
+    fields["max_sched"] = rng.choice(
+        (rng.randint(1, 2 * b), g, rng.randint(g, 8 * max(g, 1)), 16384)
+    )
+    if minor >= 17 and old:
+        fields["max_sched"] = max(fields["max_sched"], g)
+    if rng.random() < 0.45:
+        theta = rng.choice((rng.randint(1, 2 * b), b, g))
+        fields["threshold"] = max(theta, g) if old else theta
+
+
+def draw_config(rng: random.Random, minor: int, wild: bool) -> Config:
+    """A well-formed configuration; unless ``wild`` one that release 0.``minor`` accepts at
+    least most of the time (the caller draws again when it does not)."""
+    while True:
+        fields = _grids(rng, minor, wild)
+        fields |= _lookaheads(rng, minor, wild)
+        fields |= _lengths(rng, fields)
+        fields |= _admission(rng, fields, minor)
+        _features(rng, fields, minor, wild)
+        try:
+            return Config(**fields)
+        except ConfigError:
+            continue
+
+
+def draw_state(rng: random.Random, cfg: Config) -> int:
+    """c: the admission start c0 (the waiting loop) or a later state (the running loop),
+    on or next to a grid, near E, at or past E."""
+    if rng.random() < 0.4:
+        return cfg.start
+    big_e = cfg.prefill_end
+    if cfg.checkpoints and rng.random() < 0.5:  # internal checkpoints: H-aligned, 2 blocks back
+        last = max((big_e - 2 * cfg.split_block) // cfg.hash_block, 0)
+        return max(cfg.hash_block * rng.randint(0, last), cfg.start + 1)
+    grid = rng.choice((cfg.block, cfg.split_block, cfg.hash_block))
+    r = rng.random()
+    if r < 0.5:
+        c = _near(rng, grid, big_e)
+    elif r < 0.85:
+        c = big_e - rng.randint(0, 2 * cfg.block + 8)
+    else:
+        c = rng.randint(0, cfg.tokens)
+    return max(c, cfg.start + 1)
+
+
+def draw_budget(rng: random.Random, cfg: Config, c: int) -> int:
+    """b in [1, M], mostly aimed at an end on a grid, at E, in the window (T - L, T), at the
+    checkpoint limit, at J, or past T."""
+    t, g = cfg.tokens, cfg.split_block
     wiggle = rng.choice((-1, 0, 0, 1))
     r = rng.random()
-    if r < 0.06:
-        return c
-    if r < 0.3:
-        return (c // b + rng.randint(1, 3)) * b + wiggle
-    if r < 0.48:
-        return rng.choice((big_e, t - rng.randint(0, sizes["lookahead"] + 1))) + wiggle
-    if r < 0.58:
-        limit = t - rng.choice((0, 1, sizes["hash_lookahead"]))
-        return limit // b * b - rng.choice((0, b)) + wiggle
-    if r < 0.62:
-        return junction + wiggle
-    if r < 0.68:
-        return sizes["prompt"] // sizes["hash_block"] * sizes["hash_block"] + rng.randint(0, b)
-    if r < 0.76:
-        return t + rng.randint(0, 2 * b)
-    return c + rng.randint(0, 3 * b)
-
-
-def _hits(rng: random.Random, c: int, external: bool) -> Hits:
-    """c split into c_r, l and x: all computed half the time (the running loop)."""
-    if rng.random() < 0.5:
-        return Hits(c)
-    computed = rng.randint(0, c)
-    local = rng.randint(0, c - computed) if external else c - computed
-    return Hits(computed, local, c - computed - local)
-
-
-def _checkpoint_case(
-    rng: random.Random, sizes: dict[str, int], flags: dict[str, Any]
-) -> tuple[int, int]:
-    """K on, a start on the H (or B) grid and a final chunk: internal checkpoints (c, end)."""
-    b, h = sizes["block"], sizes["hash_block"]
-    big_e = max(sizes["prompt"], sizes["tokens"] - 1)
-    flags["checkpoints"] = True
-    flags["checkpoint_alignment"] = rng.choice((1, 1, h, 8))
-    c = min(rng.choice((h, b)) * rng.randint(0, 3), big_e - 1)
-    return c, big_e + rng.randint(0, 3)
-
-
-def split_case(rng: random.Random, version: str) -> Case:
-    """A random split input for ``version`` (module docstring)."""
-    sizes = _sizes(rng)
-    flags = _flags(rng, sizes["block"], sizes["hash_block"])
-    if rng.random() < 0.2:
-        c, end = _checkpoint_case(rng, sizes, flags)
+    if cfg.checkpoints and rng.random() < 0.4:  # a final chunk: internal checkpoints
+        end = cfg.prefill_end + rng.randint(0, 3)
+    elif r < 0.3:
+        end = (c // g + rng.randint(1, 3)) * g + wiggle
+    elif r < 0.5:
+        end = rng.choice((cfg.prefill_end, t - rng.randint(0, cfg.lookahead + 1))) + wiggle
+    elif r < 0.6:
+        end = (t - rng.choice((0, 1, cfg.hash_lookahead))) // g * g + wiggle
+    elif r < 0.65:
+        end = cfg.junction + wiggle
+    elif r < 0.75:
+        end = t + rng.randint(0, 2 * g)
     else:
-        c, end = _start(rng, sizes), -1
-    t = sizes["tokens"]
-    junction = _either(rng, 0.6, lambda: min(c + rng.randint(0, 2 * sizes["block"]), t), 0)
-    if end < 0:
-        end = _end(rng, sizes, c, junction)
-    cfg = Config(
-        **sizes,
-        **flags,
-        junction=rng.choice((junction, junction, _near(rng, sizes["block"], t))),
-        uncached_prefix=_either(rng, 0.4, lambda: _near(rng, sizes["block"], t), 0),
-    )
-    return Case(cfg, _hits(rng, c, version not in ASSERTS_NO_EXTERNAL), max(end - c, 0))
+        end = c + rng.randint(1, 3 * max(g, cfg.block))
+    if rng.random() < 0.15:
+        return rng.randint(1, cfg.max_sched)
+    return min(max(end - c, 1), cfg.max_sched)
 
 
-def reservation_case(rng: random.Random, version: str) -> Case:
-    """A random reservation input: L mostly >= 2, c near T - L, r = T - c - n around (0, L)."""
-    base = split_case(rng, version)
-    t = base.cfg.T
-    lookahead = min(t, rng.choice((base.cfg.lookahead, rng.randint(2, 8))))
-    c = rng.choice((base.hits.start, max(t - lookahead - rng.randint(0, 3), 0), rng.randint(0, t)))
-    r = rng.choice((rng.randint(-2, lookahead + 2), rng.randint(-t, t)))
-    cfg = dataclasses.replace(base.cfg, lookahead=lookahead)
-    return Case(cfg, Hits(c), max(t - c - r, 0))
+@dataclass(frozen=True)
+class Case:
+    """One step to compare: configuration, state, offered budget."""
+
+    cfg: Config
+    c: int
+    budget: int
+    wild: bool
+
+    def __str__(self) -> str:
+        return f"{self.cfg.describe()} c={self.c} b={self.budget}"
 
 
-def cases(make: Callable[[random.Random, str], Case], version: str) -> Iterator[Case]:
-    """CASES inputs from a generator seeded by the release."""
-    rng = random.Random(f"{SEED}-{version}-{make.__name__}")
-    return (make(rng, version) for _ in range(CASES))
+def cases(release: Release) -> Iterator[Case]:
+    """CASES inputs seeded by the release; the non-wild ones the release accepts."""
+    rng = random.Random(f"{SEED}-{release.version}")
+    for _ in range(CASES):
+        wild = rng.random() < WILD
+        cfg = draw_config(rng, release.minor, wild)
+        while not wild and release.builtin.accepts(cfg) is not None:
+            cfg = draw_config(rng, release.minor, wild)
+        c = draw_state(rng, cfg)
+        yield Case(cfg, c, draw_budget(rng, cfg, c), wild)
+
+
+# --- (b): the real methods compiled by CPython -----------------------------------------------
+
+CRASHES = (AssertionError, ArithmeticError)
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line`` of the innermost frame of a crash."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{frame.filename}:{frame.lineno}"
+
+
+def compiled_step(release: Release, cfg: Config, c: int, budget: int) -> Step:
+    """One step with the real methods run by CPython. The budget cap is the built-in one
+    of the release's composition (the source policy uses it too); the call site's arguments
+    follow the history note (module docstring), computed here, not taken from the step view."""
+    cap = release.interpreted.stage("cap")
+    assert cap is not None
+    view = step_view(cfg, c, lambda function, args: function(*args))
+    n = cap.function(view, c, budget)
+    admission = c == cfg.start
+    computed = 0 if admission else c
+    local, external = (cfg.start - cfg.external, cfg.external) if admission else (0, 0)
+    uncached = cfg.uncached_prefix if admission else 0
+    attributes, request_attributes = standin_attributes(view)
+    me: Any = standin_tree(SCHEDULER_LABEL, attributes, release.compiled.scheduler_type)
+    request = standin_tree(REQUEST_LABEL, {**request_attributes, "num_computed_tokens": computed})
+    extra = [uncached] if release.compiled.takes_uncached_prefix else []
+    try:
+        split = me._mamba_block_aligned_split(request, n, local, external, *extra)
+    except CRASHES as exc:
+        return Step(c, budget, n, 0, 0, 0, 0, _where(exc))
+    reservation = split
+    if release.interpreted.stage("reservation") is not None:
+        try:
+            reservation = me._reserve_prefill_lookahead(request, c, split)
+        except CRASHES as exc:
+            return Step(c, budget, n, split, split, 0, 0, _where(exc))
+    return Step(c, budget, n, split, split, reservation, reservation)
+
+
+def same_step(a: Step, b: Step) -> bool:
+    """Equal stage values, and both crash or neither does."""
+    values = dataclasses.replace(a, crash=None) == dataclasses.replace(b, crash=None)
+    return values and (a.crash is None) == (b.crash is None)
 
 
 # --- outcome tallies -------------------------------------------------------------------------
 
 
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
-def internal_checkpoint(version: str, cfg: Config, c: int, e: int) -> bool:
-    """I of history note section 3 (V6-V9), for tallying only."""
+def internal_checkpoint(minor: int, cfg: Config, c: int, e: int) -> bool:
+    """I of history note section 3 (V6-V9) at (c, e), for tallying only."""
     big_e = cfg.prefill_end
-    if version == "0.29.0":
-        return cfg.checkpoints and c % cfg.block == 0
-    if _key(version) < (0, 30, 0) or not cfg.checkpoints or e < big_e:
+    g = cfg.split_block
+    if minor == 29:
+        return cfg.checkpoints and c % g == 0 and c < big_e
+    if minor < 29 or not cfg.checkpoints or e < big_e:
         return False
-    grid = cfg.H if cfg.partial_hits else cfg.sched_block
-    p = {
-        "0.30.0": ck30(big_e, cfg.H, cfg.drop),
-        "0.31.0": ck30(big_e, cfg.H, cfg.drop),
-        "0.32.0": ck32(big_e, grid, cfg.drop),
-    }.get(version)
-    if p is None:
+    grid = cfg.hash_block if cfg.partial_hits else cfg.sched_block
+    if minor <= 31:
+        p = ck30(big_e, cfg.hash_block, cfg.drop)
+    elif minor == 32:
+        p = ck32(big_e, grid, cfg.drop)
+    else:
         p = ck33(big_e, grid, cfg.drop, cfg.hash_lookahead)
-    return valid(c, e, p, cfg.H, cfg.block, cfg.checkpoint_alignment)
+    return valid(c, e, p, cfg.hash_block, g, cfg.checkpoint_alignment)
 
 
-def split_outcomes(version: str, case: Case, result: int) -> list[str]:
-    """The branch-level facts a case exercised (module docstring)."""
-    cfg, c, n = case.cfg, case.hits.start, case.n
-    block, end = cfg.block, c + result
+def outcomes(release: Release, case: Case, real: Step) -> list[str]:
+    """The branch-level facts one case exercised (floors below)."""
+    cfg, c, n = case.cfg, case.c, real.n
+    tags = ["wild" if case.wild else "accepted"]
+    g = cfg.split_block
+    if c == cfg.start:
+        tags.append("admission")
+        if cfg.external:
+            tags.append("admission with an external hit")
+        if cfg.start - cfg.external:
+            tags.append("admission with a local hit")
+    else:
+        tags.append("running loop")
+        if cfg.external:
+            tags.append("running after an external hit")
+    if real.crash is not None:
+        tags.append("crash")
+        return tags
+    for name, holds in (
+        ("G != B", g != cfg.block),
+        ("H < G", cfg.hash_block < g),
+        ("B_s > lcm(B, G)", cfg.sched_block > math.lcm(cfg.block, g)),
+        ("T > P", cfg.tokens > cfg.prompt),
+        ("L_h > 0", cfg.hash_lookahead > 0),
+        ("retention", cfg.retention >= 0),
+        ("exact junction", cfg.exact_junction),
+        ("u >= G at admission", c == cfg.start and cfg.uncached_prefix >= g),
+    ):
+        if holds:
+            tags.append(name)
     if c >= cfg.prefill_end:
-        return ["c >= E (identity)"]
-    tags = ["c < E"]
-    if c % block:
+        return [*tags, "c >= E"]
+    split, end = real.split, c + real.split
+    if c % g:
         tags.append("mid-block start")
-    if 0 < result < n:
-        tags.append("cut on grid" if end % block == 0 else "cut off grid")
-    if n > 0 and result == 0:
+    if 0 < split < n:
+        tags.append("cut on grid" if end % g == 0 else "cut off grid")
+    if n > 0 and split == 0:
         tags.append("cut to 0")
-    if result == n and c + n >= cfg.prefill_end and (c + n) % block:
+    if split == n and c + n >= cfg.prefill_end and (c + n) % g:
         tags.append("final chunk off grid")
     if (
-        _key(version) >= (0, 27, 0)
-        and block > max_chunk(cfg)
-        and result > 0
-        and end % block
+        release.minor >= 27
+        and g > max_chunk(cfg)
+        and 0 < split
+        and end % g
         and end < cfg.prefill_end
     ):
         tags.append("sub-block advance")
     if c < cfg.junction < c + n:
         tags.append("J inside")
-    if internal_checkpoint(version, cfg, c, c + n):
+    if internal_checkpoint(release.minor, cfg, c, c + n):
         tags.append("internal checkpoint")
-    if cfg.tokens != cfg.prompt:
-        tags.append("resumed (T > P)")
-    if case.hits.external:
-        tags.append("external hit")
+    if real.reservation < real.split:
+        tags.append("reservation trims" if real.reservation else "reservation to 0")
     return tags
 
 
-def reservation_outcomes(case: Case, result: int) -> list[str]:
-    """Which reservation branch a case took (history note section 4)."""
-    remaining = case.cfg.T - case.hits.start - case.n
-    if not 0 < remaining < case.cfg.lookahead:
-        return ["untouched"]
-    return ["trimmed to T - L" if result else "trimmed to 0"]
-
-
-SPLIT_FLOORS = {
-    "c >= E (identity)": 0.05,
-    "c < E": 0.5,
-    "mid-block start": 0.2,
-    "cut on grid": 0.1,
+FLOORS = {
+    "accepted": 0.75,
+    "wild": 0.1,
+    "admission": 0.3,
+    "admission with an external hit": 0.05,
+    "admission with a local hit": 0.1,
+    "running loop": 0.4,
+    "running after an external hit": 0.1,
+    "G != B": 0.15,
+    "H < G": 0.1,
+    "B_s > lcm(B, G)": 0.05,
+    "T > P": 0.2,
+    "c >= E": 0.03,
+    "mid-block start": 0.1,
+    "cut on grid": 0.05,
     "cut off grid": 0.005,
     "cut to 0": 0.01,
-    "final chunk off grid": 0.05,
-    "J inside": 0.1,
-    "resumed (T > P)": 0.2,
+    "final chunk off grid": 0.03,
 }
 """Least fraction of cases per outcome, for every release."""
-LATER_FLOORS = {
-    "0.23.0": {"external hit": 0.1},
-    "0.27.0": {"sub-block advance": 0.01},
-    "0.29.0": {"internal checkpoint": 0.05},
-    "0.30.0": {"cut off grid": 0.03},
+LATER_FLOORS: dict[tuple[int, int], dict[str, float]] = {
+    (15, 22): {"crash": 0.05},
+    (24, 25): {"u >= G at admission": 0.05},
+    (26, 33): {"J inside": 0.05},
+    (27, 33): {"sub-block advance": 0.005},
+    (28, 33): {"reservation trims": 0.01, "reservation to 0": 0.003},
+    (29, 33): {"internal checkpoint": 0.008, "retention": 0.1},
+    (30, 33): {"exact junction": 0.01},
+    (33, 33): {"L_h > 0": 0.05},
 }
-"""Floors for outcomes that exist from a release on."""
-RESERVATION_FLOORS = {"untouched": 0.2, "trimmed to T - L": 0.03, "trimmed to 0": 0.01}
+"""Floors for outcomes that exist in some releases only (first and last minor version)."""
 
 
-def floors(version: str) -> dict[str, float]:
-    """The split outcome floors that apply to ``version``."""
-    merged = dict(SPLIT_FLOORS)
-    for first, extra in LATER_FLOORS.items():
-        if _key(version) >= _key(first):
+def floors(minor: int) -> dict[str, float]:
+    merged = dict(FLOORS)
+    for (first, last), extra in LATER_FLOORS.items():
+        if first <= minor <= last:
             merged.update(extra)
     return merged
-
-
-def check_floors(tally: Counter[str], required: dict[str, float], version: str) -> None:
-    """Every required outcome occurs in at least its fraction of the cases."""
-    low = {k: tally[k] for k, f in required.items() if tally[k] < f * CASES}
-    assert not low, f"{version}: outcomes below their floor: {low} (all: {dict(tally)})"
 
 
 # --- the comparisons -------------------------------------------------------------------------
 
 
-def compare(
-    real: Callable[[Case], int],
-    model: Callable[[Case], int],
-    inputs: Iterator[Case],
-    outcomes: Callable[[Case, int], list[str]],
-) -> tuple[int, list[str], Counter[str]]:
-    """Run both on every input: (count, mismatch descriptions, outcome tally)."""
-    mismatches: list[str] = []
+def test_release_steps_match_builtin_interpreter_and_cpython(release: Release) -> None:
+    """Whole steps, crashes included: built-in == (a) where the release accepts the
+    configuration, (a) == (b) everywhere with the same crash line (0 mismatches)."""
     tally: Counter[str] = Counter()
-    count = 0
-    for case in inputs:
-        expected, got = real(case), model(case)
-        count += 1
-        tally.update(outcomes(case, expected))
-        if expected != got:
-            mismatches.append(f"{case}: real vLLM {expected}, built-in {got}")
-    return count, mismatches, tally
+    builtin_mismatch: list[str] = []
+    python_mismatch: list[str] = []
+    refused_different = 0
+    for case in cases(release):
+        interpreted = step(release.interpreted, case.cfg, case.c, case.budget)
+        compiled = compiled_step(release, case.cfg, case.c, case.budget)
+        builtin = step(release.builtin, case.cfg, case.c, case.budget)
+        tally.update(outcomes(release, case, interpreted))
+        crash_line_differs = compiled.crash is not None and not str(interpreted.crash).startswith(
+            f"{compiled.crash}:"
+        )
+        if not same_step(interpreted, compiled) or crash_line_differs:
+            python_mismatch.append(f"{case}: interpreted {interpreted}, CPython {compiled}")
+        if not same_step(builtin, interpreted):
+            if release.builtin.accepts(case.cfg) is None:
+                builtin_mismatch.append(f"{case}: real {interpreted}, built-in {builtin}")
+            else:
+                refused_different += 1
+    name = f"{release.version} ({release.builtin.name})"
+    assert not python_mismatch, (
+        f"{name}: interpreter and CPython differ on {len(python_mismatch)} of {CASES}; "
+        f"first: {python_mismatch[0]}"
+    )
+    assert not builtin_mismatch, (
+        f"{name}: the built-in variant differs from the real code on {len(builtin_mismatch)} "
+        f"accepted inputs of {CASES}; first: {builtin_mismatch[0]}"
+    )
+    low = {k: tally[k] for k, f in floors(release.minor).items() if tally[k] < f * CASES}
+    assert not low, f"{name}: outcomes below their floor: {low} (all: {dict(tally)})"
 
 
-def test_split_matches_release(release: Release) -> None:
-    """The built-in split stage equals the real _mamba_block_aligned_split (0 mismatches)."""
-    stage = release.policy.stage("split")
-    assert stage is not None
-    count, mismatches, tally = compare(
-        lambda case: release.real.split(case.cfg, case.hits, case.n),
-        lambda case: stage.function(case.cfg, case.hits.start, case.n),
-        cases(split_case, release.version),
-        lambda case, result: split_outcomes(release.version, case, result),
-    )
-    assert count == CASES
-    assert not mismatches, (
-        f"{release.version} {release.policy.name}: {len(mismatches)} of "
-        f"{count} differ; first: {mismatches[0]}"
-    )
-    check_floors(tally, floors(release.version), release.version)
+def test_call_site_arguments_are_those_of_the_loops(release: Release) -> None:
+    """The step view passes what the two loops of ``schedule()`` pass: the hits (and u) at
+    admission only, ``num_computed_tokens`` 0 there and c after (history note section 2)."""
+    cfg = Config(block=16, prompt=80, max_sched=64, start=40, external=8, uncached_prefix=32)
+    at = step_view(cfg, 40, lambda function, args: function(*args))
+    after = step_view(cfg, 48, lambda function, args: function(*args))
+    assert (at.computed, at.local, at.external, at.uncached_prefix) == (0, 32, 8, 32)
+    assert (after.computed, after.local, after.external, after.uncached_prefix) == (48, 0, 0, 0)
+    stage = release.interpreted.stage("split")
+    assert stage is not None and stage.source is not None
+    arguments = stage.arguments(at, 40, 24)
+    uncached = [32] if release.compiled.takes_uncached_prefix else []
+    assert arguments[2:] == [24, 32, 8, *uncached]
+    assert release.compiled.takes_uncached_prefix == (release.minor in (24, 25))
 
 
-def test_reservation_matches_release(release: Release) -> None:
-    """The reservation stage equals the real _reserve_prefill_lookahead (0.28+), else absent."""
-    stage = release.policy.stage("reservation")
-    assert release.real.has_reservation == (stage is not None)
-    if stage is None:
-        return
-    count, mismatches, tally = compare(
-        lambda case: release.real.reserve(case.cfg, case.hits.start, case.n),
-        lambda case: stage.function(case.cfg, case.hits.start, case.n),
-        cases(reservation_case, release.version),
-        reservation_outcomes,
+def test_external_hit_asserts_at_admission_only(release: Release) -> None:
+    """V1 and V2 assert x = 0 (the waiting loop passes x); the built-in asserts too (P0),
+    and after admission the running loop passes no hit, so nothing asserts."""
+    cfg = Config(block=16, prompt=80, max_sched=64, start=32, external=16, lookahead=1, drop=True)
+    for c in (32, 48):
+        real = step(release.interpreted, cfg, c, 16)
+        compiled = compiled_step(release, cfg, c, 16)
+        builtin = step(release.builtin, cfg, c, 16)
+        crashes = c == 32 and release.minor <= 22
+        assert (real.crash is not None, compiled.crash is not None) == (crashes, crashes)
+        assert (builtin.crash is not None, builtin.unsafe is not None) == (crashes, crashes)
+        assert same_step(real, builtin) and same_step(real, compiled)
+
+
+# --- conform, through the CLI ----------------------------------------------------------------
+
+
+CLASSIC_RANGES = (
+    "--block 4,8 --split-block B,B/2 --lookahead 0-3 --drop both --prompt 1-10 --tokens P,P+1 "
+    "--start 0,external --max-sched 1-6"
+)
+"""The classic inputs with G != B, resumed requests and external admission hits."""
+
+
+def feature_ranges(minor: int) -> str | None:
+    """Small ranges of the optional inputs release 0.``minor`` has (None: it has none beyond
+    the classic ones)."""
+    if minor in (24, 25):
+        return "--block 4,8 --lookahead 0-2 --prompt 1-12 --max-sched 4-8 --uncached-prefix 4,8"
+    if minor < 26:
+        return None
+    flags = (
+        "--block 8 --split-block B/2 --hash-block G/2 --lookahead 0-2 --prompt 1-12 "
+        "--max-sched 1-6 --junction any --start 0,hash"
     )
-    assert count == CASES
-    assert not mismatches, (
-        f"{release.version}: {len(mismatches)} of {count} differ; first: {mismatches[0]}"
+    if minor >= 29:
+        flags += " --checkpoints on --retention 0"
+    if minor >= 30:
+        flags += " --checkpoint-alignment 1,H --exact-junction both"
+    if minor >= 33:
+        flags += " --hash-lookahead 0,L"
+    return flags
+
+
+CONFORM_CASES = [
+    pytest.param(version, ranges, id=f"{version}-{kind}")
+    for version in RELEASES
+    for kind, ranges in (
+        ("classic", CLASSIC_RANGES),
+        ("features", feature_ranges(int(version.split(".")[1]))),
     )
-    check_floors(tally, RESERVATION_FLOORS, release.version)
+    if ranges is not None
+]
+
+
+@pytest.mark.parametrize(("version", "ranges"), CONFORM_CASES)
+def test_conform_builtin_against_release_is_equal(version: str, ranges: str, cli: Cli) -> None:
+    """``conform vllm-0.NN --against vllm==0.NN.0``: EQUAL over Z3 and the grid (exit 0)."""
+    builtin = policy_for_release(version).name
+    run = cli("conform", builtin, "--against", f"vllm=={version}", *ranges.split(), "--json")
+    document = run.json()
+    assert (run.code, document["status"], document["difference"]) == (0, "EQUAL", None), run.out
+    assert document["range"]["z3"]["cells"] > 0
+    assert document["range"]["grid"]["configs"] > 0
+    assert len(document["source_sha256"][f"vllm=={version}"]) == 64
+
+
+def test_conform_finds_a_difference_between_releases(cli: Cli) -> None:
+    """Different releases: exit 1 with one input where the chunks differ, which a step of
+    each policy at that input confirms."""
+    argv = ["conform", "vllm-0.26", "--against", "vllm==0.33.0", "--block", "16"]
+    run = cli(*argv, "--lookahead", "3", "--prompt", "1-64", "--max-sched", "1-16", "--json")
+    difference = run.json()["difference"]
+    assert run.code == 1 and difference["chunk_a"] != difference["chunk_b"]
+    cfg = Config.from_dict(difference["config"])
+    for name, key in (("vllm-0.26", "chunk_a"), ("vllm==0.33.0", "chunk_b")):
+        taken = step(resolve_policy(name), cfg, difference["c"], difference["budget"])
+        assert (taken.chunk if taken.unsafe is None else -1) == difference[key]
 
 
 def test_release_cache_holds_only_the_needed_files(release: Release) -> None:
@@ -427,14 +628,14 @@ def test_release_cache_holds_only_the_needed_files(release: Release) -> None:
     root = release_root(release.version)
     manifest = json.loads((root / MANIFEST).read_text())
     assert manifest["wheel"].startswith(f"vllm-{release.version}")
-    assert manifest["files"][SCHEDULER_FILE] == release.real.sha256
+    assert manifest["files"][SCHEDULER_FILE] == release.interpreted.source_sha256
     files = [p for p in root.rglob("*") if p.is_file()]
     assert sorted(str(p.relative_to(root)) for p in files) == sorted([*manifest["files"], MANIFEST])
     assert sum(p.stat().st_size for p in files) < 1_000_000
     assert not list(root.parent.glob("**/*.whl"))
 
 
-# --- extraction errors and strictness --------------------------------------------------------
+# --- reading errors and strictness -----------------------------------------------------------
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -454,8 +655,10 @@ def _one_line_error(scheduler_py: Path) -> str:
     return message
 
 
+SPLIT_DEF = "    def _mamba_block_aligned_split(self, request, n, local=0, external=0):\n"
+
+
 def test_missing_split_method_is_one_line_error(tmp_path: Path) -> None:
-    """A scheduler.py whose class Scheduler lacks the split: PolicyError naming file and method."""
     path = _tree(
         tmp_path, {SCHEDULER_FILE: "class Scheduler:\n    def schedule(self):\n        return 0\n"}
     )
@@ -465,7 +668,6 @@ def test_missing_split_method_is_one_line_error(tmp_path: Path) -> None:
 
 
 def test_syntax_error_is_one_line_error_with_file_and_line(tmp_path: Path) -> None:
-    """A syntax error: PolicyError naming file and line."""
     path = _tree(
         tmp_path,
         {
@@ -478,15 +680,12 @@ def test_syntax_error_is_one_line_error_with_file_and_line(tmp_path: Path) -> No
 
 
 def test_unresolvable_helper_is_one_line_error(tmp_path: Path) -> None:
-    """A helper imported from a module the tree lacks: PolicyError naming the import line."""
     path = _tree(
         tmp_path,
         {
-            SCHEDULER_FILE: (
-                "from vllm.nowhere import helper\n\nclass Scheduler:\n"
-                "    def _mamba_block_aligned_split(self, request, n, l=0, x=0):\n"
-                "        return helper(n)\n"
-            )
+            SCHEDULER_FILE: "from vllm.nowhere import helper\n\nclass Scheduler:\n"
+            + SPLIT_DEF
+            + "        return helper(n)\n"
         },
     )
     assert _one_line_error(path).startswith(f"{path}:1: cannot resolve 'helper'")
@@ -494,26 +693,23 @@ def test_unresolvable_helper_is_one_line_error(tmp_path: Path) -> None:
 
 def test_helper_outside_the_subset_is_rejected_on_loading(tmp_path: Path) -> None:
     """A helper the methods reach is checked against the policy subset when the source is
-    loaded, not at its first vectorised or symbolic use."""
+    loaded, not at its first use."""
     path = _tree(
         tmp_path,
         {
-            SCHEDULER_FILE: (
-                "from vllm.helpers import snap\n\nclass Scheduler:\n"
-                "    def _mamba_block_aligned_split(self, request, n, l=0, x=0):\n"
-                "        return snap(n)\n"
-            ),
+            SCHEDULER_FILE: "from vllm.helpers import snap\n\nclass Scheduler:\n"
+            + SPLIT_DEF
+            + "        return snap(n)\n",
             "vllm/helpers.py": (
                 "def snap(n):\n    for _ in range(2):\n        n = n - 1\n    return n\n"
             ),
         },
     )
-    with pytest.raises(SubsetError, match=r"helpers\.py:2: For is outside the policy subset"):
-        load_scheduler(path)
+    message = _one_line_error(path)
+    assert "helpers.py:2: For is outside the policy subset" in message
 
 
 FAKE_SCHEDULER = """\
-from typing import cast
 from vllm.utils.grid import floor_to
 from vllm.v1.kv_cache_interface import snap as snap_end
 
@@ -523,7 +719,7 @@ class Scheduler:
         self, request: "Request", num_new_tokens: int, local: int = 0, external: int = 0
     ) -> int:
         start: int = request.num_computed_tokens + local + external
-        return cast(int, snap_end(start + num_new_tokens, self._grid) - start)
+        return snap_end(start + num_new_tokens, self._grid) - start
 
     @property
     def _grid(self) -> int:
@@ -532,8 +728,12 @@ class Scheduler:
     def _scale(self) -> int:
         return 1
 
+    @staticmethod
+    def _unused() -> int:
+        return floor_to(1, 1)
+
     def _reserve_prefill_lookahead(self, request, num_computed_tokens, num_new_tokens):
-        return getattr(self, "not_modelled", num_new_tokens)
+        return min(num_new_tokens, self.not_modelled)
 """
 FAKE_HELPERS = {
     "vllm/v1/kv_cache_interface.py": "from vllm.utils import floor_to\n\n\n"
@@ -545,19 +745,21 @@ FAKE_HELPERS = {
 
 
 def test_members_helpers_and_reexports_resolve_without_importing(tmp_path: Path) -> None:
-    """self-members (a property and a method), helpers via a re-export, a stdlib import."""
+    """self-members (a property and a method), helpers via a re-export; an unused import of
+    a library (torch) is never resolved."""
     path = _tree(tmp_path, {SCHEDULER_FILE: FAKE_SCHEDULER, **FAKE_HELPERS})
     methods = load_scheduler(path)
-    cfg = Config(block=16, prompt=49, max_sched=16)
+    cfg = step_view(Config(block=16, prompt=49, max_sched=16), 0, lambda f, args: f(*args))
     assert methods.split(cfg, Hits(3, 2), 40) == 27
     assert not methods.takes_uncached_prefix
 
 
 def test_standins_refuse_unmodelled_attributes(tmp_path: Path) -> None:
-    """Reading an attribute the stand-ins lack fails, even through getattr with a default."""
+    """Reading an attribute the stand-ins lack is an error naming it and its --set."""
     methods = load_scheduler(_tree(tmp_path, {SCHEDULER_FILE: FAKE_SCHEDULER, **FAKE_HELPERS}))
     with pytest.raises(StandInError, match=r"reads self\.not_modelled.*--set self\.not_modelled="):
-        methods.reserve(Config(block=16, prompt=49, max_sched=16), 0, 16)
+        view = step_view(Config(block=16, prompt=49, max_sched=16), 0, lambda f, args: f(*args))
+        methods.reserve(view, 0, 16)
 
 
 @pytest.mark.parametrize("version", ["0.33", "0.33.0\n", "0.33.0rc1", "../0.33.0"])

@@ -19,7 +19,7 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import SubsetError
 from chunkproof.model.subset import parse
 from chunkproof.model.symbolic import symbolic
-from chunkproof.model.vectorised import INTERPRETER
+from chunkproof.model.vectorised import evaluate
 
 STAGES = [
     splits.split_v1,
@@ -67,7 +67,7 @@ def configs(draw: st.DrawFn) -> Config:
 @given(cfg=configs(), c=st.integers(0, 210), n=st.integers(0, 80))
 def test_interpreted_scalar_form_equals_native(cfg: Config, c: int, n: int) -> None:
     for fn in STAGES:
-        assert INTERPRETER.call(parse(fn), [cfg, c, n]) == fn(cfg, c, n), fn.__name__
+        assert evaluate(parse(fn), [cfg, c, n]).value == fn(cfg, c, n), fn.__name__
 
 
 @settings(max_examples=40, deadline=None)
@@ -76,7 +76,7 @@ def test_vectorised_form_equals_native_lane_by_lane(cfg: Config) -> None:
     cs = np.arange(0, cfg.T + 2)[:, None]
     ns = np.arange(0, 40)[None, :]
     for fn in STAGES:
-        table = np.broadcast_to(INTERPRETER.call(parse(fn), [cfg, cs, ns]), (len(cs), 40))
+        table = np.broadcast_to(evaluate(parse(fn), [cfg, cs, ns]).value, (len(cs), 40))
         for i, c in enumerate(cs[:, 0].tolist()):
             for n in range(0, 40, 7):
                 assert table[i, n] == fn(cfg, c, n), (fn.__name__, c, n)
@@ -106,7 +106,7 @@ def test_outside_the_subset_names_file_and_line(
     fn = _load(tmp_path, body, monkeypatch)
     with pytest.raises(SubsetError) as info:
         parse(fn)
-        INTERPRETER.call(parse(fn), [Config(block=4, prompt=8, max_sched=4), 0, 4])
+        evaluate(parse(fn), [Config(block=4, prompt=8, max_sched=4), 0, 4])
     message = str(info.value)
     assert "user_policy.py:" in message and what in message
     assert "\n" not in message

@@ -1,6 +1,8 @@
-"""Copies of cached vLLM release trees for tests, and the SPEC V lookahead-in-split fix written
-into a copy of 0.33.0's methods the way a PR would write it (no vLLM code is committed: the
-copy is made at test time from the release cache)."""
+"""Copies of cached vLLM release trees for tests, edited the way a pull request would edit them.
+
+No vLLM code is committed: every copy is made at test time from the release cache
+(:func:`chunkproof.model.releases.release_root`), and the edits below are the only text added.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +19,17 @@ def copy_release(version: str, into: Path, with_manifest: bool) -> Path:
     if not with_manifest:
         (into / "manifest.json").unlink()
     return into
+
+
+def _edit(root: Path, replacements: list[tuple[str, str]]) -> Path:
+    """Apply each (old, new) to the copy's scheduler.py; each old text occurs exactly once."""
+    scheduler = root / SCHEDULER_FILE
+    text = scheduler.read_text()
+    for old, new in replacements:
+        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
+        text = text.replace(old, new)
+    scheduler.write_text(text)
+    return root
 
 
 # The SPEC V lookahead-in-split fix, written into a copy of 0.33.0's methods the way a PR
@@ -42,11 +55,44 @@ _RESERVE_FIX = (
 
 
 def patched_release(into: Path) -> Path:
-    """0.33.0's source tree with the fix applied to a copy of its scheduler.py."""
+    """0.33.0's source tree with the lookahead-in-split fix applied to its scheduler.py (no
+    manifest: a checkout of unknown release, composed as ``vllm-latest``)."""
     root = copy_release("0.33.0", into, with_manifest=False)
-    scheduler = root / SCHEDULER_FILE
-    text = scheduler.read_text()
-    assert text.count(_SPLIT_RETURN) == 1 and text.count(_RESERVE_TEST) == 1
-    text = text.replace(_SPLIT_RETURN, _SPLIT_FIX + _SPLIT_RETURN)
-    scheduler.write_text(text.replace(_RESERVE_TEST, _RESERVE_FIX))
-    return root
+    return _edit(root, [(_SPLIT_RETURN, _SPLIT_FIX + _SPLIT_RETURN), (_RESERVE_TEST, _RESERVE_FIX)])
+
+
+_SPLIT_START = "        start = (\n            request.num_computed_tokens\n"
+
+READS_SCHEDULER_STATE = """\
+        if not self.need_mamba_block_aligned_split or not self.has_mamba_layers:
+            return num_new_tokens
+        if self.cache_config.mamba_cache_mode != "align":
+            return num_new_tokens
+        if (
+            self.speculative_config is not None
+            and self.speculative_config.num_speculative_tokens < self.num_prefill_lookahead
+        ):
+            return 0
+        if request.num_output_tokens < 0 or request.num_output_placeholders != 0:
+            return 0
+"""
+"""A patch that reads attributes of the scheduler and the request beyond the model's table
+(the gate of the split, the cache mode, the speculative config, the output count) and changes
+nothing on any configuration vLLM runs the split with."""
+
+RESUMED_ONE_TOKEN_AT_A_TIME = """\
+        if request.num_output_tokens > 0:
+            return min(num_new_tokens, 1)
+        speculative = self.speculative_config
+        if speculative is not None and speculative.num_speculative_tokens > 2:
+            return min(num_new_tokens, 2)
+"""
+"""A patch whose effect shows the values it reads: a resumed request (T > P) advances one
+token per step, and a request under MTP with k > 2 drafts at most two."""
+
+
+def patched_split_start(into: Path, lines: str) -> Path:
+    """0.33.0's source tree with ``lines`` inserted at the top of the split's body (after its
+    docstring), keeping the release's manifest (so it is composed as 0.33.0)."""
+    root = copy_release("0.33.0", into, with_manifest=True)
+    return _edit(root, [(_SPLIT_START, lines + _SPLIT_START)])
