@@ -23,13 +23,20 @@ from chunkproof.checker.compare_report import (
 )
 from chunkproof.checker.conform import DIFFERENT, EQUAL, UNKNOWN, conform
 from chunkproof.checker.conform import describe as describe_conformance
-from chunkproof.checker.defaults import production_space, small_space, union, user_space
+from chunkproof.checker.defaults import (
+    production_space,
+    small_space,
+    system_space,
+    union,
+    user_space,
+)
 from chunkproof.checker.graph_picture import save_graph
 from chunkproof.checker.output import RunFolder, run_folder
 from chunkproof.checker.pictures import check_picture_suffix, save_picture
 from chunkproof.checker.progress import Progress
-from chunkproof.checker.ranges import add_range_flags, budget_range, range_texts
+from chunkproof.checker.ranges import add_range_flags, budget_range, range_texts, trace_items
 from chunkproof.checker.report import (
+    EMPTY,
     VIOLATED,
     Verdict,
     combine,
@@ -40,6 +47,7 @@ from chunkproof.checker.report import (
 )
 from chunkproof.checker.repro import SOURCE_VARIABLE, write_repro
 from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
+from chunkproof.checker.system import explore_system
 from chunkproof.checker.traces import violates
 from chunkproof.model.builtin import ALIASES, builtin_policies
 from chunkproof.model.config import Config
@@ -53,10 +61,12 @@ from chunkproof.model.errors import (
 )
 from chunkproof.model.loading import recorded_policy, resolve_policy
 from chunkproof.model.policy import Policy
-from chunkproof.model.source_policy import names_source
+from chunkproof.model.source_policy import names_class, names_source
+from chunkproof.model.step import Step, stage_order
 from chunkproof.model.trajectory import run
 from chunkproof.model.vllm_source import parse_overrides
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
+from chunkproof.spec.scheduler_step import MAX_SEQS
 from chunkproof.spec.space import Space
 
 DEFAULT_OUT = Path("chunkproof-out")
@@ -162,11 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", help="replay on this policy instead of the recorded one")
     p.add_argument("--json", action="store_true")
 
+    _add_system_parser(sub)
     _add_conform_parser(sub)
     _add_compare_parser(sub)
     _add_repro_parser(sub)
     _add_show_parser(sub)
-    for name in ("trace", "explore", "check", "prove", "replay", "conform", "compare"):
+    for name in ("trace", "explore", "check", "prove", "replay", "conform", "compare", "system"):
         sub.choices[name].add_argument(
             "--compose",
             metavar="Cn",
@@ -179,7 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
             action="append",
             default=[],
             metavar="self.NAME=VALUE",
-            help="for real vLLM source: a value for an input the model does not have (repeatable)",
+            help="for real vLLM source: a value for an input the model does not have: an "
+            "attribute (self.x.y=3, request.z=True) or a call (self.x.f()=256); repeatable",
+        )
+        sub.choices[name].add_argument(
+            "--class",
+            dest="class_name",
+            metavar="NAME",
+            help="for real vLLM source: the scheduler class (in the policy file, or Name or "
+            "module.Name in the tree; default: vLLM's Scheduler, or the one the file patches "
+            "or defines)",
+        )
+        sub.choices[name].add_argument(
+            "--base",
+            metavar="TREE",
+            help="for a policy file (a subclass, a patch module, a scheduler.py): the tree it "
+            "sits on, vllm==X.Y.Z or a checkout",
         )
     return parser
 
@@ -229,35 +255,57 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     if args.json:
         _emit({"policies": rows, "aliases": ALIASES})
         return EXIT_OK
-    for row in rows:
-        releases = ", ".join(row["releases"]) or "(proposed)"
-        print(
-            f"{row['name']:<20} {row['split']:<10} {row['reservation'] or '-':<13} "
-            f"{row['composition']:<4} {releases}"
-        )
+    table = [
+        [
+            row["name"],
+            row["split"],
+            row["reservation"] or "-",
+            row["composition"],
+            ", ".join(row["releases"]) or "(proposed)",
+        ]
+        for row in rows
+    ]
+    widths = [max(len(cells[i]) for cells in table) for i in range(4)]
+    for cells in table:
+        print(" ".join(f"{cell:<{w}}" for cell, w in zip(cells, widths, strict=False)), cells[4])
     for alias, target in ALIASES.items():
-        print(f"{alias:<20} alias of {target}")
+        print(f"{alias:<{widths[0]}} alias of {target}")
     return EXIT_OK
 
 
 def _policy(text: str, args: argparse.Namespace) -> Policy:
-    """POLICY with ``--compose`` and ``--set`` (an error unless it is real vLLM source)."""
-    return resolve_policy(text, args.compose, parse_overrides(args.overrides))
+    """POLICY with ``--compose``, ``--set``, ``--class`` and ``--base`` (an error unless it is
+    real vLLM source)."""
+    overrides = parse_overrides(args.overrides)
+    return resolve_policy(text, args.compose, overrides, args.class_name, args.base)
 
 
 def _policy_pair(first: str, second: str, args: argparse.Namespace) -> tuple[Policy, Policy]:
-    """conform's and compare's two policies: ``--compose`` and ``--set`` apply to whichever of
-    them is real vLLM source, and are an error when neither is."""
+    """conform's and compare's two policies: ``--compose``, ``--set``, ``--class`` and
+    ``--base`` apply to whichever of them is real vLLM source, and are an error when neither
+    is."""
     compose, overrides = args.compose, parse_overrides(args.overrides)
-    sources = [names_source(text) for text in (first, second)]
-    if (compose or overrides) and not any(sources):
-        option = "--compose" if compose else "--set"
+    class_name, base = args.class_name, args.base
+    sources = [names_source(text) or names_class(text) for text in (first, second)]
+    given = [
+        flag
+        for flag, value in (
+            ("--compose", compose),
+            ("--set", overrides),
+            ("--class", class_name),
+            ("--base", base),
+        )
+        if value
+    ]
+    if given and not any(sources):
         raise ChunkproofError(
-            f"{option} applies to real vLLM source, and neither {first!r} nor {second!r} is"
+            f"{given[0]} applies to real vLLM source, and neither {first!r} nor {second!r} is"
         )
 
     def resolve(text: str, source: bool) -> Policy:
-        return resolve_policy(text, compose, overrides) if source else resolve_policy(text)
+        if not source:
+            return resolve_policy(text)
+        return resolve_policy(text, compose, overrides, class_name, base)
 
     return resolve(first, sources[0]), resolve(second, sources[1])
 
@@ -292,6 +340,9 @@ def _add_trace_parser(sub: Any) -> None:
     p.add_argument("--checkpoint-alignment", type=_natural, default=1, help="alpha (with K)")
     p.add_argument("--uncached-prefix", type=_natural, default=0, help="u (0.24-0.25)")
     p.add_argument("--retention", type=_retention, default=-1, help="R: none or >= 0")
+    p.add_argument("--items", help="encoder items START+LENGTH,... (e.g. 4+20,26+20)")
+    p.add_argument("--encoder-cache", type=_natural, default=0, help="C (0: max(M, largest))")
+    p.add_argument("--encoder-budget", type=_natural, default=0, help="b0 (0: vLLM's, = C)")
     p.add_argument("--json", action="store_true")
 
 
@@ -324,6 +375,9 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         checkpoint_alignment=args.checkpoint_alignment if args.checkpoints else 0,
         uncached_prefix=args.uncached_prefix,
         retention=args.retention,
+        items=trace_items(args.items),
+        encoder_cache=args.encoder_cache,
+        encoder_budget=args.encoder_budget,
     )
     if max(budgets) > cfg.max_sched:
         raise ChunkproofError(f"a budget of {max(budgets)} exceeds --max-sched {cfg.max_sched}")
@@ -355,12 +409,8 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     print(f"{policy.name}: {cfg.describe()} E={cfg.prefill_end}")
     if refused:
         print(f"note: this release refuses the configuration ({refused})")
-    print(f"{'c':>6} {'budget':>6} {'n':>6} {'split':>6} {'reserve':>7} {'chunk':>6} {'end':>6}")
-    for s in trajectory.steps:
-        print(
-            f"{s.c:>6} {s.budget:>6} {s.n:>6} {s.split:>6} {s.reservation:>7} {s.chunk:>6} "
-            f"{s.end if s.chunk > 0 else '-':>6}"
-        )
+    for line in _trace_table(policy, cfg, trajectory.steps):
+        print(line)
     print(f"ends: {', '.join(map(str, trajectory.ends)) or '(none)'}")
     if trajectory.finished:
         print(f"finished in {len(trajectory.steps)} steps")
@@ -369,6 +419,29 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     else:
         print(f"stuck at c={trajectory.stuck_at}: every step yields 0")
     return EXIT_OK
+
+
+_COLUMNS = {"split": "split", "encoder": "encoder", "reservation": "reserve"}
+"""The trace table's column of each stage after the budget cap."""
+
+
+def _trace_table(policy: Policy, cfg: Config, steps: Sequence[Step]) -> list[str]:
+    """The trace's rows: c, the budget, n, the value after each stage in the order the policy
+    applies them (the encoder cap only when the request has encoder items: without them it
+    passes n through), the chunk and its end."""
+    stages = [
+        name
+        for name in stage_order(policy)
+        if name in _COLUMNS and (name != "encoder" or cfg.has_items)
+    ]
+    heads = ["c", "budget", "n", *(_COLUMNS[name] for name in stages), "chunk", "end"]
+    widths = [max(6, len(head)) for head in heads]
+    rows = [" ".join(f"{head:>{w}}" for head, w in zip(heads, widths, strict=True))]
+    for s in steps:
+        values = [s.c, s.budget, s.n, *(getattr(s, name) for name in stages), s.chunk]
+        cells = [*values, s.end if s.chunk > 0 else "-"]
+        rows.append(" ".join(f"{v:>{w}}" for v, w in zip(cells, widths, strict=True)))
+    return rows
 
 
 def _budget_list(text: str) -> tuple[int, ...]:
@@ -558,7 +631,7 @@ def _counterexample_file(path: Path) -> Counterexample:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     cx = _counterexample_file(args.file)
-    if args.policy is None and not (args.compose or args.overrides):
+    if args.policy is None and not (args.compose or args.overrides or args.class_name or args.base):
         policy = recorded_policy(cx)
     else:
         policy = _policy(args.policy or cx.policy, args)
@@ -760,7 +833,83 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- system ---------------------------------------------------------------------------------------
+
+
+def _add_system_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "system",
+        help="the scheduler step over several requests: S-LIVE, HOL, STARVE and P0, explored",
+    )
+    p.add_argument("policy", metavar="POLICY")
+    p.add_argument("--requests", type=_positive, default=2, help="requests per instance (2)")
+    p.add_argument(
+        "--max-seqs", type=_positive, default=MAX_SEQS, help=f"max_num_seqs ({MAX_SEQS})"
+    )
+    p.add_argument(
+        "--no-symmetry",
+        action="store_true",
+        help="keep requests with equal configurations apart (same verdicts, more states)",
+    )
+    add_range_flags(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _cmd_system(args: argparse.Namespace) -> int:
+    """``chunkproof system``: :func:`~chunkproof.checker.system.explore_system` on the range
+    flags (each configuration one request), else :func:`~chunkproof.checker.defaults.
+    system_space`; exit 1 if a property is violated, 2 if the space holds no instance."""
+    policy = _policy(args.policy, args)
+    if budget_range(args) is not None:
+        raise ChunkproofError("--budget: the scheduler step is offered every budget 1..M")
+    texts = range_texts(args)
+    space = user_space(texts, None, production=False) if texts else system_space()
+    _check_size(space)
+    verdicts, info = explore_system(
+        policy, space, args.requests, args.max_seqs, symmetry=not args.no_symmetry
+    )
+    statuses = {v.status for v in verdicts}
+    code = EXIT_BAD_INPUT if EMPTY in statuses else EXIT_VIOLATED if VIOLATED in statuses else 0
+    if args.json:
+        _emit(
+            {
+                "policy": policy.name,
+                "range": space.describe(),
+                "explored": info,
+                "verdicts": [v.to_dict() for v in verdicts],
+                **_source(policy),
+            }
+        )
+        return code
+    print(f"chunkproof system {policy.name} ({policy.summary})")
+    print(f"range (each configuration one request): {_range_words(space.describe())}")
+    print(
+        f"{info['instances']} instances of {info['requests']} requests (max_num_seqs "
+        f"{info['max_seqs']}, every budget 1..M per step), {info['states']} global states"
+        f"{'' if info['symmetry'] else ' (no symmetry reduction)'} in {info['seconds']} s"
+    )
+    print()
+    for v in verdicts:
+        count = f"  {v.violating} of {v.instances} instances" if v.status == VIOLATED else ""
+        print(f"  {v.property:<8} {v.status}{count}")
+        if v.example is not None:
+            print(f"      smallest: {v.example}")
+            for line in v.trace:
+                print(f"        {line}")
+    return code
+
+
+def _range_words(described: dict[str, Any]) -> str:
+    """A space's ``describe()`` as ``name=value, ...``, grid by grid; the budget is 1..M."""
+    grids = described.get("union", [described])
+    return "; ".join(
+        ", ".join(f"{k}={v}" for k, v in grid.items() if k not in ("grid", "budget"))
+        for grid in grids
+    )
+
+
 _HANDLERS = {
+    "system": _cmd_system,
     "policies": _cmd_policies,
     "trace": _cmd_trace,
     "explore": _cmd_explore,

@@ -125,7 +125,40 @@ def small_space(policy: Policy, budget: tuple[int, int] | None = None) -> Space:
         )
     if minor in (24, 25):
         grids.append(grid_from({**base, "uncached_prefix": "4,8"}, "uncached prefix"))
+    if policy.stage("encoder") is not None:
+        grids.append(grid_from({**base, **ENCODER_GRID}, "encoder items"))
     return Space(tuple(grids), budget)
+
+
+ENCODER_GRID = {
+    "block": "4",
+    "lookahead": "0-2",
+    "prompt": "16",
+    "max_sched": "4-8",
+    "layout": "0-2+2-5,^0-3+2-5",
+}
+"""The encoder-item grid of the small space (every release has the encoder cap): two images
+whose placeholders are 2-5 tokens, the first at 0-2, the second 0-3 tokens after it, in a
+16-token prompt, with the cache and the compute budget at vLLM's own size max(M, largest item)
+(so two items never fit together once M < their total): the shape of vLLM #40707 (encoder-and-
+loops note 5) at B = 4, with L up to 2 for the EAGLE/MTP form of 0.28-0.32 (gap < 2L)."""
+
+
+SYSTEM_GRID = {
+    "block": "4",
+    "lookahead": "0,2",
+    "drop": "both",
+    "prompt": "3-12",
+    "max_sched": "8",
+}
+"""The scheduler step's default requests (``chunkproof system``): prompts of 3-12 tokens on
+B = 4 under M = 8, without and with multi-module MTP (L = 2), so that a request ends a few
+tokens past a block boundary, below one block, or inside the lookahead window."""
+
+
+def system_space() -> Space:
+    """``chunkproof system``'s default: every request of :data:`SYSTEM_GRID`, every budget."""
+    return Space((grid_from(SYSTEM_GRID, "requests"),))
 
 
 def production_space(policy: Policy, budget: tuple[int, int] | None = None) -> Space:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from chunkproof.model.config import Config
+from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError
-from chunkproof.spec.space import INPUTS, parse_ints
+from chunkproof.spec.space import INPUTS, parse_ints, parse_layouts
 
 RANGE_HELP = {
     "block": "Mamba block sizes B, e.g. 4,8,16 or 16-64",
@@ -29,6 +29,10 @@ RANGE_HELP = {
     "start": "admission starts c0: 0, block, hash, external, and numbers",
     "junction": "shared-prefix junctions J: 0, any, and numbers",
     "max_sched": "max scheduled tokens M, e.g. 1-32",
+    "layout": "encoder items START+LENGTH (^GAP+LENGTH: after the previous item), alternatives "
+    "separated by ;: none, 4+20,26+20, 0-3+1-8,^0-4+1-8",
+    "encoder_cache": "encoder cache capacities C in embeddings (0: vLLM's max(M, largest item))",
+    "encoder_budget": "encoder compute budgets per step (0: vLLM's, equal to the capacity)",
 }
 
 
@@ -71,8 +75,28 @@ TRACE_FLAGS: dict[str, tuple[str, Any]] = {
     "uncached_prefix": ("--uncached-prefix", int),
     "checkpoint_alignment": ("--checkpoint-alignment", int),
     "retention": ("--retention", int),
+    "encoder_cache": ("--encoder-cache", int),
+    "encoder_budget": ("--encoder-budget", int),
 }
-"""``trace``'s single-value flags beyond B, L, P, M, D, K and S (Config field -> flag)."""
+"""``trace``'s single-value flags beyond B, L, P, M, D, K, S and the items (Config field ->
+flag)."""
+
+
+def trace_items(text: str | None) -> Items:
+    """``trace --items``: one layout in the syntax of the range flag (``4+20,26+20``)."""
+    if text is None:
+        return Items()
+    layouts = parse_layouts(text)
+    if not layouts.fixed():
+        raise ConfigError(f"--items {text}: trace takes one layout (START+LENGTH,...)")
+    pattern = layouts.alternatives[0]
+    pairs: list[tuple[int, int]] = []
+    end = 0
+    for item in pattern:
+        start = end + item.start.low if item.relative else item.start.low
+        pairs.append((start, item.length.low))
+        end = start + item.length.low
+    return Items(pairs)
 
 
 def trace_arguments(cfg: Config) -> list[str]:
@@ -92,4 +116,6 @@ def trace_arguments(cfg: Config) -> list[str]:
             continue
         if value != getattr(defaults, name):
             words += [flag, str(value)]
+    if cfg.items:
+        words += ["--items", cfg.items.describe()]
     return words

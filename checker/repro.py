@@ -93,7 +93,14 @@ def write_repro(cx: Counterexample, source_name: str, out: Path) -> Path:
 
 
 def repro_source(cx: Counterexample, source_name: str) -> str:
-    """The text of the standalone pytest file for ``cx`` (module docstring)."""
+    """The text of the standalone pytest file for ``cx`` (module docstring). A counterexample
+    with encoder items has none yet: the file would need stand-ins for the encoder cache
+    manager, which it does not generate (``chunkproof replay`` replays it)."""
+    if cx.config.items:
+        raise ChunkproofError(
+            f"{source_name}: no standalone repro for a counterexample with encoder items "
+            f"({cx.config.items.describe()}); `chunkproof replay {source_name}` replays it"
+        )
     policy = recorded_policy(cx)
     cap = _cap_function(policy)
     loader_imports, loader = _loader_source()

@@ -11,7 +11,7 @@ from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.spec import properties as props
-from chunkproof.spec.request import budget_bounds
+from chunkproof.spec.request import budget_bounds, encoder_forced
 from chunkproof.spec.slots import crossing_claim, oracle, resend_position
 
 MINIMISED = ("prompt", "block", "lookahead", "max_sched", "trace_length")
@@ -38,11 +38,24 @@ def violates(pid: str, cfg: Config, s: Step, window: str, high: int) -> bool:
         return s.budget == high and bool(props.stuck(cfg, s.c, s.chunk))
     if s.chunk <= 0:
         return False
+    if pid == "P4" and encoder_forced(s.order, stage_values(s)):
+        return False  # SPEC P4 exemption (b), as the explorer judges it
     if pid in props.EDGE_PROPERTIES:
         return bool(props.EDGE_PROPERTIES[pid](cfg, s.c, s.end))
     if pid == "P5":
         return bool(props.WINDOW_PROPERTIES[window](cfg, s.c, s.n, s.end))
     raise ValueError(f"no trace check for {pid}")
+
+
+def stage_values(s: Step) -> dict[str, int]:
+    """A step's value after each stage, by stage name, and its chunk."""
+    return {
+        "cap": s.n,
+        "split": s.split,
+        "encoder": s.encoder,
+        "reservation": s.reservation,
+        "chunk": s.chunk,
+    }
 
 
 def _finish(policy: Policy, cfg: Config, steps: list[Step], high: int) -> list[int] | None:

@@ -1,4 +1,4 @@
-"""The built-in policies (SPEC V): every released variant, and two proposed fixes."""
+"""The built-in policies (SPEC V): every released variant, and the proposed fixes."""
 
 from __future__ import annotations
 
@@ -10,12 +10,34 @@ LATEST = "vllm-0.33"
 
 
 def _composition(
-    cap: StageFunction, split: StageFunction, reserve: StageFunction | None
+    cap: StageFunction,
+    split: StageFunction,
+    reserve: StageFunction | None,
+    encoder: StageFunction,
 ) -> tuple[Stage, ...]:
-    chain = [Stage("cap", cap), Stage("split", split)]
-    if reserve is not None:
-        chain.append(Stage("reservation", reserve))
-    return tuple(chain)
+    """The stages in the order ``schedule()`` applies them (history note 6; encoder-and-loops
+    note 3): the encoder cap before the split up to 0.27 (C1-C4, no reservation), after it
+    and before the reservation from 0.28 (C5-C9, #51603)."""
+    if reserve is None:
+        return (Stage("cap", cap), Stage("encoder", encoder), Stage("split", split))
+    return (
+        Stage("cap", cap),
+        Stage("split", split),
+        Stage("encoder", encoder),
+        Stage("reservation", reserve),
+    )
+
+
+def _encoder(minor: int) -> StageFunction:
+    """The encoder cap of vLLM 0.``minor`` (encoder-and-loops note 6: E1-E3 with F1/F2 up to
+    0.23, E3 with F3 in 0.24-0.27, E4-E6 with F4 in 0.28-0.32, E7 with F5 in 0.33)."""
+    if minor <= 23:
+        return stages.encoder_v15
+    if minor <= 27:
+        return stages.encoder_v24
+    if minor <= 32:
+        return stages.encoder_v28
+    return stages.encoder_v33
 
 
 def _release(
@@ -25,10 +47,12 @@ def _release(
     split: StageFunction,
     composition: str,
 ) -> Policy:
-    """A released variant: C1-C4 have no reservation, C5-C9 add R1, C8-C9 a per-step theta."""
+    """A released variant: C1-C4 have no reservation, C5-C9 add R1, C8-C9 a per-step theta;
+    every release has its encoder cap (:func:`_encoder`)."""
     number = int(composition[1:])
     cap = stages.cap_lone_request if number >= 8 else stages.cap_static_threshold
     reserve = stages.reserve_r1 if number >= 5 else None
+    minor = int(releases[0].split(".")[1])
     return Policy(
         name=name,
         summary=f"vLLM {releases[0]}"
@@ -36,7 +60,7 @@ def _release(
         + f": split {split_variant}"
         + (", reservation R1" if reserve else "")
         + f", composition {composition}",
-        stages=_composition(cap, split, reserve),
+        stages=_composition(cap, split, reserve, _encoder(minor)),
         split_variant=split_variant,
         reservation_variant="R1" if reserve else None,
         composition=composition,
@@ -83,7 +107,10 @@ _POLICIES: tuple[Policy, ...] = (
         summary="proposed fix for the lookahead livelock: V9 resolves window ends itself; "
         "R1 leaves aligned ends alone (SPEC V)",
         stages=_composition(
-            stages.cap_lone_request, splits.split_lookahead_in_split, stages.reserve_unaligned
+            stages.cap_lone_request,
+            splits.split_lookahead_in_split,
+            stages.reserve_unaligned,
+            stages.encoder_v33,
         ),
         split_variant="V9+window",
         reservation_variant="R1-unaligned",
@@ -94,11 +121,55 @@ _POLICIES: tuple[Policy, ...] = (
         name="keep-subblock",
         summary="proposed fix for the sub-block zero collapse: V2 keeps an unfloored chunk "
         "instead of 0 (SPEC V)",
-        stages=_composition(stages.cap_static_threshold, splits.split_keep_subblock, None),
+        stages=_composition(
+            stages.cap_static_threshold, splits.split_keep_subblock, None, stages.encoder_v15
+        ),
         split_variant="V2+keep",
         reservation_variant=None,
         composition="C1",
         acceptance=acceptance.rules_for(17),
+    ),
+    Policy(
+        name="keep-subblock-v5",
+        summary="#40709 on vLLM 0.27: V5 keeps a sub-block chunk instead of flooring it to 0; "
+        "encoder cap before the split (C4)",
+        stages=_composition(
+            stages.cap_static_threshold, splits.split_keep_subblock_v5, None, stages.encoder_v24
+        ),
+        split_variant="V5+keep",
+        reservation_variant=None,
+        composition="C4",
+        acceptance=acceptance.rules_for(27),
+    ),
+    Policy(
+        name="keep-subblock-realign",
+        summary="#40709 review on vLLM 0.27: V5 keeps a sub-block chunk from a grid start only, "
+        "so the next chunk ends on the grid; encoder cap before the split (C4)",
+        stages=_composition(
+            stages.cap_static_threshold,
+            splits.split_keep_subblock_realign,
+            None,
+            stages.encoder_v24,
+        ),
+        split_variant="V5+keep-aligned",
+        reservation_variant=None,
+        composition="C4",
+        acceptance=acceptance.rules_for(27),
+    ),
+    Policy(
+        name="keep-subblock-encoder-only",
+        summary="#40709 narrowed to #40707 on vLLM 0.27: V5 keeps a sub-block chunk only when "
+        "the encoder cap forced its end (C4)",
+        stages=_composition(
+            stages.cap_static_threshold,
+            splits.split_keep_subblock_encoder_only,
+            None,
+            stages.encoder_v24,
+        ),
+        split_variant="V5+keep-encoder",
+        reservation_variant=None,
+        composition="C4",
+        acceptance=acceptance.rules_for(27),
     ),
 )
 

@@ -3,17 +3,16 @@ over Python integers, never compiled or executed.
 
 chunkproof's own built-in policies run natively (they are the definition); code from a vLLM
 tree or a ``module:function`` file runs only through this interpreter, after validation
-(:mod:`chunkproof.model.source_model`). Integers are bounded (:data:`MAX_BITS`) so that hostile
-arithmetic fails fast with a clear error instead of running for minutes.
+(:mod:`chunkproof.model.source_model`). Integers are bounded
+(:data:`~chunkproof.model.errors.MAX_BITS`) so that hostile arithmetic fails fast with a clear
+error instead of running for minutes.
 """
 
 from __future__ import annotations
 
+from chunkproof.model.errors import bounded
 from chunkproof.model.subset import FoldingLogic, Interpreter, SubsetFunction, Value
-from chunkproof.model.vectorised import Outcome, ValueTooLarge
-
-MAX_BITS = 256
-"""Largest integer (in bits) a policy may compute in its concrete form."""
+from chunkproof.model.vectorised import Outcome
 
 
 class ScalarDomain(FoldingLogic):
@@ -25,6 +24,9 @@ class ScalarDomain(FoldingLogic):
 
     def truth(self, cond: Value) -> bool | None:
         return bool(cond)
+
+    def number(self, value: Value) -> bool:
+        return isinstance(value, int)
 
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         return then if cond else other
@@ -42,9 +44,7 @@ class ScalarDomain(FoldingLogic):
             result = left % right if right else 0
         else:
             return _compare(op, left, right)
-        if isinstance(result, int) and result.bit_length() > MAX_BITS:
-            raise ValueTooLarge(f"an intermediate integer exceeds {MAX_BITS} bits")
-        return result
+        return bounded(result)
 
     def constant(self, value: Value) -> bool | None:
         return bool(value)
@@ -90,5 +90,5 @@ def run(func: SubsetFunction, args: list[Value]) -> Outcome:
     """Interpret ``func`` on Python values: its value (``None`` if it crashed) and whether it
     crashed, and where."""
     domain = ScalarDomain()
-    value = Interpreter(domain).call(func, args)
+    value = Interpreter(domain).result(func, args)
     return Outcome(None if domain.crashed else value, domain.crashed, domain.where)

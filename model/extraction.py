@@ -218,6 +218,10 @@ class _Module:
     """local name -> (module, imported name or ``None`` for ``import m``, line)."""
 
 
+SourceModule = _Module
+"""A parsed source file of a tree (what :meth:`Collector.module` returns)."""
+
+
 @dataclass(frozen=True)
 class Link:
     """What a global name of an extracted module is bound to: function ``name`` of module
@@ -247,6 +251,8 @@ class Collector:
         scheduler = self._module(SCHEDULER_FILE)
         self.class_def = _scheduler_class(scheduler)
         available = {f.name: f for f in self.class_def.body if isinstance(f, ast.FunctionDef)}
+        self.available = available
+        """Every method defined in the body of class ``Scheduler``, by name."""
         if SPLIT_METHOD not in available:
             raise SourceError(f"{scheduler.label}: class Scheduler has no method {SPLIT_METHOD}")
         self.takes_uncached_prefix = _split_signature(available[SPLIT_METHOD], scheduler.label)
@@ -293,10 +299,26 @@ class Collector:
         needed[name] = function
         self._link_globals(module, function)
 
-    def _link_globals(self, module: _Module, function: ast.FunctionDef) -> None:
-        """Bind every global name ``function`` uses; builtins stay unbound."""
+    def module(self, rel: str) -> _Module:
+        """The parsed module ``rel`` of the tree (parsed once)."""
+        return self._module(rel)
+
+    def find(self, dotted: str) -> str | None:
+        """The tree path of module ``dotted``, if the tree has it."""
+        return self._find(dotted)
+
+    def link(self, rel: str, function: ast.FunctionDef, skip: frozenset[str] = frozenset()) -> None:
+        """Bind the global names of ``function``, a function of module ``rel`` of the tree that
+        is not a top-level function there (a method of another class of the module), except
+        ``skip``; the helpers it reaches are collected like those of the split."""
+        self._link_globals(self._module(rel), function, skip)
+
+    def _link_globals(
+        self, module: _Module, function: ast.FunctionDef, skip: frozenset[str] = frozenset()
+    ) -> None:
+        """Bind every global name ``function`` uses (but ``skip``); builtins stay unbound."""
         links = self.links.setdefault(module.rel, {})
-        for name in sorted(global_names(function)):
+        for name in sorted(global_names(function) - skip):
             if name in links:
                 continue
             if name in module.functions or name in module.imports:

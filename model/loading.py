@@ -7,35 +7,59 @@ from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import PolicyError, SubsetError
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.source_model import TreeStage, locate_module, read_function
-from chunkproof.model.source_policy import names_source, recorded_options, source_policy
+from chunkproof.model.source_policy import (
+    names_class,
+    names_source,
+    recorded_source_options,
+    source_policy,
+)
 from chunkproof.model.vllm_source import Overrides
 
 
 def recorded_policy(cx: Counterexample) -> Policy:
-    """The policy a counterexample was found on, rebuilt with the ``--compose`` and ``--set``
-    options it was checked with (SPEC C)."""
-    return resolve_policy(cx.policy, *recorded_options(cx.policy_options))
+    """The policy a counterexample was found on, rebuilt with the ``--compose``, ``--set``,
+    ``--class`` and ``--base`` options it was checked with (SPEC C)."""
+    return resolve_policy(cx.policy, *recorded_source_options(cx.policy_options))
 
 
-def resolve_policy(text: str, compose: str | None = None, overrides: Overrides = ()) -> Policy:
+def resolve_policy(
+    text: str,
+    compose: str | None = None,
+    overrides: Overrides = (),
+    class_name: str | None = None,
+    base: str | None = None,
+) -> Policy:
     """A built-in policy, real vLLM code (``vllm==X.Y.Z``, ``vllm``, a path; see
     :mod:`chunkproof.model.source_policy`), or a user policy ``module:name``.
 
-    A built-in name wins over a file of the same name; a path wins over ``module:name``.
+    A built-in name wins over a file of the same name; a path wins over ``module:name``;
+    ``path.py:Name`` naming a class, or a patch function without parameters, of that file is
+    real vLLM source too (:func:`~chunkproof.model.source_policy.names_class`).
 
     ``module:name`` names a split function ``(cfg, c, n) -> int`` in the policy subset, read
     from the module's file (never imported), which takes the place of the split in the
     composition of ``vllm-latest`` (budget cap, split, reservation R1).
 
-    ``compose`` (``--compose C5``) sets the composition real vLLM code runs in, and
-    ``overrides`` (``--set self.x=3``) give values to inputs of that code the model does not
-    have; both are an error for any other policy.
+    ``compose`` (``--compose C5``) sets the composition real vLLM code runs in (default: the
+    one read from its ``schedule()``), ``overrides`` (``--set self.x=3``) give values to inputs
+    of that code the model does not have, ``class_name`` (``--class``) names the class and
+    ``base`` (``--base``) the tree a policy file sits on; all are an error for any other
+    policy.
     """
-    if names_source(text) and not is_builtin(text):
-        return source_policy(text, compose, overrides)
-    if compose or overrides:
-        option = "--compose" if compose else "--set"
-        raise PolicyError(f"{option} applies to real vLLM source, not to {text!r}")
+    if (names_source(text) or names_class(text)) and not is_builtin(text):
+        return source_policy(text, compose, overrides, class_name, base)
+    given = [
+        flag
+        for flag, value in (
+            ("--compose", compose),
+            ("--set", overrides),
+            ("--class", class_name),
+            ("--base", base),
+        )
+        if value
+    ]
+    if given:
+        raise PolicyError(f"{given[0]} applies to real vLLM source, not to {text!r}")
     if ":" not in text:
         if not is_builtin(text) and ("/" in text or text.endswith(".py")):
             raise PolicyError(f"{text}: no such file or directory")

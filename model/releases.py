@@ -27,12 +27,20 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from chunkproof.model.encoder_source import ENCODER_FILES
 from chunkproof.model.errors import PolicyError
 from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.vllm_source import source_files
 
-ALWAYS_FILES = (SCHEDULER_FILE, "vllm/v1/kv_cache_interface.py", "vllm/utils/math_utils.py")
-"""Files kept from every wheel that has them, whether or not the methods reach them."""
+ALWAYS_FILES = (
+    SCHEDULER_FILE,
+    "vllm/v1/kv_cache_interface.py",
+    "vllm/utils/math_utils.py",
+    *ENCODER_FILES,
+)
+"""Files kept from every wheel that has them, whether or not the methods reach them: the
+split's, and those the encoder scheduling reads
+(:data:`chunkproof.model.encoder_source.ENCODER_FILES`, about 80 KB)."""
 
 MANIFEST = "manifest.json"
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$", re.ASCII)
@@ -65,10 +73,15 @@ def release_root(version: str) -> Path:
 
 
 def _is_complete(root: Path) -> bool:
-    """Whether ``root`` has a manifest and every file it lists, with the listed sha256."""
+    """Whether ``root`` has a manifest and every file it lists, with the listed sha256, and the
+    manifest accounts for every file of :data:`ALWAYS_FILES` (kept, or ``absent`` from the
+    wheel): an entry written before a file joined the list is fetched again."""
     try:
         manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
         files: dict[str, str] = manifest["files"]
+        absent = set(manifest.get("absent", []))
+        if not set(ALWAYS_FILES) <= set(files) | absent:
+            return False
         return all(_sha256((root / rel).read_bytes()) == digest for rel, digest in files.items())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
@@ -138,6 +151,7 @@ def _extract(wheel: Path, into: Path, version: str) -> None:
         "wheel": wheel.name,
         "wheel_sha256": _file_sha256(wheel),
         "files": digests,
+        "absent": sorted(rel for rel in ALWAYS_FILES if rel not in present),
     }
     (into / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 

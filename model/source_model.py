@@ -46,7 +46,26 @@ _KINDS = {
 
 def source_class(collector: Collector) -> SourceClass:
     """The collected ``Scheduler`` members and their helpers as validated syntax trees."""
-    namespaces: dict[str, dict[str, Any]] = {rel: {} for rel in collector.modules}
+    namespaces: dict[str, dict[str, Any]] = {}
+    helpers = fill_namespaces(collector, namespaces)
+    label = collector.modules[SCHEDULER_FILE].label
+    scheduler_namespace = namespaces[SCHEDULER_FILE]
+    members = {
+        name: _member(node, label, scheduler_namespace) for name, node in collector.members.items()
+    }
+    for function in [*helpers, *(m.function for m in members.values())]:
+        check(function)
+    return SourceClass(collector.class_def.name, members)
+
+
+def fill_namespaces(
+    collector: Collector, namespaces: dict[str, dict[str, Any]]
+) -> list[SubsetFunction]:
+    """Fill ``namespaces`` (one dict per module of the tree, created if absent, kept if given:
+    functions built earlier may already refer to them) with the helpers the collector found
+    and what every linked global name is bound to; the helpers, not yet validated."""
+    for rel in collector.modules:
+        namespaces.setdefault(rel, {})
     helpers: dict[tuple[str, str], SubsetFunction] = {}
     for rel, functions in collector.needed.items():
         label = collector.modules[rel].label
@@ -55,15 +74,14 @@ def source_class(collector: Collector) -> SourceClass:
     for rel, links in collector.links.items():
         for name, link in links.items():
             namespaces[rel][name] = _linked(helpers, link, name)
-    label = collector.modules[SCHEDULER_FILE].label
-    scheduler_namespace = namespaces[SCHEDULER_FILE]
-    members = {
-        name: _member(node, label, scheduler_namespace) for name, node in collector.members.items()
-    }
-    for function in [*helpers.values(), *(m.function for m in members.values())]:
-        validate(function)
-        _check_names(function)
-    return SourceClass(collector.class_def.name, members)
+    return list(helpers.values())
+
+
+def check(function: SubsetFunction) -> None:
+    """Validate ``function`` against the policy subset and check every global name it reads
+    resolves to something the subset can use (SubsetError naming file and line otherwise)."""
+    validate(function)
+    _check_names(function)
 
 
 def _linked(helpers: Mapping[tuple[str, str], SubsetFunction], link: Link, name: str) -> Any:
@@ -72,11 +90,11 @@ def _linked(helpers: Mapping[tuple[str, str], SubsetFunction], link: Link, name:
     if link.stdlib is not None:
         module, imported, label, line = link.stdlib
         what = f"{module}.{imported}" if imported else module
-        return _Outside(f"{label}:{line}: {name!r} is {what} from the standard library")
+        return Outside(f"{label}:{line}: {name!r} is {what} from the standard library")
     return helpers[(link.rel, link.name)]
 
 
-class _Outside:
+class Outside:
     """A global name the subset cannot use; reading it is the error in :attr:`reason`."""
 
     def __init__(self, reason: str) -> None:
@@ -117,7 +135,7 @@ def _check_names(func: SubsetFunction) -> None:
         if not isinstance(node, ast.Name) or node.id in local:
             continue
         value = func.namespace.get(node.id)
-        if isinstance(value, _Outside):
+        if isinstance(value, Outside):
             raise SubsetError(
                 f"{value.reason}; only functions of the source tree are in the subset"
             )
@@ -241,4 +259,4 @@ def _imported(spec: tuple[str, str | None, int], name: str, label: str) -> Any:
         value = getattr(importlib.import_module(module), imported, None)
         if inspect.isfunction(value) and value.__module__.startswith("chunkproof."):
             return value
-    return _Outside(f"{label}:{line}: {name!r} is imported from {module}")
+    return Outside(f"{label}:{line}: {name!r} is imported from {module}")

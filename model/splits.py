@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from chunkproof.model.arith import ck30, ck32, ck33, fl, valid
 from chunkproof.model.config import Config
+from chunkproof.model.stages import encoder_forced_v24
 
 
 def prefill_end(cfg: Config) -> int:
@@ -350,6 +351,62 @@ def split_lookahead_in_split(cfg: Config, c: int, n: int) -> int:
         if a > c:
             return a - c
     return k
+
+
+def split_v5_keeping(cfg: Config, c: int, n: int, keep: bool) -> int:
+    """V5 (history note 3, V5 rules 1-9) whose rule 4 also keeps a sub-block chunk when ``keep``.
+
+    Rule 4 becomes: if e < E, a := fl(e, B); e := a if a > c, or if B <= m and not ``keep``;
+    else e is kept. With ``keep`` false this is V5; with ``keep`` true the ``B <= m`` disjunct
+    is gone, so a non-final chunk that flooring would collapse to 0 (e < fl(c, B) + B) is kept
+    unfloored: the 3-line patch of vLLM #40709 (#40757, #47771) applied to 0.27's code, where
+    ``aligned_end`` replaces ``end`` only if ``aligned_end > start``. The stops still apply: a
+    kept chunk lies inside one block, so only the partial-tail stop tau (H < B) can shorten it,
+    never to 0.
+    """
+    big_e = prefill_end(cfg)
+    if c >= big_e:
+        return n
+    block = cfg.split_block
+    lam = lambda_tokens(cfg)
+    e = c + n
+    if e < big_e:
+        a = fl(e, block)
+        if a > c or (block <= max_chunk(cfg) and not keep):
+            e = a
+    tau = tau_floor(cfg) if cfg.partial_hits else 0
+    s1 = next_boundary(c, block) if c % block != 0 else 0
+    s3 = tau if lam < tau < cfg.prompt else 0
+    s4 = c + fl(cfg.junction - c, block) if c < cfg.junction < e else 0
+    e = stopmin(c, e, s1, lam, s3, s4)
+    return max(e - c, 0)
+
+
+def split_keep_subblock_v5(cfg: Config, c: int, n: int) -> int:
+    """keep-subblock-v5 (vLLM #40709 on 0.27's V5): every sub-block chunk that V5 would floor
+    to 0 is kept, from any start c (:func:`split_v5_keeping` with keep true).
+
+    From a mid-block start V5's stop s1 = beta already ends any chunk reaching the next
+    boundary on it; a chunk that does not reach it is kept too, so ends stay off the grid
+    while the chunks stay short (the encoder cap again, or a budget b < beta - c).
+    """
+    return split_v5_keeping(cfg, c, n, True)
+
+
+def split_keep_subblock_realign(cfg: Config, c: int, n: int) -> int:
+    """keep-subblock-realign (the #40709 review's suggestion on 0.27's V5): keep a sub-block
+    chunk only from a start on the split grid (c mod B = 0); from a mid-block start V5 rules
+    unchanged, so the next chunk after a kept one ends at beta = (floor(c / B) + 1) * B (stop
+    s1), at E or later, or is 0 until a chunk reaches beta (when B <= m)."""
+    return split_v5_keeping(cfg, c, n, c % cfg.split_block == 0)
+
+
+def split_keep_subblock_encoder_only(cfg: Config, c: int, n: int) -> int:
+    """keep-subblock-encoder-only (#40709 narrowed to its cause, vLLM #40707): keep a sub-block
+    chunk only when its end is forced by the encoder cap of 0.24-0.27, which runs before the
+    split in 0.27's composition (:func:`~chunkproof.model.stages.encoder_forced_v24`); a chunk
+    the budget alone made sub-block is floored to 0 as in V5."""
+    return split_v5_keeping(cfg, c, n, encoder_forced_v24(cfg, c, n))
 
 
 Position = Callable[[Config], int]

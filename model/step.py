@@ -20,7 +20,7 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import PolicyCrash
 from chunkproof.model.policy import STAGE_NAMES, Policy
 from chunkproof.model.subset import Value, parse
-from chunkproof.model.vectorised import evaluate
+from chunkproof.model.vectorised import NumpyDomain, Outcome, evaluate
 
 CRASHES = (AssertionError, ArithmeticError, PolicyCrash)
 """What the concrete form of a stage raises when the policy code crashes (SPEC P0): a built-in
@@ -31,10 +31,12 @@ policy runs natively, code read from a file raises :class:`PolicyCrash` from the
 class Step:
     """One step of a trace (SPEC C): the value after each stage, and the chunk taken.
 
-    ``n`` is the chunk before the split (after the budget and theta caps), ``split``,
-    ``encoder`` and ``reservation`` the values after those stages (a stage a policy does not
-    have passes its input through), ``chunk`` what the request is scheduled. ``crash`` says
-    where the policy raised (SPEC P0); the stage values from there on are 0.
+    ``n`` is the chunk after the budget and theta caps, ``split``, ``encoder`` and
+    ``reservation`` the values after those stages (a stage a policy does not have passes its
+    input through), ``chunk`` what the request is scheduled. ``crash`` says where the policy
+    raised (SPEC P0); the stage values from there on are 0. ``encoder_first`` says the
+    composition applies the encoder cap before the split (0.15-0.27, history note 6), so the
+    split's input is the encoder's value rather than ``n``.
     """
 
     c: int
@@ -45,6 +47,12 @@ class Step:
     reservation: int
     chunk: int
     crash: str | None = None
+    encoder_first: bool = False
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The stages in the order the step applied them."""
+        return ENCODER_FIRST_ORDER if self.encoder_first else STAGE_NAMES
 
     @property
     def end(self) -> int:
@@ -58,7 +66,7 @@ class Step:
         if self.crash is not None:
             return f"the policy raises at {self.crash}"
         previous = ("budget", self.budget)
-        for name in STAGE_NAMES:
+        for name in self.order:
             value = getattr(self, "n" if name == "cap" else name)
             if not 0 <= value <= previous[1]:
                 return (
@@ -72,13 +80,34 @@ class Step:
         data = asdict(self)
         if self.crash is None:
             del data["crash"]
+        if not self.encoder_first:
+            del data["encoder_first"]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
         fields = ("c", "budget", "n", "split", "encoder", "reservation", "chunk")
         crash = data.get("crash")
-        return cls(**{k: int(data[k]) for k in fields}, crash=None if crash is None else str(crash))
+        return cls(
+            **{k: int(data[k]) for k in fields},
+            crash=None if crash is None else str(crash),
+            encoder_first=bool(data.get("encoder_first", False)),
+        )
+
+
+ENCODER_FIRST_ORDER = ("cap", "encoder", "split", "reservation")
+"""The stage order of C1-C4 (0.15-0.27): the encoder cap runs before the split."""
+
+
+def encoder_first(policy: Policy) -> bool:
+    """Whether ``policy`` applies its encoder cap before its split (history note 6, C1-C4)."""
+    names = [stage.name for stage in policy.stages]
+    return "encoder" in names and "split" in names and names.index("encoder") < names.index("split")
+
+
+def stage_order(policy: Policy) -> tuple[str, ...]:
+    """The order of ``policy``'s stage columns: the order it applies them."""
+    return ENCODER_FIRST_ORDER if encoder_first(policy) else STAGE_NAMES
 
 
 def computed_tokens(cfg: Config, c: int) -> int:
@@ -135,10 +164,25 @@ def step_view(cfg: Any, c: Value, call: Callable[[Callable[..., Any], list[Value
     fields = vars(cfg).copy() if isinstance(cfg, SimpleNamespace) else cfg.to_dict()
     if "speculative" not in fields:
         fields["speculative"] = fields["lookahead"] >= 1
+    if isinstance(cfg, Config):
+        fields.update(mm_items=cfg.mm_items, has_items=cfg.has_items)
+    for name, default in ENCODER_VIEW_DEFAULTS.items():
+        fields.setdefault(name, default)
     view = SimpleNamespace(**fields)
     per_step = {name: call(function, [cfg, c]) for name, function in VIEW_FIELDS.items()}
     vars(view).update(per_step)
     return view
+
+
+ENCODER_VIEW_DEFAULTS: dict[str, Any] = {
+    "mm_items": (),
+    "has_items": False,
+    "encoder_cache": 0,
+    "encoder_budget": 0,
+}
+"""The encoder fields of a step view without encoder items (SPEC S1: the optional feature
+off): ``mm_items`` are :class:`~chunkproof.model.config.ItemView` values, ``has_items`` a plain
+bool for the whole batch or proof cell."""
 
 
 def _native(function: Callable[..., Any], args: list[Value]) -> Value:
@@ -149,11 +193,11 @@ def _vectorised(function: Callable[..., Any], args: list[Value]) -> Value:
     return evaluate(parse(function), args).value
 
 
-def _fill(values: dict[str, Value], budget: Value) -> dict[str, Value]:
-    """Stage values in STAGE_NAMES order; a missing stage passes its input through."""
+def _fill(values: dict[str, Value], budget: Value, order: tuple[str, ...]) -> dict[str, Value]:
+    """Stage values in application ``order``; a missing stage passes its input through."""
     filled: dict[str, Value] = {}
     current = budget
-    for name in STAGE_NAMES:
+    for name in order:
         current = values.get(name, current)
         filled[name] = current
     return filled
@@ -162,6 +206,8 @@ def _fill(values: dict[str, Value], budget: Value) -> dict[str, Value]:
 def step(policy: Policy, cfg: Config, c: int, budget: int) -> Step:
     """SPEC S3: run the policy's stages on (c, b) in their concrete form."""
     view = step_view(cfg, c, _native)
+    order = stage_order(policy)
+    first = order is ENCODER_FIRST_ORDER
     values: dict[str, Value] = {}
     n = budget
     for stage in policy.stages:
@@ -169,13 +215,15 @@ def step(policy: Policy, cfg: Config, c: int, budget: int) -> Step:
             n = stage.function(view, c, n)
         except CRASHES as exc:
             where = str(exc.args[0]) if isinstance(exc, PolicyCrash) else type(exc).__name__
-            for later in STAGE_NAMES[STAGE_NAMES.index(stage.name) :]:
+            for later in order[order.index(stage.name) :]:
                 values.setdefault(later, 0)
-            f = _fill(values, budget)
-            return Step(c, budget, f["cap"], f["split"], f["encoder"], f["reservation"], 0, where)
+            f = _fill(values, budget, order)
+            return Step(
+                c, budget, f["cap"], f["split"], f["encoder"], f["reservation"], 0, where, first
+            )
         values[stage.name] = n
-    f = _fill(values, budget)
-    return Step(c, budget, f["cap"], f["split"], f["encoder"], f["reservation"], n)
+    f = _fill(values, budget, order)
+    return Step(c, budget, f["cap"], f["split"], f["encoder"], f["reservation"], n, None, first)
 
 
 def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict[str, Value]:
@@ -190,11 +238,17 @@ def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict
     crashed: Value = False
     n = budget
     for stage in policy.stages:
-        outcome = evaluate(stage.subset(), stage.arguments(view, c, n))
+        runner = getattr(stage.source, "interpret", None)
+        if runner is not None:  # real code that keeps state (the encoder scheduling)
+            domain = NumpyDomain()
+            value = runner(domain, view, c, n)
+            outcome = Outcome(value, domain.crashed, domain.where)
+        else:
+            outcome = evaluate(stage.subset(), stage.arguments(view, c, n))
         n = 0 if outcome.value is None else outcome.value  # None: every lane raised
         crashed = np.logical_or(crashed, outcome.crashed)
         values[stage.name] = n
-    filled = _fill(values, budget)
+    filled = _fill(values, budget, stage_order(policy))
     filled["chunk"] = n
     filled["crashed"] = crashed
     return filled

@@ -53,6 +53,10 @@ class Domain(Protocol):
     def truth(self, cond: Value) -> bool | None:
         """``True``/``False`` when ``cond`` is known to be constant, else ``None``."""
 
+    def number(self, value: Value) -> bool:
+        """Whether ``value`` is an integer or a boolean of this domain (arithmetic, ordering,
+        ``min``/``max`` and a policy's result need one)."""
+
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         """Lane-wise ``then if cond else other``."""
 
@@ -218,44 +222,46 @@ def validate(func: SubsetFunction) -> None:
         raise SubsetError(
             f"{func.where(node)}: {func.name}: positional-only parameters are outside the subset"
         )
-    stack: list[ast.AST] = [*ast.iter_child_nodes(node)]
+    stack: list[tuple[ast.AST, ast.AST]] = [(c, node) for c in ast.iter_child_nodes(node)]
     while stack:
-        child = stack.pop()
-        _check_node(func, child)
+        child, parent = stack.pop()
+        at = child if hasattr(child, "lineno") else parent
+        _check_node(func, child, at)
         if not isinstance(child, ast.Raise):
-            stack.extend(ast.iter_child_nodes(child))
+            stack.extend((c, at) for c in ast.iter_child_nodes(child))
 
 
-def _check_node(func: SubsetFunction, child: ast.AST) -> None:
-    """One node of a subset function's body (see :func:`validate`)."""
+def _check_node(func: SubsetFunction, child: ast.AST, at: ast.AST) -> None:
+    """One node of a subset function's body (see :func:`validate`); ``at`` is the node
+    itself or, for one without a line (an operator), the nearest enclosing node with one."""
     if isinstance(child, (ast.FunctionDef, ast.Lambda)):
-        raise SubsetError(f"{func.where(child)}: a nested function is outside the policy subset")
+        raise SubsetError(f"{func.where(at)}: a nested function is outside the policy subset")
     if not isinstance(child, _ALLOWED_NODES):
         raise SubsetError(
-            f"{func.where(child)}: {type(child).__name__} is outside the policy "
+            f"{func.where(at)}: {type(child).__name__} is outside the policy "
             f"subset (in {func.name})"
         )
     if isinstance(child, ast.Expr) and not _is_docstring(child):
         raise SubsetError(
-            f"{func.where(child)}: a bare expression statement is outside the policy subset"
+            f"{func.where(at)}: a bare expression statement is outside the policy subset"
         )
     if isinstance(child, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
         targets = child.targets if isinstance(child, ast.Assign) else [child.target]
         if len(targets) != 1 or not isinstance(targets[0], ast.Name):
             raise SubsetError(
-                f"{func.where(child)}: only assignment to one plain name is in the policy subset"
+                f"{func.where(at)}: only assignment to one plain name is in the policy subset"
             )
     if isinstance(child, ast.AugAssign) and type(child.op) not in _BINOPS:
         raise SubsetError(
-            f"{func.where(child)}: operator {type(child.op).__name__} is outside the policy subset"
+            f"{func.where(at)}: operator {type(child.op).__name__} is outside the policy subset"
         )
     if isinstance(child, ast.BinOp) and type(child.op) not in _BINOPS:
         raise SubsetError(
-            f"{func.where(child)}: operator {type(child.op).__name__} is outside the policy subset"
+            f"{func.where(at)}: operator {type(child.op).__name__} is outside the policy subset"
         )
     if isinstance(child, ast.UnaryOp) and not isinstance(child.op, (ast.USub, ast.Not)):
         raise SubsetError(
-            f"{func.where(child)}: operator {type(child.op).__name__} is outside the policy subset"
+            f"{func.where(at)}: operator {type(child.op).__name__} is outside the policy subset"
         )
     if (
         isinstance(child, ast.Constant)
@@ -263,21 +269,21 @@ def _check_node(func: SubsetFunction, child: ast.AST) -> None:
         and child.value is not None
     ):
         raise SubsetError(
-            f"{func.where(child)}: constant {child.value!r} is outside the policy subset"
+            f"{func.where(at)}: constant {child.value!r} is outside the policy subset"
         )
     if isinstance(child, ast.Compare) and not _identity_with_none(child):
-        raise SubsetError(f"{func.where(child)}: `is` compares with None only in the subset")
+        raise SubsetError(f"{func.where(at)}: `is` compares with None only in the subset")
     if isinstance(child, ast.GeneratorExp) and len(child.generators) != 1:
-        raise SubsetError(f"{func.where(child)}: only single-loop generators are in the subset")
+        raise SubsetError(f"{func.where(at)}: only single-loop generators are in the subset")
     if isinstance(child, ast.comprehension) and child.is_async:
-        raise SubsetError(f"{func.where(child)}: async generators are outside the subset")
+        raise SubsetError(f"{func.where(at)}: async generators are outside the subset")
     if isinstance(child, ast.keyword) and child.arg is None:
-        raise SubsetError(f"{func.where(child)}: **keyword arguments are outside the subset")
+        raise SubsetError(f"{func.where(at)}: **keyword arguments are outside the subset")
     if isinstance(child, ast.Name) and child.id.startswith("__"):
-        raise SubsetError(f"{func.where(child)}: the name {child.id!r} is outside the subset")
+        raise SubsetError(f"{func.where(at)}: the name {child.id!r} is outside the subset")
     if isinstance(child, ast.Attribute) and child.attr.startswith("_") and child.attr.endswith("_"):
         raise SubsetError(
-            f"{func.where(child)}: the attribute {child.attr!r} is outside the policy subset"
+            f"{func.where(at)}: the attribute {child.attr!r} is outside the policy subset"
         )
 
 
@@ -389,6 +395,8 @@ class Interpreter:
     def __init__(self, domain: Domain) -> None:
         self.domain = domain
         self.depth = 0
+        self.crashed = False
+        """Whether some lane may have raised (SPEC P0)."""
 
     def call(
         self,
@@ -412,6 +420,27 @@ class Interpreter:
         if self.domain.truth(frame.active) is not False:
             raise SubsetError(f"{func.where(func.node)}: {func.name} can end without a return")
         return frame.result
+
+    def result(self, func: SubsetFunction, args: list[Value]) -> Value:
+        """A policy function's value on ``args``: :meth:`call`, and the value must be a number
+        of the domain (a stage yields a chunk length)."""
+        value = self.call(func, args)
+        if value is None and self.crashed:
+            return value  # every lane raised before a return (SPEC P0)
+        if not self.domain.number(value):
+            raise SubsetError(
+                f"{func.where(func.node)}: {func.name} returns {_kind(value)}, not an integer"
+            )
+        return value
+
+    def _number(self, func: SubsetFunction, node: ast.AST, value: Value, what: str) -> Value:
+        """``value``, which ``what`` (an operator, min, max) needs to be an integer or bool."""
+        if not self.domain.number(value):
+            raise SubsetError(
+                f"{func.where(node)}: {what} applied to {_kind(value)} in {func.name} "
+                "(the policy subset computes on integers)"
+            )
+        return value
 
     # -- statements ---------------------------------------------------------------------------
 
@@ -488,6 +517,7 @@ class Interpreter:
         if d.truth(cond) is False:
             return
         d.crash(cond, f"{func.where(node)}: {what} in {func.name}")
+        self.crashed = True
         frame.active = d.and_(frame.active, d.not_(cond))
 
     def _if(self, func: SubsetFunction, stmt: ast.If, frame: _Frame) -> None:
@@ -538,7 +568,9 @@ class Interpreter:
             return self._binop(func, node, _BINOPS[type(node.op)], left, right, active)
         if isinstance(node, ast.UnaryOp):
             operand = self._expr(func, node.operand, env, active)
-            return d.not_(operand) if isinstance(node.op, ast.Not) else d.neg(operand)
+            if isinstance(node.op, ast.Not):
+                return d.not_(operand)
+            return d.neg(self._number(func, node, operand, "unary -"))
         if isinstance(node, ast.BoolOp):
             return self._bool_op(func, node, env, active)
         if isinstance(node, ast.Compare):
@@ -565,12 +597,16 @@ class Interpreter:
     def _binop(
         self, func: SubsetFunction, node: ast.AST, op: str, left: Value, right: Value, active: Value
     ) -> Value:
-        """``left op right``; a division by zero on a live lane is a crash (SPEC P0)."""
+        """``left op right`` on integers; a division by zero on a live lane is a crash (SPEC
+        P0)."""
         d = self.domain
+        self._number(func, node, left, op)
+        self._number(func, node, right, op)
         if op in ("//", "%"):
             by_zero = d.and_(active, d.binop("==", right, 0))
             if d.truth(by_zero) is not False:
                 d.crash(by_zero, f"{func.where(node)}: division by zero in {func.name}")
+                self.crashed = True
         return d.binop(op, left, right)
 
     def _bool_op(
@@ -637,11 +673,26 @@ class Interpreter:
             if isinstance(op, _IDENTITY):
                 test: Value = (left is right) == isinstance(op, ast.Is)
             else:
-                test = d.binop(_CMPOPS[type(op)], left, right)
+                test = self._comparison(func, node, _CMPOPS[type(op)], left, right)
             result = d.and_(result, test)
             live = d.and_(live, test)
             left = right
         return result
+
+    def _comparison(
+        self, func: SubsetFunction, node: ast.AST, op: str, left: Value, right: Value
+    ) -> Value:
+        """``left op right``: an ordering needs two integers; ``==``/``!=`` also compare two
+        plain non-numbers (strings, None) as Python does, and a number is never equal to one."""
+        d = self.domain
+        if op in ("==", "!=") and not (d.number(left) and d.number(right)):
+            others = [v for v in (left, right) if not d.number(v)]
+            if all(isinstance(v, _PLAIN) for v in others):
+                equal = len(others) == 2 and left == right
+                return equal == (op == "==")
+        self._number(func, node, left, op)
+        self._number(func, node, right, op)
+        return d.binop(op, left, right)
 
     def _call(
         self, func: SubsetFunction, node: ast.Call, env: Mapping[str, Value], active: Value
@@ -694,7 +745,10 @@ class Interpreter:
                 f"{func.where(node)}: min/max take two or more values, or one "
                 "generator with default="
             )
-        values = [self._expr(func, a, env, active) for a in node.args]
+        what = "min" if is_min else "max"
+        values = [
+            self._number(func, node, self._expr(func, a, env, active), what) for a in node.args
+        ]
         return functools.reduce(pick, values)
 
     def _fold_generator(
@@ -726,11 +780,21 @@ class Interpreter:
             for cond in comp.ifs:
                 keep = d.and_(keep, self._expr(func, cond, scope, d.and_(active, keep)))
             value = self._expr(func, gen.elt, scope, d.and_(active, keep))
+            self._number(func, call, value, "min" if is_min else "max")
             better = d.binop("<" if is_min else ">", value, best)
             take = d.and_(keep, d.or_(d.not_(have), better))
             best = d.ite(take, value, best)
             have = d.or_(have, keep)
         return best
+
+
+_PLAIN = (str, type(None))
+"""The non-numbers ``==`` and ``!=`` compare (as Python does)."""
+
+
+def _kind(value: Value) -> str:
+    """What a non-number is, for an error message: ``a str``, ``None``, ``a tuple``, ..."""
+    return "None" if value is None else f"a {type(value).__name__}"
 
 
 def _trusted(fn: Callable[..., Any]) -> bool:

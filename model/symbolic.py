@@ -13,6 +13,7 @@ from typing import Any
 
 import z3
 
+from chunkproof.model.errors import bounded
 from chunkproof.model.subset import FoldingLogic, Interpreter, SubsetFunction, Value
 
 
@@ -47,6 +48,9 @@ class Z3Domain(FoldingLogic):
                 return False
             return None
         return bool(cond)
+
+    def number(self, value: Value) -> bool:
+        return isinstance(value, (int, z3.ArithRef, z3.BoolRef))
 
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         known = self.truth(cond)
@@ -117,8 +121,12 @@ _SYMBOLIC: dict[str, Any] = {
 
 
 def _concrete(op: str, left: Value, right: Value) -> Value:
+    """``left op right`` on plain integers, bounded as in the concrete form; a zero divisor
+    gives 0 (the interpreter has recorded the crash, and the value is never used)."""
     if op in _SYMBOLIC:
-        return _SYMBOLIC[op](left, right)
+        return bounded(_SYMBOLIC[op](left, right))
+    if not right:
+        return 0
     return left // right if op == "//" else left % right
 
 
@@ -126,4 +134,4 @@ def symbolic(func: SubsetFunction, args: list[Value]) -> tuple[Value, Value]:
     """Translate one call of ``func``: its result term and the condition under which it raises
     (``False`` when it never does)."""
     domain = Z3Domain()
-    return Interpreter(domain).call(func, args), domain.crashed
+    return Interpreter(domain).result(func, args), domain.crashed

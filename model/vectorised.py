@@ -5,8 +5,10 @@ native function computes (the tests check this); arrays broadcast, so one call e
 policy on a whole grid of states, budgets and configurations.
 
 Integers are int64 lanes. A product whose magnitude could leave the exact range of int64
-(:data:`LIMIT`) is an error rather than a silent wrap-around, so the vectorised form never
-disagrees with Python's unbounded integers without saying so.
+(:data:`LIMIT`), or a plain integer of that size meeting an array, is an error rather than a
+silent wrap-around, so the vectorised form never disagrees with Python's unbounded integers
+without saying so; plain integers alone are bounded as in the concrete form
+(:data:`~chunkproof.model.errors.MAX_BITS`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.errors import ValueTooLarge, bounded
 from chunkproof.model.subset import FoldingLogic, Interpreter, SubsetFunction, Value
 
 LIMIT = 1 << 62
@@ -39,12 +41,19 @@ _OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-class ValueTooLarge(ChunkproofError):
-    """An intermediate integer of a policy grew past what the tool evaluates exactly."""
-
-
 def _is_array(value: Value) -> bool:
     return isinstance(value, np.ndarray)
+
+
+def _lanes(*values: Value) -> bool:
+    """Whether an operation on ``values`` is lane-wise (one of them is an array); a plain
+    integer beyond :data:`LIMIT` cannot join int64 lanes exactly, so it is refused here."""
+    if not any(_is_array(v) for v in values):
+        return False
+    for value in values:
+        if isinstance(value, int) and abs(value) >= LIMIT:
+            raise ValueTooLarge("an integer exceeds 2^62 in the vectorised evaluation")
+    return True
 
 
 class NumpyDomain(FoldingLogic):
@@ -66,14 +75,24 @@ class NumpyDomain(FoldingLogic):
             return None
         return bool(cond)
 
+    def number(self, value: Value) -> bool:
+        if _is_array(value):
+            return bool(value.dtype.kind in "biu")
+        return isinstance(value, (int, np.integer, np.bool_))
+
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         known = self.truth(cond)
         if known is not None:
             return then if known else other
+        _lanes(cond, then, other)
         return np.where(cond, then, other)
 
     def binop(self, op: str, left: Value, right: Value) -> Value:
-        arrays = _is_array(left) or _is_array(right)
+        arrays = _lanes(left, right)
+        if not arrays:
+            if op in ("//", "%") and not right:
+                return 0  # the interpreter has recorded the crash; the value is never used
+            return bounded(_OPS[op](left, right))
         if op in ("//", "%") and arrays:
             # Lanes that are not live may divide by zero; their values are never selected.
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -104,12 +123,12 @@ class NumpyDomain(FoldingLogic):
         return -value
 
     def minimum(self, left: Value, right: Value) -> Value:
-        if _is_array(left) or _is_array(right):
+        if _lanes(left, right):
             return np.minimum(left, right)
         return min(left, right)
 
     def maximum(self, left: Value, right: Value) -> Value:
-        if _is_array(left) or _is_array(right):
+        if _lanes(left, right):
             return np.maximum(left, right)
         return max(left, right)
 
@@ -131,5 +150,5 @@ class Outcome:
 def evaluate(func: SubsetFunction, args: list[Value]) -> Outcome:
     """Run ``func`` over arrays: its value per lane and the lanes that crashed."""
     domain = NumpyDomain()
-    value = Interpreter(domain).call(func, args)
+    value = Interpreter(domain).result(func, args)
     return Outcome(value, domain.crashed, domain.where)

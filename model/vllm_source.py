@@ -49,7 +49,9 @@ The split's other inputs are arguments: ``num_new_tokens`` [n], the local and ex
 
 from __future__ import annotations
 
+import ast
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,8 +70,10 @@ from chunkproof.model.extraction import (
     attribute_path,
     package_root,
 )
+from chunkproof.model.imperative import LaneSet
 from chunkproof.model.source_model import interpret, source_class
-from chunkproof.model.subset import SourceClass, SourceObject, SubsetFunction, Value
+from chunkproof.model.step import step_view
+from chunkproof.model.subset import Member, SourceClass, SourceObject, SubsetFunction, Value
 
 
 def _missing(path: str) -> str:
@@ -102,18 +106,33 @@ Overrides = tuple[tuple[str, object], ...]
 
 
 def parse_overrides(items: list[str]) -> Overrides:
-    """``["self.scheduler_config.x=3", ...]`` -> overrides; values are ints, True, False, None."""
+    """``["self.scheduler_config.x=3", "self.a.f()=256", "request.y=True", ...]`` ->
+    overrides: an attribute path of ``self`` or ``request``, or (a trailing ``()``) the value a
+    call of a method of a stand-in without arguments returns; values are ints, True, False,
+    None, or a quoted string. How the code uses each value is checked when the policy is built
+    (:func:`chunkproof.model.source_inputs.check_overrides`)."""
     constants: dict[str, object] = {"True": True, "False": False, "None": None}
     parsed = []
     for item in items:
         path, sep, text = item.partition("=")
-        root = path.split(".", 1)[0]
-        if not sep or root not in ("self", "request") or "." not in path:
-            raise PolicyError(f"--set {item}: expected self.NAME=VALUE or request.NAME=VALUE")
+        parts = path.removesuffix("()").split(".")
+        if (
+            not sep
+            or parts[0] not in ("self", "request")
+            or len(parts) < 2
+            or not all(part.isidentifier() for part in parts)
+        ):
+            raise PolicyError(
+                f"--set {item}: expected self.NAME=VALUE or request.NAME=VALUE "
+                "(or self.NAME.method()=VALUE)"
+            )
+        quoted = len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""
         try:
-            value = constants[text] if text in constants else int(text)
+            value = text[1:-1] if quoted else constants[text] if text in constants else int(text)
         except ValueError:
-            message = f"--set {item}: the value must be an integer, True, False or None"
+            message = (
+                f"--set {item}: the value must be an integer, True, False, None or a quoted string"
+            )
             raise PolicyError(message) from None
         parsed.append((path, value))
     return tuple(parsed)
@@ -124,24 +143,58 @@ def standins(
     computed: Value,
     cls: SourceClass | None = None,
     overrides: Overrides = (),
+    unmodelled: Unmodelled = (),
 ) -> tuple[SourceObject, SourceObject]:
     """The stand-in ``(self, request)`` of ``cfg`` (the table in the module docstring), for a
     config whose fields may hold Python values, arrays or Z3 terms.
 
     ``request.num_computed_tokens`` is ``computed`` [c_r]; every other attribute is the config
     field of the table, passed through unconverted, plus the ``--set`` ``overrides``; ``self``
-    has the members of ``cls``.
+    has the members of ``cls``. Reading an attribute neither has is an error naming it, and
+    (``unmodelled``) every other input the code reads that the model lacks.
     """
     scheduler, request = standin_attributes(cfg, overrides)
     request["num_computed_tokens"] = computed
+    missing = _missing_message(unmodelled)
     return (
-        _tree(SCHEDULER_LABEL, scheduler, cls),
-        _tree(REQUEST_LABEL, request, None),
+        _tree(SCHEDULER_LABEL, scheduler, cls, missing),
+        _tree(REQUEST_LABEL, request, None, missing),
     )
 
 
-def _tree(label: str, flat: dict[str, Any], cls: SourceClass | None) -> SourceObject:
-    """A stand-in from dotted attribute paths (``{"cache_config.block_size": 16}``)."""
+Unmodelled = tuple[tuple[str, str], ...]
+"""Inputs the code reads that the model lacks: (path, where it is first read), from the
+static analysis of :mod:`chunkproof.model.source_inputs`."""
+
+
+def _missing_message(unmodelled: Unmodelled) -> Callable[[str], str]:
+    """The error for a read of a missing attribute: it, and every other input the code reads
+    that the model lacks, each with the line that first reads it (issue 10, item 3)."""
+
+    def message(path: str) -> str:
+        known = dict(unmodelled)
+        covered = path in known or any(p.startswith(path + ".") for p in known)
+        inputs = list(known.items()) if covered else [(path, ""), *known.items()]
+        if len(inputs) == 1:
+            where = f" (first read at {inputs[0][1]})" if inputs[0][1] else ""
+            return _missing(inputs[0][0]) + where
+        listed = ", ".join(f"{p} (first read at {w})" if w else p for p, w in inputs)
+        return (
+            f"the vLLM code reads {len(inputs)} inputs chunkproof does not model: {listed}; "
+            f"give each a value with --set PATH=VALUE (e.g. --set {inputs[0][0]}=VALUE)"
+        )
+
+    return message
+
+
+def _tree(
+    label: str,
+    flat: dict[str, Any],
+    cls: SourceClass | None,
+    missing: Callable[[str], str] = _missing,
+) -> SourceObject:
+    """A stand-in from dotted attribute paths (``{"cache_config.block_size": 16}``); a path
+    ending in ``()`` is the value a call of that method returns."""
     nested: dict[str, dict[str, Any]] = {}
     direct: dict[str, Any] = {}
     for path, value in flat.items():
@@ -151,8 +204,25 @@ def _tree(label: str, flat: dict[str, Any], cls: SourceClass | None) -> SourceOb
         else:
             direct[head] = value
     for head, attributes in nested.items():
-        direct[head] = _tree(f"{label}.{head}", attributes, None)
-    return SourceObject(attribute_path(label), direct, cls, _missing)
+        direct[head] = _tree(f"{label}.{head}", attributes, None, missing)
+    calls = {
+        name.removesuffix("()"): direct.pop(name) for name in list(direct) if name.endswith("()")
+    }
+    if calls:
+        cls = _returning(attribute_path(label), calls, cls)
+    return SourceObject(attribute_path(label), direct, cls, missing)
+
+
+def _returning(path: str, calls: dict[str, Any], cls: SourceClass | None) -> SourceClass:
+    """``cls`` plus a method per ``--set PATH.name()=VALUE`` that returns the value."""
+    members = dict(cls.members) if cls else {}
+    for name, value in calls.items():
+        if name in members:
+            raise PolicyError(f"--set {path}.{name}()={value}: {name} is a method of the source")
+        node = ast.parse(f"def {name}(self):\n    return {value!r}\n").body[0]
+        assert isinstance(node, ast.FunctionDef)
+        members[name] = Member("method", SubsetFunction(name, node, "--set", {}))
+    return SourceClass(cls.name if cls else path, members)
 
 
 def standin_attributes(
@@ -242,6 +312,89 @@ def _alignment(alpha: Value) -> Value:
     return _plain(alpha, "the checkpoint alignment alpha") or None
 
 
+ENCODER_REQUEST_ID = "request-0"
+"""The request id the encoder stand-ins carry (one request)."""
+
+
+def encoder_standins(
+    view: Any,
+    computed: Value,
+    budget: Value,
+    scheduler_cls: SourceClass,
+    cache_cls: SourceClass,
+    request_cls: SourceClass,
+    placeholder_cls: SourceClass,
+    overrides: Overrides = (),
+) -> tuple[SourceObject, SourceObject, SourceObject]:
+    """The stand-in ``self``, ``request`` and ``self.encoder_cache_manager`` the real encoder
+    scheduling runs on (:mod:`chunkproof.model.encoder_source`), for a step view whose fields
+    may hold Python values, arrays or Z3 terms. Besides :func:`standin_attributes`:
+
+    ==================================================  ============================================
+    stand-in attribute                                  value
+    ==================================================  ============================================
+    ``self.encoder_cache_manager``                      the manager (its class from source;
+                                                        ``__init__``, then ``allocate`` run on it)
+    ``self.is_encoder_decoder``                         False (decoder-only models: Mamba hybrids)
+    ``self.ec_connector``                               None (no encoder-cache connector)
+    ``self.max_num_encoder_input_tokens``               b0 (``budget``)
+    ``self.encoder_cache_mismatch_reqs``                an empty set
+    ``request.request_id``                              :data:`ENCODER_REQUEST_ID`
+    ``request.mm_features[i].identifier``               ``item-i`` (every item its own entry)
+    ``request.mm_features[i].mm_position.offset``       the item's start
+    ``request.mm_features[i].mm_position.length``       its length
+    ``request.mm_features[i].mm_position.is_embed``     None (every placeholder is an embedding)
+    ``request.mm_features[i].modality``, ``.data``,     ``"image"``, None, None
+    ``.mm_hash``
+    ==================================================  ============================================
+
+    ``self`` has the members of ``scheduler_cls``, ``request`` those of ``request_cls`` (its
+    data attributes above come first), the positions those of ``placeholder_cls``.
+    """
+    scheduler, request = standin_attributes(view, overrides)
+    request["num_computed_tokens"] = computed
+    request["request_id"] = ENCODER_REQUEST_ID
+    features = []
+    for item in view.mm_items:
+        label = f"{REQUEST_LABEL}.mm_features[{item.index}]"
+        position = SourceObject(
+            attribute_path(f"{label}.mm_position"),
+            {"offset": item.start, "length": item.length, "is_embed": None},
+            placeholder_cls,
+            _missing,
+        )
+        features.append(
+            SourceObject(
+                attribute_path(label),
+                {
+                    "identifier": f"item-{item.index}",
+                    "mm_position": position,
+                    "modality": "image",
+                    "data": None,
+                    "mm_hash": None,
+                },
+                None,
+                _missing,
+            )
+        )
+    request["mm_features"] = tuple(features)
+    manager = SourceObject("self.encoder_cache_manager", {}, cache_cls, _missing)
+    scheduler.update(
+        {
+            "encoder_cache_manager": manager,
+            "is_encoder_decoder": False,
+            "ec_connector": None,
+            "max_num_encoder_input_tokens": budget,
+            "encoder_cache_mismatch_reqs": LaneSet(),
+        }
+    )
+    return (
+        _tree(SCHEDULER_LABEL, scheduler, scheduler_cls),
+        _tree(REQUEST_LABEL, request, request_cls),
+        manager,
+    )
+
+
 @dataclass(frozen=True)
 class SchedulerMethods:
     """The split and reservation of one ``scheduler.py`` as validated syntax trees, runnable on
@@ -256,6 +409,8 @@ class SchedulerMethods:
     """The split has V3's fifth argument ``num_uncached_common_prefix_tokens``."""
     overrides: Overrides = ()
     """``--set`` values for inputs the model does not have."""
+    unmodelled: Unmodelled = ()
+    """Every input the code reads that the model lacks (named when one is read)."""
 
     def method(self, name: str) -> SubsetFunction:
         """The syntax tree of member ``name``."""
@@ -268,7 +423,8 @@ class SchedulerMethods:
         ``cfg.uncached_prefix`` when the release takes it.
         """
         hits = c if isinstance(c, Hits) else Hits(c)
-        scheduler, request = standins(cfg, hits.computed, self.cls, self.overrides)
+        view = step_view(cfg, cfg.start if isinstance(c, Hits) else c, _native)
+        scheduler, request = standins(view, hits.computed, self.cls, self.overrides)
         args = [scheduler, request, n, hits.local, hits.external]
         if self.takes_uncached_prefix:
             args.append(cfg.uncached_prefix)
@@ -279,12 +435,18 @@ class SchedulerMethods:
         interpreted."""
         if not self.has_reservation:
             raise PolicyError(f"{self.path}: class Scheduler has no method {RESERVE_METHOD}")
-        scheduler, request = standins(cfg, c, self.cls, self.overrides)
+        view = step_view(cfg, c, _native)
+        scheduler, request = standins(view, c, self.cls, self.overrides)
         return self._run(RESERVE_METHOD, [scheduler, request, c, n])
 
     def _run(self, name: str, args: list[Value]) -> int:
         """Interpret member ``name`` (:func:`~chunkproof.model.source_model.interpret`)."""
         return interpret(self.method(name), args, str(self.path))
+
+
+def _native(function: Callable[..., Any], args: list[Value]) -> Value:
+    """Apply a view field's function natively (:func:`~chunkproof.model.step.step_view`)."""
+    return function(*args)
 
 
 @dataclass(frozen=True)
@@ -312,7 +474,9 @@ class MethodStage:
         this step (:func:`chunkproof.model.step.step_view`: the waiting loop passes the hits
         and u at admission, the running loop passes none)."""
         methods = self.methods
-        scheduler, request = standins(view, view.computed, methods.cls, methods.overrides)
+        scheduler, request = standins(
+            view, view.computed, methods.cls, methods.overrides, methods.unmodelled
+        )
         if self.method == RESERVE_METHOD:
             return [scheduler, request, c, n]
         uncached = [view.uncached_prefix] if methods.takes_uncached_prefix else []

@@ -17,16 +17,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from chunkproof.model.config import Config
+from chunkproof.model.config import ENCODER_FIELDS, Config, item_views
 from chunkproof.model.policy import STAGE_NAMES, Policy
-from chunkproof.model.step import vectorised_stages
+from chunkproof.model.step import stage_order, vectorised_stages
 from chunkproof.model.subset import parse
 from chunkproof.model.vectorised import evaluate
 from chunkproof.spec import properties as props
@@ -43,8 +43,9 @@ BATCH_LANES = 1 << 21
 def batch_key(cfg: Config) -> tuple[Any, ...]:
     """What one batch holds as plain values (the other fields are arrays where they differ):
     the stand-ins of real code need them plain (``speculative_config`` is None without a
-    lookahead, the alignment and the retention interval are None when off)."""
-    return (cfg.lookahead >= 1, cfg.checkpoint_alignment, cfg.retention)
+    lookahead, the alignment and the retention interval are None when off), and the number of
+    encoder items (the items are a tuple of that length, their positions arrays)."""
+    return (cfg.lookahead >= 1, cfg.checkpoint_alignment, cfg.retention, len(cfg.items))
 
 
 def budget_bounds(cfg: Config, budget: tuple[int, int] | None) -> tuple[int, int]:
@@ -65,27 +66,61 @@ class Batch:
     high: np.ndarray
     start: np.ndarray
     end: np.ndarray
+    items: tuple[tuple[Any, Any], ...] = ()
+    """The encoder items: (starts, lengths) per item, plain where the batch shares them.
+    ``fields["items"]`` is only their minimisation key (``int(Items)``), like every field
+    an integer column."""
 
     def __len__(self) -> int:
         return len(self.configs)
 
     def view(self, index: np.ndarray) -> SimpleNamespace:
-        """The fields of the instances ``index`` (one lane each)."""
-        return SimpleNamespace(
-            **{k: v if not isinstance(v, np.ndarray) else v[index] for k, v in self.fields.items()}
-        )
+        """The fields of the instances ``index`` (one lane each), with the encoder items as
+        :class:`~chunkproof.model.config.ItemView` values."""
+        fields = {
+            k: v if not isinstance(v, np.ndarray) else v[index] for k, v in self.fields.items()
+        }
+        fields.pop("items", None)
+        pairs = [tuple(_lanes(v, index) for v in pair) for pair in self.items]
+        return SimpleNamespace(**fields, mm_items=item_views(pairs), has_items=bool(self.items))
+
+
+def _lanes(value: Any, index: np.ndarray) -> Any:
+    return value[index] if isinstance(value, np.ndarray) else value
+
+
+def _column(values: list[Any]) -> Any:
+    """One field over a batch: a plain value when every configuration shares it."""
+    if all(v == values[0] for v in values):
+        return values[0]
+    return np.asarray(values, dtype=np.int64)
 
 
 def make_batch(configs: list[Config], budget: tuple[int, int] | None) -> Batch:
-    """A batch of ``configs`` (they must agree on :func:`batch_key`)."""
-    dicts = [{**cfg.to_dict(), "speculative": cfg.lookahead >= 1} for cfg in configs]
+    """A batch of ``configs`` (they must agree on :func:`batch_key`). Without encoder items
+    its fields are exactly those of :meth:`Config.to_dict`; with them every configuration
+    names the encoder fields."""
+    encoder = bool(configs[0].items)
+    dicts = [
+        {
+            **cfg.to_dict(),
+            **({name: getattr(cfg, name) for name in ENCODER_FIELDS} if encoder else {}),
+            "speculative": cfg.lookahead >= 1,
+        }
+        for cfg in configs
+    ]
     fields: dict[str, Any] = {}
     for name in dicts[0]:
-        values = [d[name] for d in dicts]
-        if all(v == values[0] for v in values):
-            fields[name] = values[0]
-        else:
-            fields[name] = np.asarray(values, dtype=np.int64)
+        values = [int(d[name]) if name == "items" else d[name] for d in dicts]
+        fields[name] = _column(values)
+    count = len(configs[0].items)
+    items = tuple(
+        (
+            _column([cfg.items[i][0] for cfg in configs]),
+            _column([cfg.items[i][1] for cfg in configs]),
+        )
+        for i in range(count)
+    )
     bounds = np.array([budget_bounds(cfg, budget) for cfg in configs], dtype=np.int64)
     return Batch(
         configs,
@@ -94,7 +129,26 @@ def make_batch(configs: list[Config], budget: tuple[int, int] | None) -> Batch:
         bounds[:, 1],
         np.array([cfg.start for cfg in configs], dtype=np.int64),
         np.array([cfg.prefill_end for cfg in configs], dtype=np.int64),
+        items,
     )
+
+
+def encoder_forced(order: tuple[str, ...], record: Mapping[str, Any]) -> Any:
+    """SPEC P4 exemption (b): the chunk ends where the encoder cap put it. The cap lowered its
+    input (the budget cap's value up to 0.27, the split's from 0.28) and no later stage moved
+    the end (``record`` holds the stage values in any domain: arrays or Z3 terms)."""
+    if "encoder" not in order:
+        return False
+    before = order[order.index("encoder") - 1]
+    lowered = record["encoder"] < record[before]
+    kept = record["chunk"] == record["encoder"]
+    if isinstance(lowered, (bool, np.bool_)) and isinstance(kept, (bool, np.bool_)):
+        return bool(lowered and kept)
+    if isinstance(lowered, np.ndarray) or isinstance(kept, np.ndarray):
+        return np.logical_and(lowered, kept)
+    import z3
+
+    return z3.And(lowered, kept)
 
 
 def _predicate(func: Callable[..., Any], args: list[Any], size: int) -> np.ndarray:
@@ -176,7 +230,8 @@ class RequestModel:
         crashed = np.broadcast_to(np.asarray(values["crashed"], dtype=bool), (size,))
         unsafe = crashed.copy()
         previous = budget
-        for name in STAGE_NAMES:
+        order = stage_order(self.policy)
+        for name in order:
             unsafe |= (record[name] < 0) | (record[name] > previous)
             previous = record[name]
         chunk = record["chunk"]
@@ -189,6 +244,8 @@ class RequestModel:
         for pid in self.properties:
             if pid in props.EDGE_PROPERTIES:
                 bad[pid] = moving & _predicate(props.EDGE_PROPERTIES[pid], [view, c, target], size)
+                if pid == "P4":
+                    bad[pid] &= ~encoder_forced(order, record)
             elif pid == "P5":
                 window = props.WINDOW_PROPERTIES[self.window]
                 bad[pid] = moving & _predicate(window, [view, c, record["cap"], target], size)

@@ -24,15 +24,16 @@ from typing import Any
 import z3
 
 from chunkproof.model import stages
-from chunkproof.model.config import WELL_FORMED
-from chunkproof.model.policy import STAGE_NAMES, Policy
+from chunkproof.model.config import WELL_FORMED, Items, item_views
+from chunkproof.model.policy import Policy
 from chunkproof.model.splits import prefill_end
-from chunkproof.model.step import step_view
+from chunkproof.model.step import stage_order, step_view
 from chunkproof.model.subset import SubsetFunction, parse
-from chunkproof.model.symbolic import symbolic
+from chunkproof.model.symbolic import Z3Domain, symbolic
 from chunkproof.spec import properties as props
 from chunkproof.spec.constraints import member
-from chunkproof.spec.space import INPUT_NAMES, Grid, Space
+from chunkproof.spec.request import encoder_forced
+from chunkproof.spec.space import INPUT_NAMES, Grid, ItemPattern, Layouts, Space
 
 CELL_INPUTS = ("block", "split_block", "hash_block", "checkpoint_alignment", "retention")
 """Inputs a proof cell keeps concrete (module docstring); the lookahead is split in two
@@ -50,6 +51,8 @@ _INTEGERS = (
     "external",
     "junction",
     "max_sched",
+    "encoder_cache",
+    "encoder_budget",
 )
 
 
@@ -62,12 +65,16 @@ class Cell:
     speculative: bool
     """The lookahead class: L >= 1 (an EAGLE-family method is configured) or L = 0."""
     grid: Grid
+    layout: tuple[ItemPattern, ...] = ()
+    """The encoder-item pattern of the cell: one alternative of the grid's ``--items``, so the
+    number of items is concrete and their positions and lengths symbolic."""
 
     def value(self, name: str) -> int:
         return dict(self.values)[name]
 
     def describe(self) -> dict[str, Any]:
-        return {**dict(self.values), "lookahead": ">= 1" if self.speculative else 0}
+        items = {"items": Layouts((self.layout,)).describe()} if self.layout else {}
+        return {**dict(self.values), "lookahead": ">= 1" if self.speculative else 0, **items}
 
 
 def cells(space: Space) -> list[Cell]:
@@ -79,12 +86,15 @@ def cells(space: Space) -> list[Cell]:
     for grid in space.grids:
         names = [n for n in INPUT_NAMES if n in CELL_INPUTS or n in ("checkpoints", "lookahead")]
         skipped = [n for n in INPUT_NAMES if n not in names]
+        layouts = grid.sets["layout"]
+        alternatives = layouts.alternatives if isinstance(layouts, Layouts) else ((),)
         for family in grid.families(without=skipped):
             values = tuple((n, int(family[n])) for n in CELL_INPUTS)
-            key = (values, family["lookahead"] >= 1, id(grid))
-            if key not in seen:
-                seen.add(key)
-                found.append(Cell(values, family["lookahead"] >= 1, grid))
+            for layout in alternatives:
+                key = (values, family["lookahead"] >= 1, id(grid), layout)
+                if key not in seen:
+                    seen.add(key)
+                    found.append(Cell(values, family["lookahead"] >= 1, grid, layout))
     return found
 
 
@@ -101,6 +111,10 @@ class SymbolicRequest:
     ) -> None:
         self.policy, self.cell, self.budget, self.window = policy, cell, budget, window
         self.symbols = {n: z3.Int(n) for n in _INTEGERS} | {n: z3.Bool(n) for n in _BOOLEANS}
+        for index in range(len(cell.layout)):
+            for part in ("start", "length"):
+                name = _item_symbol(index, part)
+                self.symbols[name] = z3.Int(name)
         self._build(self.symbols)
         fixed = self._fixed()
         if fixed:
@@ -122,6 +136,12 @@ class SymbolicRequest:
         }
         if not cell.speculative:
             fields["lookahead"] = 0
+        pairs = [
+            (fields.pop(_item_symbol(i, "start")), fields.pop(_item_symbol(i, "length")))
+            for i in range(len(cell.layout))
+        ]
+        fields["mm_items"] = item_views(pairs)
+        fields["has_items"] = bool(pairs)
         self.view = SimpleNamespace(**fields)
         self._stages: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._template: dict[str, Any] | None = None
@@ -173,12 +193,22 @@ class SymbolicRequest:
                 continue
             if name == "start":
                 yield member(sets[name], (self.view.start, self.view.external), ctx)
+            elif name == "layout":
+                yield from self._layout()
             else:
                 yield member(sets[name], getattr(self.view, name), ctx)
         alpha = self.cell.value("checkpoint_alignment")
         yield self.view.checkpoints == (alpha > 0)
         if self.cell.speculative:
             yield self.view.lookahead >= 1
+
+    def _layout(self) -> Iterator[Any]:
+        """The cell's item pattern: each start (absolute, or a gap after the previous end)
+        and length in its set (:class:`~chunkproof.spec.space.ItemPattern`)."""
+        for pattern, item in zip(self.cell.layout, self.view.mm_items, strict=True):
+            origin = item.start - item.prev_end if pattern.relative else item.start
+            yield member(pattern.start, origin, {})
+            yield member(pattern.length, item.length, {})
 
     def _low(self) -> int:
         return 1 if self.budget is None else self.budget[0]
@@ -224,13 +254,18 @@ class SymbolicRequest:
         crashed: Any = False
         n = b
         for stage in self.policy.stages:
-            value, crash = symbolic(stage.subset(), stage.arguments(view, c, n))
+            runner = getattr(stage.source, "interpret", None)
+            if runner is not None:  # real code that keeps state (the encoder scheduling)
+                domain = Z3Domain()
+                value, crash = runner(domain, view, c, n), domain.crashed
+            else:
+                value, crash = symbolic(stage.subset(), stage.arguments(view, c, n))
             crashed = z3.Or(crashed, crash) if crash is not False else crashed
             n = value
             values[stage.name] = n
         filled: dict[str, Any] = {}
         current = b
-        for name in STAGE_NAMES:
+        for name in stage_order(self.policy):
             current = values.get(name, current)
             filled[name] = current
         filled["chunk"] = n
@@ -242,7 +277,7 @@ class SymbolicRequest:
         values = self.stages(c, b)
         breaches = [values["crashed"]]
         previous = b
-        for name in STAGE_NAMES:
+        for name in stage_order(self.policy):
             breaches.append(z3.Or(values[name] < 0, values[name] > previous))
             previous = values[name]
         return z3.Or(*breaches)
@@ -284,15 +319,37 @@ class SymbolicRequest:
         if pid == "P5":
             window = props.WINDOW_PROPERTIES[self.window]
             return z3.And(moving, self._call(window, [self.view, c, values["cap"], e]))
-        return z3.And(moving, self._call(props.EDGE_PROPERTIES[pid], [self.view, c, e]))
+        bad = z3.And(moving, self._call(props.EDGE_PROPERTIES[pid], [self.view, c, e]))
+        if pid == "P4" and self.cell.layout:
+            return z3.And(bad, z3.Not(encoder_forced(stage_order(self.policy), values)))
+        return bad
 
     def concrete(self, model: z3.ModelRef) -> dict[str, Any]:
         """The configuration fields of a solver model (cell inputs included)."""
         out: dict[str, Any] = dict(self.cell.values)
         for name in self.symbols:
+            if name.startswith(_ITEM_PREFIX):
+                continue
             value = model.eval(_as_term(getattr(self.view, name)), model_completion=True)
             out[name] = z3.is_true(value) if name in _BOOLEANS else value.as_long()
+        pairs = []
+        for item in self.view.mm_items:
+            start, length = (
+                model.eval(_as_term(v), model_completion=True).as_long()
+                for v in (item.start, item.length)
+            )
+            pairs.append((start, length))
+        if pairs:
+            out["items"] = Items(pairs)
         return out
+
+
+_ITEM_PREFIX = "item"
+
+
+def _item_symbol(index: int, part: str) -> str:
+    """The Z3 name of an encoder item's start or length (``item0_start``)."""
+    return f"{_ITEM_PREFIX}{index}_{part}"
 
 
 FIXING_MS = 2_000

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from chunkproof.model.config import MAX_VALUE, Config
+from chunkproof.model.config import MAX_VALUE, Config, Items
 from chunkproof.model.errors import ConfigError
 
 MAX_SET = 1 << 22
@@ -265,6 +265,98 @@ class Retentions:
         return len(self.options) == 1
 
 
+@dataclass(frozen=True)
+class ItemPattern:
+    """One encoder item of a layout pattern: its start, either absolute (``4``, ``0-3``) or
+    ``gap`` tokens after the previous item's end (``^0-2``; the first item's gap counts from
+    0), and its length (``20``, ``1-8``)."""
+
+    start: Ints
+    relative: bool
+    length: Ints
+
+    def describe(self) -> str:
+        where = f"^{self.start.describe()}" if self.relative else self.start.describe()
+        return f"{where}+{self.length.describe()}"
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """Encoder item layouts (SPEC S1 encoder items; ``--items``): alternatives separated by
+    ``;``, each ``none`` (no items) or items separated by ``,``, each ``START+LENGTH``
+    (:class:`ItemPattern`). ``4+20,26+20`` is one layout; ``0-3+1-8,^0-4+1-8`` every layout of
+    two items with the first starting at 0-3, a gap of 0-4 between them, lengths 1-8. Layouts
+    whose items do not fit the prompt are not configurations (they are skipped, like other
+    combinations SPEC S1 rules out)."""
+
+    alternatives: tuple[tuple[ItemPattern, ...], ...]
+
+    def values(self, ctx: Mapping[str, Any]) -> Iterator[Items]:
+        seen: set[Items] = set()
+        for pattern in self.alternatives:
+            for layout in _layouts(pattern, 0, ctx.get("prompt")):
+                items = Items(layout)
+                if items not in seen:
+                    seen.add(items)
+                    yield items
+
+    def describe(self) -> str:
+        return ";".join(",".join(p.describe() for p in alt) or "none" for alt in self.alternatives)
+
+    def fixed(self) -> bool:
+        return len(self.alternatives) == 1 and all(
+            p.start.fixed() and p.length.fixed() for p in self.alternatives[0]
+        )
+
+
+def _layouts(
+    pattern: tuple[ItemPattern, ...], end: int, prompt: int | None
+) -> Iterator[tuple[tuple[int, int], ...]]:
+    """Every layout of ``pattern`` whose items start at or after ``end`` and end within
+    ``prompt`` (when known)."""
+    if not pattern:
+        yield ()
+        return
+    head, rest = pattern[0], pattern[1:]
+    for offset in head.start.values({}):
+        start = end + offset if head.relative else offset
+        if start < end or (prompt is not None and start >= prompt):
+            continue
+        for length in head.length.values({}):
+            if length < 1 or (prompt is not None and start + length > prompt):
+                continue
+            for tail in _layouts(rest, start + length, prompt):
+                yield ((start, length), *tail)
+
+
+_ITEM = re.compile(r"^(\^)?([0-9-]+)\+([0-9-]+)$")
+
+
+def parse_layouts(text: str, flag: str = "--items") -> Layouts:
+    """``none``, or items ``START+LENGTH`` (``^GAP+LENGTH`` after the previous item), with
+    ``;`` between alternatives (:class:`Layouts`)."""
+    alternatives: list[tuple[ItemPattern, ...]] = []
+    for alternative in (a.strip() for a in text.split(";")):
+        if alternative in ("none", "0", ""):
+            alternatives.append(())
+            continue
+        items = []
+        for part in (p.strip() for p in alternative.split(",")):
+            match = _ITEM.match(part)
+            if not match:
+                raise ConfigError(
+                    f"{flag}: cannot read {part!r} (items are START+LENGTH or ^GAP+LENGTH, "
+                    "e.g. 4+20,^2+20; alternatives are separated by ;)"
+                )
+            start = parse_ints(match.group(2), flag)
+            length = parse_ints(match.group(3), flag)
+            if length.low < 1:
+                raise ConfigError(f"{flag}: an item's length is at least 1, not {part!r}")
+            items.append(ItemPattern(start, match.group(1) is not None, length))
+        alternatives.append(tuple(items))
+    return Layouts(tuple(dict.fromkeys(alternatives)))
+
+
 # -- the inputs --------------------------------------------------------------------------------
 
 
@@ -489,6 +581,30 @@ INPUTS: tuple[Input, ...] = (
     Input("start", "--start", "c0", "admission start (x: its external part)", parse_starts, "0"),
     Input("junction", "--junction", "J", "shared-prefix junction", parse_junctions, "0"),
     Input(
+        "layout",
+        "--items",
+        "items",
+        "encoder items (start+length, in the prompt)",
+        parse_layouts,
+        "none",
+    ),
+    Input(
+        "encoder_cache",
+        "--encoder-cache",
+        "C_enc",
+        "encoder cache capacity C (0: vLLM's max(M, largest item))",
+        _ints("--encoder-cache"),
+        "0",
+    ),
+    Input(
+        "encoder_budget",
+        "--encoder-budget",
+        "b_enc",
+        "encoder compute budget per step (0: vLLM's, = C)",
+        _ints("--encoder-budget"),
+        "0",
+    ),
+    Input(
         "max_sched",
         "--max-sched",
         "M",
@@ -556,6 +672,8 @@ def _product(
         if name == "start":
             start, external = value
             yield from _product(sets, rest, {**ctx, "start": start, "external": external})
+        elif name == "layout":
+            yield from _product(sets, rest, {**ctx, "items": value})
         else:
             yield from _product(sets, rest, {**ctx, name: value})
 

@@ -47,7 +47,7 @@ def test_json_round_trip(files: dict[str, Path]) -> None:
         assert Counterexample.from_dict(json.loads(json.dumps(cx.to_dict()))) == cx
         data = json.loads(path.read_text())
         assert data["schema"] == "chunkproof.counterexample/2"
-        assert set(data["trace"][0]) <= STEP_FIELDS | {"crash"}
+        assert set(data["trace"][0]) <= STEP_FIELDS | {"crash", "encoder_first"}
         assert STEP_FIELDS <= set(data["trace"][-1])
         assert data["minimised"] == ["prompt", "block", "lookahead", "max_sched", "trace_length"]
         assert {"split_block", "external", "retention"} <= set(data["config"])

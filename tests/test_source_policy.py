@@ -89,11 +89,13 @@ def test_release_prove_finds_spec_k_minimum(tmp_path: Path, cli: Cli) -> None:
 @pytest.mark.fidelity
 def test_directory_and_file_forms(tmp_path: Path) -> None:
     """A directory or scheduler.py path: the release comes from the manifest, vllm/_version.py,
-    or else the source (reservation present: the composition of vllm-latest)."""
+    or nowhere; the composition is read from its schedule() in every case (issue 10 item 2),
+    not from the release number."""
     root = copy_release("0.28.0", tmp_path / "tree", with_manifest=True)
     assert resolve_policy(str(root)).composition == "C5"
     (root / "manifest.json").unlink()
-    assert resolve_policy(str(root / SCHEDULER_FILE)).composition == "C9"
+    unversioned = resolve_policy(str(root / SCHEDULER_FILE))
+    assert (unversioned.composition, unversioned.releases) == ("C5", ())
     (root / "vllm/_version.py").write_text("__version__ = version = '0.28.0'\n")
     policy = resolve_policy(str(root))
     assert (policy.name, policy.composition, policy.releases) == (str(root), "C5", ("0.28.0",))

@@ -1,0 +1,145 @@
+"""The scheduler step over several requests, checked (issue 11 item 2): orchestration of the
+explorer on :class:`~chunkproof.spec.scheduler_step.SchedulerStepModel`.
+
+The requests of an instance are drawn from the configurations of a :class:`Space` (each one a
+request: its prompt, start, items, ...), as every multiset of k of them that one engine can run
+(they share the engine's settings and the release accepts each, SPEC S1b:
+:func:`~chunkproof.spec.scheduler_step.request_sets`). Every instance is explored exhaustively
+under every offered budget 1..M per step; each property (P0 and the system properties S-LIVE,
+HOL, STARVE of :mod:`chunkproof.spec.system_properties`) is PROVED when no reachable
+transition of any instance violates it, else VIOLATED with the smallest violating instance
+(least total T, then the requests' configurations in SPEC C order) and its BFS-shortest trace.
+A space with no instance is EMPTY (exit 2), never PROVED.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
+from chunkproof.checker.report import EMPTY, PROVED, VIOLATED
+from chunkproof.model.config import Config
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.policy import Policy
+from chunkproof.spec.scheduler_step import (
+    MAX_SEQS,
+    SchedulerStepModel,
+    describe_state,
+    request_sets,
+)
+from chunkproof.spec.space import Space
+from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
+
+MAX_INSTANCES = 200_000
+"""Most request sets one run explores (a larger space is refused before the search)."""
+
+
+@dataclass(frozen=True)
+class SystemVerdict:
+    """One property over every instance: its status, how many instances violate it, and the
+    smallest one's trace (one line per step: the two lists, then the budget offered)."""
+
+    property: str
+    status: str
+    instances: int
+    violating: int
+    example: str | None
+    trace: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "property": self.property,
+            "status": self.status,
+            "definition": _definition(self.property),
+            "instances": self.instances,
+            "violating": self.violating,
+            "example": self.example,
+            "trace": list(self.trace),
+        }
+
+
+def _definition(pid: str) -> str:
+    """What property ``pid`` asks (P0 is SPEC P0, judged per request)."""
+    if pid in SYSTEM_PROPERTIES:
+        return SYSTEM_PROPERTIES[pid].definition
+    return "no reachable step raises or leaves a stage's range (SPEC P0)"
+
+
+def _rank(group: tuple[Config, ...]) -> tuple[Any, ...]:
+    """The order of instances for the smallest example: total T, then each request in SPEC C
+    order (T, B, L, M, the rest)."""
+    return (
+        sum(cfg.tokens for cfg in group),
+        tuple(
+            (cfg.tokens, cfg.block, cfg.lookahead, cfg.max_sched, cfg.describe()) for cfg in group
+        ),
+    )
+
+
+def _trace(explored: Explored, transition: int) -> tuple[str, ...]:
+    """The BFS-shortest path to a violating transition, then that transition."""
+    batch, steps = explored.batch, explored.steps
+    source, action = int(steps.source[transition]), int(steps.action[transition])
+    lines = [
+        f"{describe_state(batch, explored.states[state])}  --budget {budget}-->"
+        for state, budget in explored.path(source)
+    ]
+    lines.append(f"{describe_state(batch, explored.states[source])}  --budget {action}-->")
+    lines.append(describe_state(batch, steps.target[transition]))
+    return tuple(lines)
+
+
+def _describe(group: tuple[Config, ...]) -> str:
+    return "; ".join(f"#{label}: {cfg.describe()}" for label, cfg in enumerate(group))
+
+
+def explore_system(
+    policy: Policy, space: Space, requests: int, max_seqs: int = MAX_SEQS, symmetry: bool = True
+) -> tuple[list[SystemVerdict], dict[str, Any]]:
+    """Every instance of ``requests`` requests drawn from ``space`` (module docstring)."""
+    if requests < 1:
+        raise ChunkproofError("--requests must be at least 1")
+    if max_seqs < 1:
+        raise ChunkproofError("--max-seqs must be at least 1")
+    started = time.monotonic()
+    configs = list(space.configs())
+    sets = request_sets(policy, configs, requests)
+    if len(sets) > MAX_INSTANCES:
+        raise ChunkproofError(
+            f"{len(sets)} request sets of {requests} requests: chunkproof explores at most "
+            f"{MAX_INSTANCES}; narrow the ranges"
+        )
+    model = SchedulerStepModel(policy, sets, symmetry=symmetry, max_seqs=max_seqs)
+    violating = dict.fromkeys(model.properties, 0)
+    smallest: dict[str, tuple[tuple[Any, ...], str, tuple[str, ...]]] = {}
+    states = 0
+    for batch in model.batches():
+        explored = explore_batch(model, batch)
+        states += len(explored.states)
+        for pid, found in explored.witness.items():
+            hits = np.flatnonzero(found != NO_WITNESS)
+            violating[pid] += len(hits)
+            for inst in hits:
+                group = batch.instances[int(inst)]
+                rank = _rank(group)
+                if pid not in smallest or rank < smallest[pid][0]:
+                    smallest[pid] = (rank, _describe(group), _trace(explored, int(found[inst])))
+    verdicts = []
+    for pid in model.properties:
+        status = EMPTY if not sets else VIOLATED if violating[pid] else PROVED
+        _, example, trace = smallest.get(pid, ((), None, ()))
+        verdicts.append(SystemVerdict(pid, status, len(sets), violating[pid], example, trace))
+    info = {
+        "requests": requests,
+        "max_seqs": max_seqs,
+        "symmetry": symmetry,
+        "request_configurations": len(configs),
+        "instances": len(sets),
+        "states": states,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    return verdicts, info

@@ -1,0 +1,398 @@
+"""One ``schedule()`` step over several requests, as a model the explorer checks (issue 11 item
+2; history note sections 6 and 10). The second model behind
+:class:`~chunkproof.spec.interface.ExplicitModel`, beside the single-request one
+(:mod:`chunkproof.spec.request`).
+
+* Instance: a multiset of k requests, each a :class:`~chunkproof.model.config.Config` (SPEC S1).
+  They share the engine's settings: every field but the per-request ones
+  (:data:`REQUEST_FIELDS`: prompt, tokens, hits, junction, encoder items) is equal, and M =
+  ``max_sched`` is the step's ``max_num_batched_tokens``. ``max_seqs`` is
+  ``max_num_seqs``, the most requests the running list holds.
+* State: vLLM's two lists, each in its order, then the finished requests: a row holds, per
+  position, (label, phase, c), label the request's index in the instance, phase
+  :data:`RUNNING`, :data:`WAITING` or :data:`FINISHED`, c its computed tokens. A request is
+  finished when c >= E (SPEC S2) and then leaves both lists: its decode steps are part of the
+  load the adversarial budget stands for.
+* Init: every arrival order of the k requests, all waiting at c0 (FCFS: the order is the queue).
+* Actions: the token budget b the step is offered, any of 1..M (SPEC S4 ``adversarial``: the
+  rest of M went to other requests' decodes). Judgement call: with b fixed at M the step is a
+  function of the state, and a request behind a zero that a smaller budget causes could never
+  be seen; with b free, S-LIVE asks b = M (the best budget), HOL and STARVE any b.
+* Next (history note 6): the running loop visits the running requests in order with
+  token_budget = b; each gets n from the policy's own stages (:func:`chunkproof.model.step.
+  vectorised_stages`) at (c, token_budget) and token_budget -= n; n = 0 is ``continue``. The
+  loop stops when token_budget is 0. Then the waiting loop visits the waiting requests in
+  queue order while token_budget > 0 and the running list has fewer than ``max_seqs``
+  requests (no preemption: the model has no KV allocation to fail). A request admitted at c0
+  with n > 0 joins the end of the running list; a zero **breaks** the loop (head-of-line
+  blocking) in every release, except that from 0.33 (C9) a zero after the split (from the
+  encoder cap or the reservation) is ``skip_request`` + ``continue``: the request stays at its
+  place in the queue. Skipped requests precede every request the loop did not reach, so both
+  lists keep their order in every step (the basis of :mod:`chunkproof.spec.system_properties`'
+  cycles-are-self-loops argument).
+* Properties: P0 (a stage that runs raises or leaves [0, its input]; such a step does not lead
+  on), and the system properties S-LIVE, HOL, STARVE
+  (:mod:`chunkproof.spec.system_properties`).
+
+Symmetry reduction (``symmetry=True``): requests with equal configurations are interchangeable,
+so a row stores, instead of a request's label, the least label of an equal configuration, and
+the finished requests, which no loop visits, are sorted by (that label, c). Rows that differ
+only by which of two equal requests is where become one. Without it (``symmetry=False``) the
+labels are kept and the finished requests sorted by label; the verdicts are the same.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chunkproof.model.config import Config
+from chunkproof.model.errors import ConfigError
+from chunkproof.model.policy import Policy
+from chunkproof.model.step import stage_order, vectorised_stages
+from chunkproof.spec import system_properties as sysprops
+from chunkproof.spec.interface import Transitions
+from chunkproof.spec.request import Batch, batch_key, make_batch
+
+RUNNING, WAITING, FINISHED = 0, 1, 2
+"""Phase codes, in the order a row lists the positions."""
+
+PHASE_NAMES = ("running", "waiting", "finished")
+
+REQUEST_FIELDS = (
+    "prompt",
+    "tokens",
+    "start",
+    "external",
+    "junction",
+    "exact_junction",
+    "uncached_prefix",
+    "items",
+)
+"""The fields of a :class:`Config` that belong to one request; the others are the engine's,
+shared by every request of an instance."""
+
+SCHEDULER_PROPERTIES = ("P0", *sysprops.SYSTEM_PROPERTIES)
+"""The properties the model judges on every transition."""
+
+MAX_SEQS = 256
+"""vLLM's default ``max_num_seqs``."""
+
+BATCH_INSTANCES = 512
+"""At most this many instances per batch."""
+
+FIELDS = 3
+"""Columns per position: label, phase, c."""
+
+
+def engine_settings(cfg: Config) -> tuple[object, ...]:
+    """The fields of ``cfg`` every request of an instance shares (not :data:`REQUEST_FIELDS`)."""
+    return tuple(v for k, v in cfg.to_dict().items() if k not in REQUEST_FIELDS)
+
+
+def request_sets(policy: Policy, configs: Sequence[Config], k: int) -> list[tuple[Config, ...]]:
+    """Every multiset of ``k`` of ``configs`` that one engine can run: the requests share the
+    engine's settings and ``policy`` accepts each of them (SPEC S1b)."""
+    accepted = [cfg for cfg in configs if policy.accepts(cfg) is None]
+    return [
+        group
+        for group in itertools.combinations_with_replacement(accepted, k)
+        if len({engine_settings(cfg) for cfg in group}) == 1
+    ]
+
+
+@dataclass
+class SchedulerBatch:
+    """Instances evaluated together. ``requests`` holds their configurations flattened, row
+    ``instance * k + label``; ``klass`` maps such a row to the least label of an equal
+    configuration of the instance; ``whole`` is M per instance, ``radix`` bounds every c."""
+
+    instances: list[tuple[Config, ...]]
+    k: int
+    requests: Batch
+    klass: np.ndarray
+    whole: np.ndarray
+    radix: int
+
+    def __len__(self) -> int:
+        return len(self.instances)
+
+    def rows(self, inst: np.ndarray, label: np.ndarray) -> np.ndarray:
+        """The ``requests`` rows of the requests ``label`` of the instances ``inst``."""
+        rows: np.ndarray = inst[:, None] * self.k + label
+        return rows
+
+
+def make_scheduler_batch(instances: list[tuple[Config, ...]]) -> SchedulerBatch:
+    """A batch of ``instances`` (of one size k, their requests agreeing on :func:`batch_key`)."""
+    k = len(instances[0])
+    flat = [cfg for group in instances for cfg in group]
+    klass = np.array([group.index(cfg) for group in instances for cfg in group], dtype=np.int64)
+    whole = np.array([group[0].max_sched for group in instances], dtype=np.int64)
+    radix = max(cfg.tokens for cfg in flat) + 1
+    if len(instances) * (k * len(PHASE_NAMES) * radix) ** k >= 1 << 62:
+        raise ConfigError("scheduler step: too many instances or tokens for an int64 key")
+    return SchedulerBatch(instances, k, make_batch(flat, None), klass, whole, radix)
+
+
+@dataclass
+class Stages:
+    """The policy's stages over some lanes: the chunk, the split's value, and where the step
+    breaks SPEC P0 (the code raised, or a stage left [0, its input])."""
+
+    chunk: np.ndarray
+    split: np.ndarray
+    unsafe: np.ndarray
+
+
+@dataclass
+class SchedulerStepModel:
+    """The scheduler-step model over ``instances`` (module docstring); the explicit form the
+    explorer enumerates."""
+
+    policy: Policy
+    instances: Sequence[tuple[Config, ...]]
+    symmetry: bool = True
+    max_seqs: int = MAX_SEQS
+    properties: tuple[str, ...] = SCHEDULER_PROPERTIES
+
+    def __post_init__(self) -> None:
+        for group in self.instances:
+            _check_instance(self.policy, group)
+
+    @property
+    def skips(self) -> bool:
+        """Whether a waiting request's zero after the split is ``skip_request`` + ``continue``
+        rather than ``break`` (C9, 0.33; history note 6)."""
+        return int(self.policy.composition[1:]) >= 9
+
+    def batches(self) -> Iterator[SchedulerBatch]:
+        """The instances, grouped by size and :func:`batch_key`, at most
+        :data:`BATCH_INSTANCES` per batch."""
+        groups: dict[tuple[object, ...], list[tuple[Config, ...]]] = {}
+        for group in self.instances:
+            groups.setdefault((len(group), batch_key(group[0])), []).append(group)
+        for same in groups.values():
+            for first in range(0, len(same), BATCH_INSTANCES):
+                yield make_scheduler_batch(same[first : first + BATCH_INSTANCES])
+
+    def initial(self, batch: SchedulerBatch) -> np.ndarray:
+        """Init: every arrival order of every instance, all requests waiting at c0 (one row
+        per distinct canonical state)."""
+        orders = np.array(list(itertools.permutations(range(batch.k))), dtype=np.int64)
+        inst = np.repeat(np.arange(len(batch), dtype=np.int64), len(orders))
+        label = np.tile(orders, (len(batch), 1))
+        phase = np.full(label.shape, WAITING, dtype=np.int64)
+        c = batch.requests.start[batch.rows(inst, label)]
+        states = self.arrange(batch, inst, label, phase, c, phase)
+        first = np.unique(self.key(batch, states), return_index=True)[1]
+        return states[np.sort(first)]
+
+    def key(self, batch: SchedulerBatch, states: np.ndarray) -> np.ndarray:
+        """Mixed radix over (instance, then per position label, phase, c)."""
+        digit = len(PHASE_NAMES) * batch.radix
+        keys = states[:, 0].copy()
+        for p in range(batch.k):
+            label, phase, c = (states[:, 1 + FIELDS * p + j] for j in range(FIELDS))
+            keys = keys * (batch.k * digit) + (label * len(PHASE_NAMES) + phase) * batch.radix + c
+        return keys
+
+    def arrange(
+        self,
+        batch: SchedulerBatch,
+        inst: np.ndarray,
+        label: np.ndarray,
+        phase: np.ndarray,
+        c: np.ndarray,
+        group: np.ndarray,
+    ) -> np.ndarray:
+        """Canonical rows: positions sorted by ``group`` (the list a request is in, in list
+        order), the finished requests by (label, c); labels replaced by their class under
+        symmetry reduction (module docstring)."""
+        if self.symmetry:
+            label = batch.klass[batch.rows(inst, label)]
+        position = np.broadcast_to(np.arange(batch.k), label.shape)
+        tie = np.where(phase == FINISHED, label * batch.radix + c, position)
+        order = np.argsort(group * (batch.k * batch.radix) + tie, axis=1, kind="stable")
+        columns = [np.take_along_axis(a, order, axis=1) for a in (label, phase, c)]
+        return np.concatenate([inst[:, None], np.stack(columns, axis=2).reshape(len(inst), -1)], 1)
+
+    def successors(self, batch: SchedulerBatch, states: np.ndarray) -> Transitions:
+        """Every budget 1..M at every state (module docstring)."""
+        counts = batch.whole[states[:, 0]]
+        source = np.repeat(np.arange(len(states)), counts)
+        first = np.cumsum(counts) - counts
+        budget = 1 + np.arange(len(source)) - first[source]
+        return self.step(batch, states, source, budget)
+
+    def stages(
+        self, batch: SchedulerBatch, rows: np.ndarray, c: np.ndarray, budget: np.ndarray
+    ) -> Stages:
+        """The policy's stages for the requests ``rows`` at (c, budget) (SPEC S3)."""
+        size = len(rows)
+        if not size:
+            empty = np.zeros(0, dtype=np.int64)
+            return Stages(empty, empty, np.zeros(0, dtype=bool))
+        values = vectorised_stages(self.policy, batch.requests.view(rows), c, budget)
+        record = {
+            name: np.broadcast_to(np.asarray(values[name], dtype=np.int64), (size,))
+            for name in (*stage_order(self.policy), "chunk")
+        }
+        unsafe = np.broadcast_to(np.asarray(values["crashed"], dtype=bool), (size,)).copy()
+        previous = budget
+        for name in stage_order(self.policy):
+            unsafe |= (record[name] < 0) | (record[name] > previous)
+            previous = record[name]
+        return Stages(record["chunk"], record["split"], unsafe)
+
+    def step(
+        self, batch: SchedulerBatch, states: np.ndarray, source: np.ndarray, budget: np.ndarray
+    ) -> Transitions:
+        """The transitions (states[source], budget): Next and every property."""
+        lanes = Lanes.of(batch, states[source], budget)
+        self.running_loop(batch, lanes)
+        self.waiting_loop(batch, lanes)
+        c = lanes.c + lanes.chunk
+        finished = c >= batch.requests.end[lanes.rows]
+        moved = (lanes.phase == RUNNING) | lanes.admitted
+        phase = np.where(finished, FINISHED, np.where(moved, RUNNING, lanes.phase))
+        group = np.where(finished, 3, np.where(lanes.admitted, 1, np.where(moved, 0, 2)))
+        target = self.arrange(batch, lanes.inst, lanes.label, phase, c, group)
+        unchanged = ~lanes.unsafe & (lanes.chunk.sum(axis=1) == 0)
+        safe = ~lanes.unsafe
+        unfinished = (lanes.phase != FINISHED).any(axis=1)
+        bad = {
+            "P0": lanes.unsafe,
+            "S-LIVE": sysprops.system_live(unchanged, unfinished, budget, batch.whole[lanes.inst]),
+            "HOL": safe & sysprops.head_of_line(lanes.broke, lanes.behind_fit),
+            "STARVE": sysprops.starvation(unchanged, self.alone_fit(batch, lanes, unchanged)),
+        }
+        record = {f"chunk{p}": lanes.chunk[:, p] for p in range(batch.k)}
+        record["left"] = lanes.left
+        return Transitions(
+            source=source,
+            action=budget,
+            target=target,
+            follow=safe & ~unchanged & (phase != FINISHED).any(axis=1),
+            bad={pid: bad[pid] for pid in self.properties},
+            weight=np.ones(len(source), dtype=np.int64),
+            record=record,
+        )
+
+    def running_loop(self, batch: SchedulerBatch, lanes: Lanes) -> None:
+        """History note 6, running loop: each running request in order gets the policy's chunk
+        at the budget left; 0 is ``continue``; the loop stops when no budget is left."""
+        for p in range(batch.k):
+            sel = np.flatnonzero((lanes.phase[:, p] == RUNNING) & (lanes.left > 0))
+            lanes.schedule(
+                sel, p, self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.left[sel])
+            )
+
+    def waiting_loop(self, batch: SchedulerBatch, lanes: Lanes) -> None:
+        """History note 6, waiting loop: the waiting requests in queue order while budget and
+        a seat remain; a zero breaks (C9: a zero after the split skips). Every waiting request
+        behind a break is run at the budget left, for HOL."""
+        seated = (lanes.phase == RUNNING).sum(axis=1)
+        for p in range(batch.k):
+            waiting = lanes.phase[:, p] == WAITING
+            reach = waiting & ~lanes.broke & (lanes.left > 0) & (seated < self.max_seqs)
+            probe = waiting & lanes.broke
+            sel = np.flatnonzero(reach | probe)
+            got = self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.left[sel])
+            behind = probe[sel]
+            lanes.behind_fit[sel[behind]] |= ~got.unsafe[behind] & (got.chunk[behind] > 0)
+            tried, got = sel[~behind], _subset(got, ~behind)
+            zero = ~got.unsafe & (got.chunk == 0)
+            skip = zero & (got.split > 0) if self.skips else np.zeros(len(tried), dtype=bool)
+            lanes.broke[tried[zero & ~skip]] = True
+            admitted = ~got.unsafe & (got.chunk > 0)
+            lanes.admitted[tried[admitted], p] = True
+            seated[tried[admitted]] += 1
+            lanes.schedule(tried, p, got)
+
+    def alone_fit(self, batch: SchedulerBatch, lanes: Lanes, unchanged: np.ndarray) -> np.ndarray:
+        """Where a step schedules nothing, whether some unfinished request would get a chunk
+        > 0 from the whole budget b if it were the only one (STARVE)."""
+        fit = np.zeros(len(unchanged), dtype=bool)
+        for p in range(batch.k):
+            sel = np.flatnonzero(unchanged & (lanes.phase[:, p] != FINISHED))
+            got = self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.budget[sel])
+            fit[sel] |= ~got.unsafe & (got.chunk > 0)
+        return fit
+
+
+@dataclass
+class Lanes:
+    """The (state, budget) lanes of one evaluation of Next: the source rows split into
+    columns (label, phase, c per position), and what the step has done so far: the chunk each
+    position got, the budget left, the positions the waiting loop admitted, whether it broke
+    and whether a request behind the break would have fit, and where P0 broke."""
+
+    inst: np.ndarray
+    budget: np.ndarray
+    label: np.ndarray
+    phase: np.ndarray
+    c: np.ndarray
+    rows: np.ndarray
+    chunk: np.ndarray
+    left: np.ndarray
+    admitted: np.ndarray
+    broke: np.ndarray
+    behind_fit: np.ndarray
+    unsafe: np.ndarray
+
+    @classmethod
+    def of(cls, batch: SchedulerBatch, states: np.ndarray, budget: np.ndarray) -> Lanes:
+        size = len(states)
+        inst = states[:, 0]
+        label, phase, c = (states[:, 1 + j :: FIELDS] for j in range(FIELDS))
+        flags = [np.zeros(size, dtype=bool) for _ in range(3)]
+        return cls(
+            inst,
+            budget,
+            label,
+            phase,
+            c,
+            batch.rows(inst, label),
+            np.zeros_like(c),
+            budget.copy(),
+            np.zeros(c.shape, dtype=bool),
+            *flags,
+        )
+
+    def schedule(self, sel: np.ndarray, p: int, got: Stages) -> None:
+        """Position ``p`` of lanes ``sel`` took its chunk (none where P0 broke):
+        token_budget -= n."""
+        taken = np.where(got.unsafe, 0, got.chunk)
+        self.chunk[sel, p] = taken
+        self.left[sel] -= taken
+        self.unsafe[sel] |= got.unsafe
+
+
+def _subset(got: Stages, mask: np.ndarray) -> Stages:
+    return Stages(got.chunk[mask], got.split[mask], got.unsafe[mask])
+
+
+def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:
+    """An instance the model covers: its requests share the engine's settings and one
+    :func:`batch_key`, and under C8-C9 have no threshold (the per-step theta of several
+    requests is not modelled: the policy's cap is the one-request cap)."""
+    if len({engine_settings(cfg) for cfg in group}) != 1:
+        raise ConfigError("scheduler step: the requests of an instance must share the engine")
+    if len({batch_key(cfg) for cfg in group}) != 1:
+        raise ConfigError("scheduler step: the requests must carry as many encoder items")
+    if int(policy.composition[1:]) >= 8 and group[0].threshold > 0:
+        raise ConfigError("scheduler step: a threshold under C8-C9 is not modelled")
+
+
+def describe_state(batch: SchedulerBatch, row: np.ndarray) -> str:
+    """A row as the two lists and the finished requests, each request as T and c."""
+    lists: dict[int, list[str]] = {phase: [] for phase in range(len(PHASE_NAMES))}
+    group = batch.instances[int(row[0])]
+    for p in range(batch.k):
+        label, phase, c = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+        lists[phase].append(f"#{label}(T={group[label].tokens}, c={c})")
+    return "; ".join(f"{PHASE_NAMES[ph]} [{', '.join(v)}]" for ph, v in lists.items())

@@ -1,0 +1,74 @@
+"""System properties of one ``schedule()`` step over several requests (issue 11 item 2), beside
+the per-request properties P0-P7 (SPEC P).
+
+They are judged on the transitions of :class:`~chunkproof.spec.scheduler_step.SchedulerStepModel`
+(a global state and the token budget b the environment offers the step), from what the step
+computed: whether it scheduled any request, which requests a zero blocked, and what each request
+would have been given alone. Each predicate returns ``True`` where the transition *violates*
+the property (the ``bad[pid]`` arrays of a :class:`~chunkproof.spec.interface.Transitions`).
+
+"For ever" is a cycle of global states. In the scheduler-step model every request's c only
+grows and the two queues keep their order (the model's docstring), so every cycle is a
+self-loop: a step that schedules nothing. A property about what happens for ever is therefore a
+property of one transition whose target is its source.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chunkproof.spec.properties import Property
+
+SYSTEM_PROPERTIES: dict[str, Property] = {
+    p.id: p
+    for p in (
+        Property(
+            "S-LIVE",
+            "SYSTEM-LIVE",
+            "no reachable global state with unfinished work schedules nothing when the step "
+            "is offered the whole budget M (it would stay there for ever)",
+        ),
+        Property(
+            "HOL",
+            "HEAD-OF-LINE",
+            "no step's waiting loop stops on a zero at its head while a waiting request behind "
+            "it would get a chunk > 0 from the budget left",
+        ),
+        Property(
+            "STARVE",
+            "STARVATION",
+            "no reachable step that schedules nothing (a cycle: it repeats for ever under the "
+            "same budget) leaves out a request that the budget alone would give a chunk > 0",
+        ),
+    )
+}
+"""The system properties, in the order reports list them."""
+
+
+def system_live(
+    unchanged: np.ndarray, unfinished: np.ndarray, budget: np.ndarray, whole: np.ndarray
+) -> np.ndarray:
+    """S-LIVE is violated by a step offered the whole budget (``budget == whole``, M) from a
+    state where some request is unfinished, that schedules nothing: the state is its own
+    successor under the best budget the environment can give, so no request progresses for
+    ever (the system form of SPEC P1)."""
+    bad: np.ndarray = unchanged & unfinished & (budget == whole)
+    return bad
+
+
+def head_of_line(broke: np.ndarray, behind_fit: np.ndarray) -> np.ndarray:
+    """HOL is violated by a step whose waiting loop broke on a zero (``broke``; history note
+    6: a split zero in every release, any zero up to 0.32) while some waiting request behind
+    the break would have got a chunk > 0 from the budget left (``behind_fit``: the model runs
+    the stages of every request behind the break at that budget)."""
+    bad: np.ndarray = broke & behind_fit
+    return bad
+
+
+def starvation(unchanged: np.ndarray, alone_fit: np.ndarray) -> np.ndarray:
+    """STARVE is violated by a step that schedules nothing (a cycle of global states, module
+    docstring) while some unfinished request would get a chunk > 0 from the same budget if it
+    were scheduled first (``alone_fit``): offered that budget for ever, the request is never
+    scheduled although the budget would serve it."""
+    bad: np.ndarray = unchanged & alone_fit
+    return bad

@@ -1,0 +1,327 @@
+"""The scheduler-step model (issue 11 item 2): one ``schedule()`` step over several requests,
+explored by the generic explorer (:mod:`chunkproof.checker.explorer`).
+
+Reference values come from the single-request forms: :func:`chunkproof.model.trajectory.run`
+and :func:`chunkproof.model.step.step`, the policy's concrete stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from cli_helpers import Cli
+
+from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
+from chunkproof.model.builtin import get_builtin
+from chunkproof.model.config import Config
+from chunkproof.model.step import step
+from chunkproof.model.trajectory import run
+from chunkproof.spec.scheduler_step import (
+    FIELDS,
+    FINISHED,
+    RUNNING,
+    WAITING,
+    SchedulerBatch,
+    SchedulerStepModel,
+    describe_state,
+    request_sets,
+)
+
+
+def explore(model: SchedulerStepModel) -> list[Explored]:
+    return [explore_batch(model, batch) for batch in model.batches()]
+
+
+def one(model: SchedulerStepModel) -> Explored:
+    (explored,) = explore(model)
+    return explored
+
+
+def positions(row: np.ndarray) -> list[tuple[int, int, int]]:
+    """(label, phase, c) per position of a state row."""
+    values = [int(v) for v in row[1:]]
+    return [(values[i], values[i + 1], values[i + 2]) for i in range(0, len(values), FIELDS)]
+
+
+def walk(model: SchedulerStepModel, explored: Explored, budgets: Sequence[int]) -> list[int]:
+    """The chunks one request gets along the explored transitions under ``budgets`` (the last
+    repeating), until the request finishes, the last budget gives 0 or the policy crashes."""
+    batch = explored.batch
+    index = {int(key): i for i, key in enumerate(model.key(batch, explored.states))}
+    transition = {
+        (int(s), int(a)): t
+        for t, (s, a) in enumerate(zip(explored.steps.source, explored.steps.action, strict=True))
+    }
+    here, chunks = 0, list[int]()
+    for i in range(10_000):
+        budget = budgets[min(i, len(budgets) - 1)]
+        t = transition[(here, budget)]
+        if explored.steps.bad["P0"][t]:
+            return chunks  # the policy crashed: the run ends (SPEC P0)
+        chunk = int(explored.steps.record["chunk0"][t])
+        if chunk:
+            chunks.append(chunk)
+        if not explored.steps.follow[t]:
+            if chunk == 0 and i < len(budgets) - 1:
+                continue  # a zero before the repeating budget: the same state, next budget
+            return chunks
+        here = index[int(model.key(batch, explored.steps.target[t : t + 1])[0])]
+    raise AssertionError("the walk did not end")
+
+
+def witness(explored: Explored, pid: str, instance: int = 0) -> int | None:
+    found = int(explored.witness[pid][instance])
+    return None if found == NO_WITNESS else found
+
+
+# -- (a) one request: the single-request model's chunks ------------------------------------------
+
+ALONE = [
+    ("vllm-0.33", Config(block=16, prompt=49, max_sched=16, lookahead=3)),
+    ("vllm-0.33", Config(block=16, prompt=49, max_sched=16, lookahead=1)),
+    ("vllm-0.33", Config(block=4, prompt=5, max_sched=4, lookahead=2)),
+    ("vllm-0.28", Config(block=8, prompt=30, max_sched=12, lookahead=2, drop=True)),
+    ("vllm-0.27", Config(block=8, prompt=21, max_sched=12, start=8)),
+    ("vllm-0.15", Config(block=4, prompt=11, max_sched=6)),
+]
+
+
+@pytest.mark.parametrize(("name", "cfg"), ALONE, ids=lambda v: getattr(v, "name", v))
+def test_one_request_gives_the_single_request_chunks(name: str, cfg: Config) -> None:
+    policy = get_builtin(name)
+    assert policy.accepts(cfg) is None
+    model = SchedulerStepModel(policy, [(cfg,)])
+    explored = one(model)
+    sequences = [[b] for b in range(1, cfg.max_sched + 1)]
+    sequences += [[cfg.max_sched, 3, 1, cfg.max_sched - 1, 2], [2, 1, cfg.max_sched]]
+    for budgets in sequences:
+        assert walk(model, explored, budgets) == run(policy, cfg, budgets).chunks, budgets
+
+
+def test_one_request_system_liveness_is_p1() -> None:
+    """SPEC K: vllm-0.33, B=16, L=3, T=49, M=16 is stuck at c=46 (S-LIVE is violated there);
+    with L=1 it finishes."""
+    policy = get_builtin("vllm-0.33")
+    stuck = one(
+        SchedulerStepModel(policy, [(Config(block=16, prompt=49, max_sched=16, lookahead=3),)])
+    )
+    found = witness(stuck, "S-LIVE")
+    assert found is not None
+    assert positions(stuck.states[stuck.steps.source[found]]) == [(0, RUNNING, 46)]
+    fine = one(
+        SchedulerStepModel(policy, [(Config(block=16, prompt=49, max_sched=16, lookahead=1),)])
+    )
+    assert witness(fine, "S-LIVE") is None
+
+
+# -- (b) head-of-line blocking --------------------------------------------------------------------
+
+# A split zero: budget below a block floors X's first chunk to 0; Y finishes within it.
+SPLIT_X = Config(block=16, prompt=40, max_sched=16)
+SPLIT_Y = Config(block=16, prompt=5, max_sched=16)
+# A reservation zero: X (T=3 <= L) gets 2 from the split and 0 from the reservation.
+RESERVE_X = Config(block=2, prompt=3, max_sched=4, lookahead=3)
+RESERVE_Y = Config(block=2, prompt=10, max_sched=4, lookahead=3)
+
+
+def hol_step(explored: Explored) -> tuple[SchedulerBatch, list[tuple[int, int, int]], int]:
+    found = witness(explored, "HOL")
+    assert found is not None
+    row = explored.states[explored.steps.source[found]]
+    return explored.batch, positions(row), int(explored.steps.action[found])
+
+
+@pytest.mark.parametrize("name", ["vllm-0.33", "vllm-0.28"])
+def test_hol_behind_a_split_zero(name: str) -> None:
+    policy = get_builtin(name)
+    assert policy.accepts(SPLIT_X) is None and policy.accepts(SPLIT_Y) is None
+    batch, state, budget = hol_step(one(SchedulerStepModel(policy, [(SPLIT_X, SPLIT_Y)])))
+    head, behind = (batch.instances[0][label] for label, _, _ in state)
+    assert [phase for _, phase, _ in state] == [WAITING, WAITING]
+    assert (head, behind) == (SPLIT_X, SPLIT_Y)
+    assert budget < SPLIT_X.block
+    assert step(policy, head, 0, budget).split == 0
+    assert step(policy, behind, 0, budget).chunk > 0
+    explored = one(SchedulerStepModel(policy, [(SPLIT_X, SPLIT_Y)]))
+    starved = witness(explored, "STARVE")
+    assert starved is not None  # the same budget for ever: a self-loop
+    source = explored.states[explored.steps.source[starved]]
+    assert np.array_equal(explored.steps.target[starved], source)
+
+
+def test_hol_behind_a_reservation_zero_up_to_0_32() -> None:
+    policy = get_builtin("vllm-0.32")
+    assert policy.accepts(RESERVE_X) is None and policy.accepts(RESERVE_Y) is None
+    batch, state, budget = hol_step(one(SchedulerStepModel(policy, [(RESERVE_X, RESERVE_Y)])))
+    head = batch.instances[0][state[0][0]]
+    assert head == RESERVE_X
+    taken = step(policy, head, 0, budget)
+    assert taken.split > 0 and taken.chunk == 0
+    assert step(policy, RESERVE_Y, 0, budget).chunk > 0
+
+
+def test_0_33_skips_a_reservation_zero() -> None:
+    """Same requests as above: 0.33 skips X (skip_request) and admits Y; no HOL anywhere."""
+    model = SchedulerStepModel(get_builtin("vllm-0.33"), [(RESERVE_X, RESERVE_Y)])
+    explored = one(model)
+    assert witness(explored, "HOL") is None
+    assert witness(explored, "STARVE") is None
+    start = [(0, WAITING, 0), (1, WAITING, 0)]
+    admits = [
+        positions(explored.steps.target[t])
+        for t in np.flatnonzero(explored.steps.action == 2)
+        if positions(explored.states[explored.steps.source[t]]) == start
+    ]
+    assert admits == [[(1, RUNNING, 2), (0, WAITING, 0)]]
+
+
+def test_running_loop_continues_past_a_stuck_request() -> None:
+    """vllm-0.33, T=17, B=16, L=3 is stuck at c=14 (SPEC K); a request behind it is still
+    admitted in the same step (a running request's zero is ``continue``), and joins the
+    running list behind it."""
+    stuck = Config(block=16, prompt=17, max_sched=16, lookahead=3)
+    other = Config(block=16, prompt=40, max_sched=16, lookahead=3)
+    explored = one(SchedulerStepModel(get_builtin("vllm-0.33"), [(stuck, other)]))
+    label = {cfg: i for i, cfg in enumerate(explored.batch.instances[0])}
+    source = [(label[stuck], RUNNING, 14), (label[other], WAITING, 0)]
+    after = [
+        positions(explored.steps.target[t])
+        for t in np.flatnonzero(explored.steps.action == 16)
+        if positions(explored.states[explored.steps.source[t]]) == source
+    ]
+    assert after == [[(label[stuck], RUNNING, 14), (label[other], RUNNING, 16)]]
+
+
+def transitions_from(
+    explored: Explored, state: list[tuple[int, int, int]], pid: str | None = None
+) -> dict[int, list[tuple[int, int, int]]]:
+    """Budget -> target of the transitions leaving ``state`` (those violating ``pid``)."""
+    steps = explored.steps
+    return {
+        int(steps.action[t]): positions(steps.target[t])
+        for t in range(len(steps.source))
+        if positions(explored.states[steps.source[t]]) == state
+        and (pid is None or steps.bad[pid][t])
+    }
+
+
+def test_max_num_seqs_stops_the_waiting_loop() -> None:
+    """With max_num_seqs = 1 the waiting loop admits one request per free seat; a request
+    waiting behind a stuck running one starves (STARVE, not HOL: nothing broke)."""
+    policy = get_builtin("vllm-0.33")
+    short, long = (
+        Config(block=16, prompt=5, max_sched=32),
+        Config(block=16, prompt=40, max_sched=32),
+    )
+    start = [(0, WAITING, 0), (1, WAITING, 0)]  # labels: short 0, long 1
+    one_seat = one(SchedulerStepModel(policy, [(short, long)], max_seqs=1))
+    two_seats = one(SchedulerStepModel(policy, [(short, long)], max_seqs=2))
+    assert transitions_from(one_seat, start)[32] == [(1, WAITING, 0), (0, FINISHED, 5)]
+    assert transitions_from(two_seats, start)[32] == [(1, RUNNING, 16), (0, FINISHED, 5)]
+    stuck = Config(block=16, prompt=17, max_sched=16, lookahead=3)
+    other = Config(block=16, prompt=40, max_sched=16, lookahead=3)
+    trapped = [(0, RUNNING, 14), (1, WAITING, 0)]  # labels: stuck 0, other 1
+    one_seat = one(SchedulerStepModel(policy, [(stuck, other)], max_seqs=1))
+    two_seats = one(SchedulerStepModel(policy, [(stuck, other)], max_seqs=2))
+    assert transitions_from(one_seat, trapped, "STARVE").keys() == {16}
+    assert not transitions_from(one_seat, trapped, "HOL")
+    assert not transitions_from(two_seats, trapped, "STARVE")
+
+
+# -- (c) symmetry reduction -----------------------------------------------------------------------
+
+
+def test_symmetry_same_verdicts_fewer_states() -> None:
+    policy = get_builtin("vllm-0.33")
+    grid = [
+        Config(block=4, prompt=t, max_sched=8, lookahead=lookahead)
+        for lookahead in (0, 2)
+        for t in (3, 5, 9)
+    ]
+    sets = request_sets(policy, grid, 3)
+    assert any(len(set(group)) < 3 for group in sets)
+    reduced = explore(SchedulerStepModel(policy, sets, symmetry=True))
+    full = explore(SchedulerStepModel(policy, sets, symmetry=False))
+    for a, b in zip(reduced, full, strict=True):
+        assert a.batch.instances == b.batch.instances
+        for pid in a.witness:
+            assert np.array_equal(a.witness[pid] != NO_WITNESS, b.witness[pid] != NO_WITNESS), pid
+            assert np.array_equal(a.violating[pid] > 0, b.violating[pid] > 0), pid
+    assert sum(len(e.states) for e in reduced) < sum(len(e.states) for e in full)
+    assert any(a.witness[pid].max() > NO_WITNESS for a in reduced for pid in a.witness)
+
+
+def test_equal_requests_have_one_initial_state() -> None:
+    policy = get_builtin("vllm-0.33")
+    pair = [(SPLIT_Y, SPLIT_Y)]
+    for symmetry, count in ((True, 1), (False, 2)):
+        model = SchedulerStepModel(policy, pair, symmetry=symmetry)
+        assert len(model.initial(next(model.batches()))) == count
+
+
+# -- (d) the explorer runs the model unchanged ---------------------------------------------------
+
+
+def test_explorer_paths_replay_on_the_model() -> None:
+    """Every reachable state's BFS path re-runs on the model's own Next, and every state is
+    unique and canonical."""
+    policy = get_builtin("vllm-0.33")
+    model = SchedulerStepModel(policy, [(SPLIT_X, SPLIT_Y, SPLIT_Y), (RESERVE_X, RESERVE_Y)])
+    for explored in explore(model):
+        batch = explored.batch
+        keys = model.key(batch, explored.states)
+        assert len(np.unique(keys)) == len(keys)
+        for state in range(len(explored.states)):
+            path = explored.path(state)
+            here = explored.states[path[0][0] if path else state]
+            for parent, action in path:
+                assert np.array_equal(explored.states[parent], here)
+                steps = model.step(batch, here[None, :], np.array([0]), np.array([action]))
+                here = steps.target[0]
+            assert np.array_equal(here, explored.states[state]), describe_state(batch, here)
+
+
+# --- the command: chunkproof system ---------------------------------------------------------
+
+
+def test_system_command_finds_hol_with_its_trace(cli: Cli) -> None:
+    """The default requests on vllm-0.33: HOL behind a split zero (B=4: a 4-token request at
+    the head offered 3 tokens floors to 0, the 3-token one behind it would finish), S-LIVE
+    from the lookahead livelock (T=5, L=2), and P0 holds; exit 1."""
+    run = cli("system", "vllm-0.33", "--json")
+    assert run.code == 1
+    document = run.json()
+    verdicts = {v["property"]: v for v in document["verdicts"]}
+    assert {pid: v["status"] for pid, v in verdicts.items()} == {
+        "P0": "PROVED",
+        "S-LIVE": "VIOLATED",
+        "HOL": "VIOLATED",
+        "STARVE": "VIOLATED",
+    }
+    hol = verdicts["HOL"]
+    assert hol["example"] == "#0: T=3 B=4 L=0 M=8; #1: T=4 B=4 L=0 M=8"
+    assert hol["trace"][-2].startswith("running []; waiting [#1(T=4, c=0), #0(T=3, c=0)]")
+    assert hol["trace"][-2].endswith("--budget 3-->")
+    assert "L=2" in verdicts["S-LIVE"]["example"]
+    assert document["explored"]["instances"] == hol["instances"] > 0
+
+
+def test_system_command_without_the_break_has_no_hol(cli: Cli) -> None:
+    """With B = 1 no split floors a chunk to 0 and L = 0 reserves nothing: HOL and S-LIVE
+    hold (PROVED over every instance), exit 0."""
+    run = cli("system", "vllm-0.33", "--block", "1", "--lookahead", "0", "--drop", "off",
+              "--prompt", "1-6", "--max-sched", "4", "--json")  # fmt: skip
+    assert run.code == 0, run.out
+    statuses = {v["property"]: v["status"] for v in run.json()["verdicts"]}
+    assert set(statuses.values()) == {"PROVED"}
+
+
+def test_system_command_refuses_what_it_cannot_check(cli: Cli) -> None:
+    """A range the release refuses entirely is EMPTY (exit 2); --budget is refused."""
+    run = cli("system", "vllm-0.27", "--lookahead", "0", "--drop", "on", "--json")
+    assert run.code == 2
+    assert {v["status"] for v in run.json()["verdicts"]} == {"EMPTY"}
+    run = cli("system", "vllm-0.33", "--budget", "1-2")
+    assert run.code == 2 and run.err.count("\n") == 1 and "every budget 1..M" in run.err
