@@ -4,10 +4,11 @@ all in one process.
 Measured (wall-clock seconds, ``time.perf_counter``), for one built-in policy (default
 ``vllm-latest``):
 
-(a) ``check``'s two halves on their default spaces: the explorer on ``small_space`` (every
-    further input's grid, the encoder items included) and the prover on ``production_space``
-    (every cell of the production range). Target (issue 9): both together under 120 s on two
-    cores.
+(a) ``check``'s two halves on their default spaces, as ``check`` runs them: the explorer on
+    ``small_space`` (every further input's grid, the encoder items included) for every
+    property, then the prover on ``production_space`` (every cell of the production range) for
+    the properties the explorer did not find violated. Target (issue 9): both together under
+    120 s on two cores (issue 12's target is 30 s).
 (b) One production cell with every input the prover keeps symbolic (T, M, theta, c0, x, J,
     L_h, u, the budget: B = 16, L = 3, G in B and B/2, H = G/2, checkpoints on): the prover's
     time for P0, P1, P3, P4, P5 and P6. Target (issue 9): under 5 s.
@@ -25,7 +26,7 @@ import argparse
 import time
 
 from chunkproof.checker.defaults import production_space, small_space
-from chunkproof.checker.report import Verdict
+from chunkproof.checker.report import VIOLATED, Verdict
 from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.policy import Policy
@@ -84,11 +85,13 @@ def main() -> None:
     proved = tuple(p for p in every if p in PROVER_PROPERTIES)
     print(f"policy {policy.name}; jobs {args.jobs}; solver timeout {args.timeout} s")
 
-    _, explorer_s = timed_explore(policy, small_space(policy), every, args.jobs)
-    _, prover_s = timed_prove(policy, production_space(policy), proved, run)
+    found, explorer_s = timed_explore(policy, small_space(policy), every, args.jobs)
+    undecided = tuple(p for p in proved if statuses(found).get(p) != VIOLATED)
+    _, prover_s = timed_prove(policy, production_space(policy), undecided, run)
     total = explorer_s + prover_s
     print(f"(a) check: explorer {explorer_s:.1f} s + prover {prover_s:.1f} s = {total:.1f} s")
-    print(f"    ratio to the 120 s target: {total / 120:.2f}")
+    print(f"    ratio to the 120 s target: {total / 120:.2f}; to issue 12's 30 s: {total / 30:.2f}")
+    print(f"    the prover ran on {', '.join(undecided) or 'no property'}")
 
     cell = Space((grid_from(ONE_CELL, "one cell"),))
     verdicts, cell_s = timed_prove(policy, cell, proved, run)

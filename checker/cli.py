@@ -426,13 +426,15 @@ _COLUMNS = {"split": "split", "encoder": "encoder", "reservation": "reserve"}
 
 
 def _trace_table(policy: Policy, cfg: Config, steps: Sequence[Step]) -> list[str]:
-    """The trace's rows: c, the budget, n, the value after each stage in the order the policy
-    applies them (the encoder cap only when the request has encoder items: without them it
-    passes n through), the chunk and its end."""
+    """The trace's rows: c, the budget, n, the value after each stage the policy has, in the
+    order it applies them (the encoder cap only when the request has encoder items: without
+    them it passes n through), the chunk and its end."""
     stages = [
         name
         for name in stage_order(policy)
-        if name in _COLUMNS and (name != "encoder" or cfg.has_items)
+        if name in _COLUMNS
+        and policy.stage(name) is not None
+        and (name != "encoder" or cfg.has_items)
     ]
     heads = ["c", "budget", "n", *(_COLUMNS[name] for name in stages), "chunk", "end"]
     widths = [max(6, len(head)) for head in heads]

@@ -1,5 +1,5 @@
 """Soundness: the explorer's verdicts equal a plain enumeration with the concrete policy, on
-random configurations over every input of SPEC S1 (hypothesis).
+random configurations over every input of SPEC S1, encoder items included (hypothesis).
 
 The enumeration follows every offered budget from every reachable state with the concrete step
 (:func:`chunkproof.model.step.step`: no vectorised form, no batching, no breadth-first levels)
@@ -16,15 +16,16 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from chunkproof.checker.explorer import NO_WITNESS, explore_batch
+from chunkproof.checker.traces import stage_values
 from chunkproof.model.builtin import builtin_policies
-from chunkproof.model.config import Config
+from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
 from chunkproof.spec import properties as props
-from chunkproof.spec.request import RequestModel, budget_bounds, make_batch
+from chunkproof.spec.request import RequestModel, budget_bounds, encoder_forced, make_batch
 from chunkproof.spec.space import Space
 
 STEP = ("P0", "P1", "P3", "P4", "P5", "P6")
@@ -60,7 +61,8 @@ def brute_force(policy: Policy, cfg: Config, window: str) -> Truth:
                 continue
             stack.append(s.end)
             violated["P3"] |= props.crosses_block_end(cfg, c, s.end)
-            violated["P4"] |= props.misaligned(cfg, c, s.end)
+            forced = encoder_forced(s.order, stage_values(s))  # SPEC P4 exemption (b)
+            violated["P4"] |= props.misaligned(cfg, c, s.end) and not forced
             violated["P5"] |= props.WINDOW_PROPERTIES[window](cfg, c, s.n, s.end)
             violated["P6"] |= props.skips_resend(cfg, c, s.end)
     stuck = tuple(b for b in range(low, high + 1) if not run(policy, cfg, [b]).finished)
@@ -79,6 +81,9 @@ def configs(draw: st.DrawFn) -> Config | None:
     lookahead = draw(st.integers(0, 3))
     start = draw(st.integers(0, max(prompt, tokens - 1) - 1))
     checkpoints = draw(st.booleans())
+    first = draw(st.integers(0, prompt))
+    second = first + draw(st.integers(1, 5)) + draw(st.integers(0, 3))
+    items = draw(st.sampled_from([(), (), ((first, 1 + prompt // 3),), ((first, 2), (second, 3))]))
     try:
         return Config(
             block=block,
@@ -99,6 +104,7 @@ def configs(draw: st.DrawFn) -> Config | None:
             checkpoint_alignment=draw(st.sampled_from([1, 2])) if checkpoints else 0,
             uncached_prefix=draw(st.sampled_from([0, 0, 4])),
             retention=draw(st.sampled_from([-1, -1, 0, 2 * block])),
+            items=Items(items),
         )
     except ConfigError:
         return None

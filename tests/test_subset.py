@@ -59,13 +59,18 @@ STAGES: list[StageFunction] = [
     splits.split_v8,
     splits.split_v9,
     splits.split_keep_subblock,
+    splits.split_keep_subblock_v5,
+    splits.split_keep_subblock_realign,
     splits.split_lookahead_in_split,
     stages.cap_static_threshold,
     stages.cap_lone_request,
     stages.reserve_r1,
     stages.reserve_unaligned,
 ]
-"""Every stage of the built-in policies (SPEC V)."""
+"""Every stage of the built-in policies (SPEC V) that reads no encoder items. The encoder
+stages and ``split_keep_subblock_encoder_only`` read them: their vectorised form is checked
+against the native one by tests/test_explorer_bruteforce.py (random configurations with items)
+and against the real encoder methods by tests/test_encoder_fidelity.py."""
 PREDICATES: list[Callable[[Any], bool]] = [rule.holds for rule in acceptance.RULES]
 """The acceptance rules (SPEC S1b), which the explorer and the prover evaluate too."""
 CRASHES = (AssertionError, ArithmeticError)

@@ -1,0 +1,215 @@
+"""Mutation report: do the tests notice a one-token change in the model? (issue 12 item 3)
+
+The catalogue is fixed and deterministic: every single-token mutant of the target modules
+(:data:`TARGETS`: the splits and stages, the integer helpers, the composition table, the
+properties, the slot oracle and the symbolic encoding) that swaps a comparison (``<`` and
+``<=``, ``>`` and ``>=``, ``==`` and ``!=``), an arithmetic operator (``+`` and ``-``, ``//``
+and ``*``), a boolean operator (``and`` and ``or``), a boolean constant, or the integer
+constants 0 and 1, in code (never in docstrings, comments or string concatenation), and in
+the composition table a release's composition name or split variant for its neighbour
+(``"C4"`` for ``"C5"``, ``split_v4`` for ``split_v5``); mutants are taken evenly spaced over
+that list, in (file, line, column) order, ``--count`` of them.
+
+Each mutant is applied to a scratch copy of the package (the working tree is never touched)
+and the test selection (:data:`SELECTION`, the tests that need no vLLM download) runs on it in
+a fresh interpreter with the copy first on ``PYTHONPATH``; the mutant is *killed* when the run
+fails (or times out), *survives* when it passes. Before the catalogue, the unmutated copy must
+pass and a canary mutant (``fl`` that does not floor) must be killed, so a report cannot be
+vacuous. Printed: every surviving mutant (file:line, the change) and the kill rate, as a ratio
+of the mutants run.
+
+    python bench/mutation.py [--count 60] [--timeout 600] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = (
+    "model/arith.py",
+    "model/splits.py",
+    "model/stages.py",
+    "model/builtin.py",
+    "spec/properties.py",
+    "spec/slots.py",
+    "spec/request_symbolic.py",
+)
+"""The modules mutated (the model, the composition table, the properties, the slot oracle and
+the prover's encoding)."""
+SELECTION = (
+    "tests/test_known_answers.py",
+    "tests/test_properties.py",
+    "tests/test_slots.py",
+    "tests/test_subset.py",
+    "tests/test_explorer_bruteforce.py::test_explorer_equals_brute_force",
+    "tests/test_encoder_model.py",
+    "tests/test_40709.py",
+    "tests/test_replay.py",
+    "tests/test_prover.py",
+)
+"""The tests run on each mutant: every test file that needs no release download."""
+SWAPS = {
+    "<": "<=",
+    "<=": "<",
+    ">": ">=",
+    ">=": ">",
+    "==": "!=",
+    "!=": "==",
+    "+": "-",
+    "-": "+",
+    "//": "*",
+    "and": "or",
+    "or": "and",
+    "True": "False",
+    "False": "True",
+    "0": "1",
+    "1": "0",
+}
+"""The single-token replacements."""
+CANARY = ("model/arith.py", "    return x // m * m\n", "    return x\n")
+"""A mutant every run must kill: ``fl`` stops flooring."""
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One token of ``path`` (line, column) replaced: ``old`` becomes ``new``."""
+
+    path: str
+    line: int
+    column: int
+    old: str
+    new: str
+
+    def describe(self) -> str:
+        return f"{self.path}:{self.line}: {self.old!r} -> {self.new!r}"
+
+    def apply(self, text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        row = lines[self.line - 1]
+        assert row[self.column : self.column + len(self.old)] == self.old, self
+        lines[self.line - 1] = row[: self.column] + self.new + row[self.column + len(self.old) :]
+        return "".join(lines)
+
+
+_SPLITS = ("1", "2", "2b", "3", "4", "5", "6", "7", "8", "9")
+TABLE_SWAPS = {
+    **{f'"C{i}"': f'"C{i + 1 if i < 9 else 8}"' for i in range(1, 10)},
+    **{f"split_v{a}": f"split_v{b}" for a, b in zip(_SPLITS, (*_SPLITS[1:], "8"), strict=True)},
+}
+"""The composition table's mutants (``model/builtin.py``): a neighbouring C-name or split."""
+
+
+def candidates(path: str) -> list[Mutant]:
+    """Every swappable token of ``path`` in code: not in a docstring, a comment, an import,
+    a definition line or a string concatenation; in the composition table, its entries."""
+    text = (ROOT / path).read_text()
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    found = []
+    for i, token in enumerate(tokens):
+        row, column = token.start
+        if path == "model/builtin.py":
+            if token.string in TABLE_SWAPS and token.line.lstrip().startswith("_release("):
+                found.append(Mutant(path, row, column, token.string, TABLE_SWAPS[token.string]))
+            continue
+        if token.type not in (tokenize.OP, tokenize.NAME, tokenize.NUMBER):
+            continue
+        if token.string not in SWAPS:
+            continue
+        if token.line.lstrip().startswith(("import ", "from ", "def ", "class ", "@")):
+            continue
+        near = {tokens[j].type for j in (i - 1, i + 1) if 0 <= j < len(tokens)}
+        if token.string in "+-" and tokenize.STRING in near:
+            continue
+        found.append(Mutant(path, row, column, token.string, SWAPS[token.string]))
+    return found
+
+
+def catalogue(count: int) -> list[Mutant]:
+    """``count`` mutants evenly spaced over every candidate (module docstring)."""
+    every = [m for path in TARGETS for m in candidates(path)]
+    if count >= len(every):
+        return every
+    step = len(every) / count
+    return [every[int(i * step)] for i in range(count)]
+
+
+def run_tests(package: Path, timeout: int) -> bool:
+    """Whether the selection passes on the package copy at ``package / "chunkproof"``."""
+    env = {**os.environ, "PYTHONPATH": str(package)}
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *SELECTION]
+    try:
+        result = subprocess.run(
+            command,
+            cwd=package / "chunkproof",
+            env=env,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return result.returncode == 0
+
+
+def with_change(copy: Path, path: str, text: str, package: Path, timeout: int) -> bool:
+    """Run the selection with ``path`` of the copy replaced by ``text``; restore it after."""
+    target = copy / path
+    original = target.read_text()
+    target.write_text(text)
+    try:
+        return run_tests(package, timeout)
+    finally:
+        target.write_text(original)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=60, help="mutants to run (60)")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per test run")
+    parser.add_argument("--list", action="store_true", help="print the catalogue and stop")
+    args = parser.parse_args()
+    mutants = catalogue(args.count)
+    if args.list:
+        for mutant in mutants:
+            print(mutant.describe())
+        return
+    with tempfile.TemporaryDirectory(prefix="chunkproof-mutation-") as scratch:
+        package = Path(scratch)
+        copy = package / "chunkproof"
+        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "chunkproof-out*"))
+        started = time.perf_counter()
+        if not run_tests(package, args.timeout):
+            sys.exit("the unmutated copy fails the selection: fix the tests first")
+        baseline = time.perf_counter() - started
+        path, old, new = CANARY
+        text = (copy / path).read_text()
+        if with_change(copy, path, text.replace(old, new, 1), package, args.timeout):
+            sys.exit("the canary mutant survives: the copy is not the code under test")
+        print(f"{len(mutants)} mutants; the selection takes {baseline:.0f} s unmutated")
+        survivors = []
+        for index, mutant in enumerate(mutants, 1):
+            text = (copy / mutant.path).read_text()
+            survived = with_change(copy, mutant.path, mutant.apply(text), package, args.timeout)
+            print(f"[{index}/{len(mutants)}] {'SURVIVED' if survived else 'killed'}: "
+                  f"{mutant.describe()}", flush=True)  # fmt: skip
+            if survived:
+                survivors.append(mutant)
+    killed = len(mutants) - len(survivors)
+    print(f"killed {killed} of {len(mutants)}: kill rate {killed / len(mutants):.2f}")
+    for mutant in survivors:
+        print(f"  survived: {mutant.describe()}")
+
+
+if __name__ == "__main__":
+    main()
