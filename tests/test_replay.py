@@ -13,6 +13,7 @@ from cli_helpers import Cli
 from chunkproof.checker.cli import main
 from chunkproof.model.budget import Adversarial, Const
 from chunkproof.model.counterexample import Counterexample
+from chunkproof.spec.slots import oracle
 
 COUNTEREXAMPLES = Path(__file__).parent.parent / "counterexamples"
 GRID = ["--block", "4", "--lookahead", "0,2,3", "--prompt", "1-12", "--max-sched", "1-8"]
@@ -152,3 +153,23 @@ def test_committed_counterexamples_replay(cli: Cli) -> None:
     for path in committed:
         run = cli("replay", str(path), "--json")
         assert run.code == 0, (path, run.out, run.err)
+
+
+def test_committed_slot_reports_are_the_oracles() -> None:
+    """The slot oracle's report in every committed P3/P6 file (poisoned keys, covered
+    positions, the resend hit of the completed trace) is what the oracle says today on the
+    file's configuration: a change to the oracle or to how a configuration reaches it (the
+    checkpoint alignment, the partial hits) cannot pass unnoticed."""
+    checked = 0
+    for path in sorted(COUNTEREXAMPLES.glob("*/*.json")):
+        cx = Counterexample.load(path)
+        if "completed_ends" not in cx.details:
+            continue
+        report = oracle(cx.config, cx.details["completed_ends"])
+        assert [f"{p.claim} holds state@{p.held}" for p in report.violations] == cx.details[
+            "poisoned"
+        ], path
+        assert sorted(report.covered) == cx.details["covered"], path
+        assert report.resend_hit == cx.details["resend_hit"], path
+        checked += 1
+    assert checked >= 3
