@@ -29,6 +29,7 @@ from chunkproof.checker.search import explore, usable_jobs
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.policy import Policy
 from chunkproof.proofs import prover
+from chunkproof.spec.properties import WINDOW_FORMS
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.request_symbolic import CELL_INPUTS, Cell, SymbolicRequest, cells
 from chunkproof.spec.space import Space
@@ -60,8 +61,8 @@ def explore_space(
     model = RequestModel(policy, space, window)
     exploration = explore(model, wanted, jobs, tick)
     tally = exploration.tally
-    rng = explorer_range(space, tally.configs)
-    verdicts = exploration_verdicts(exploration, rng, out)
+    rng = {**explorer_range(space, tally.configs), "window": window}
+    verdicts = name_window(exploration_verdicts(exploration, rng, out), window)
     info = {
         "configs": tally.configs,
         "states": tally.states,
@@ -69,6 +70,15 @@ def explore_space(
         "seconds": round(time.monotonic() - started, 3),
     }
     return verdicts, info
+
+
+def name_window(verdicts: list[Verdict], window: str) -> list[Verdict]:
+    """P5's verdict names the form it checked (SPEC P5: strict is the property, relaxed a
+    trade-off); the range of every verdict records it as ``window``."""
+    for verdict in verdicts:
+        if verdict.property == "P5":
+            verdict.summary = f"{WINDOW_FORMS[window]}; {verdict.summary}"
+    return verdicts
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,7 @@ def prove_space(
     for pid in pids:
         mine = [v for v in results if v.property == pid]
         verdicts.append(_proof_verdict(policy, space, pid, mine, run, out, make, found))
+    name_window(verdicts, run.window)
     if out is not None:
         for v in results:
             if v.certificate:
@@ -164,7 +175,7 @@ def _proof_verdict(
     methods: dict[str, int] = {}
     for v in proved:
         methods[v.method] = methods.get(v.method, 0) + 1
-    rng = prover_range(space, [v.cell for v in cell_verdicts], len(empty))
+    rng = {**prover_range(space, [v.cell for v in cell_verdicts], len(empty)), "window": run.window}
     figure = {
         "cells": len(cell_verdicts),
         "proved_by": methods,

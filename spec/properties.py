@@ -154,4 +154,10 @@ WINDOW_PROPERTIES: dict[str, Callable[..., bool]] = {
 """P5 forms: predicate(cfg, c, n, e); strict is the property, relaxed a trade-off a fix may
 choose (SPEC P5)."""
 
+WINDOW_FORMS = {
+    "strict": "strict form: no chunk end in (T - L, T)",
+    "relaxed": "relaxed form: a window end only on a multiple of B when the budget was cut",
+}
+"""What each P5 form asks, as a verdict names the form it checked."""
+
 DEFAULT_WINDOW = "strict"

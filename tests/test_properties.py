@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from cli_helpers import Cli
 
 from chunkproof.checker.search import Exploration, explore
 from chunkproof.model.builtin import get_builtin
@@ -74,3 +77,15 @@ def test_a_split_grid_other_than_the_mamba_block_breaks_the_slots(pid: str) -> N
     assert _explore("vllm-0.33", pid, lookahead="0,1").failing(pid, "main") == 0
     split = _explore("vllm-0.33", pid, lookahead="0,1", split_block="B/2")
     assert split.failing(pid, "main") > 0
+
+
+@pytest.mark.parametrize("window", ["strict", "relaxed"])
+def test_p5_verdicts_name_the_form_they_checked(window: str, cli: Cli, tmp_path: Path) -> None:
+    """SPEC P5 has two forms (strict is the property): the verdict's summary and its range say
+    which one a run checked, in the explorer and the prover alike."""
+    argv = ["--block", "4", "--lookahead", "2", "--prompt", "5-9", "--max-sched", "2-4"]
+    argv += ["--property", "P5", "--window", window, "--out", str(tmp_path), "--json"]
+    for command in ("explore", "prove"):
+        (verdict,) = cli(command, "lookahead-in-split", *argv).json()["verdicts"]
+        assert verdict["summary"].startswith(f"{window} form: "), verdict
+        assert verdict["range"]["window"] == window
