@@ -46,13 +46,15 @@ def next_boundary(c: int, block: int) -> int:
     return (c // block + 1) * block
 
 
-def align_end(cfg: Config, c: int, e: int) -> int:
+def align_end(cfg: Config, c: int, e: int, keep: bool = False) -> int:
     """V5+ rule 4: a non-final end floors to the grid unless that collapses a sub-block chunk.
 
-    a := fl(e, B); e := a if a > c or B <= m, else e is kept (the sub-block advance).
+    a := fl(e, B); e := a if a > c or B <= m, else e is kept (the sub-block advance). With
+    ``keep`` (the #40709 variants) the ``B <= m`` disjunct is off: a chunk that flooring would
+    collapse to 0 is kept unfloored.
     """
     a = fl(e, cfg.split_block)
-    if a > c or cfg.split_block <= max_chunk(cfg):
+    if a > c or (cfg.split_block <= max_chunk(cfg) and not keep):
         return a
     return e
 
@@ -178,22 +180,9 @@ def split_v4(cfg: Config, c: int, n: int) -> int:
 def split_v5(cfg: Config, c: int, n: int) -> int:
     """V5 (0.27.0-0.28.0): align every end before E; sub-block advance when B > m.
 
-    History note 3, V5 rules 1-9.
+    History note 3, V5 rules 1-9 (:func:`split_v5_keeping` with keep false).
     """
-    big_e = prefill_end(cfg)
-    if c >= big_e:
-        return n
-    block = cfg.split_block
-    lam = lambda_tokens(cfg)
-    e = c + n
-    if e < big_e:
-        e = align_end(cfg, c, e)
-    tau = tau_floor(cfg) if cfg.partial_hits else 0
-    s1 = next_boundary(c, block) if c % block != 0 else 0
-    s3 = tau if lam < tau < cfg.prompt else 0
-    s4 = c + fl(cfg.junction - c, block) if c < cfg.junction < e else 0
-    e = stopmin(c, e, s1, lam, s3, s4)
-    return max(e - c, 0)
+    return split_v5_keeping(cfg, c, n, False)
 
 
 def split_v6(cfg: Config, c: int, n: int) -> int:
@@ -359,7 +348,7 @@ def split_v5_keeping(cfg: Config, c: int, n: int, keep: bool) -> int:
     Rule 4 becomes: if e < E, a := fl(e, B); e := a if a > c, or if B <= m and not ``keep``;
     else e is kept. With ``keep`` false this is V5; with ``keep`` true the ``B <= m`` disjunct
     is gone, so a non-final chunk that flooring would collapse to 0 (e < fl(c, B) + B) is kept
-    unfloored: the 3-line patch of vLLM #40709 (#40757, #47771) applied to 0.27's code, where
+    unfloored: the patch of vLLM #40709 applied to 0.27's code, where
     ``aligned_end`` replaces ``end`` only if ``aligned_end > start``. The stops still apply: a
     kept chunk lies inside one block, so only the partial-tail stop tau (H < B) can shorten it,
     never to 0.
@@ -371,9 +360,7 @@ def split_v5_keeping(cfg: Config, c: int, n: int, keep: bool) -> int:
     lam = lambda_tokens(cfg)
     e = c + n
     if e < big_e:
-        a = fl(e, block)
-        if a > c or (block <= max_chunk(cfg) and not keep):
-            e = a
+        e = align_end(cfg, c, e, keep)
     tau = tau_floor(cfg) if cfg.partial_hits else 0
     s1 = next_boundary(c, block) if c % block != 0 else 0
     s3 = tau if lam < tau < cfg.prompt else 0
