@@ -19,6 +19,13 @@ Python scalars (:mod:`chunkproof.model.concrete`) or Z3 terms. Branches whose co
 a plain ``bool`` run both ways and merge their variables with ``ite``; an early ``return`` is
 recorded per lane.
 
+**Types.** Arithmetic, orderings, unary minus, ``min``/``max`` and the value a policy returns
+need integers or booleans of the domain (:meth:`Domain.number`); strings and ``None`` only
+compare with ``==``/``!=`` (as Python does) and ``is None``. Anything else (a string added to a
+number, ``None < n``, a returned tuple) is a one-line :class:`SubsetError` naming file and line,
+never a traceback. Every domain bounds plain integers
+(:data:`~chunkproof.model.errors.MAX_BITS`).
+
 **Crashes (SPEC P0).** A lane that fails an ``assert``, reaches a ``raise`` or divides by zero
 while it is live is a crash: the interpreter reports the condition to the domain
 (:meth:`Domain.crash`) and the lane stops there, as Python would stop. ``and``/``or`` and
