@@ -14,7 +14,9 @@ A space with no instance is EMPTY (exit 2), never PROVED.
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,13 +31,16 @@ from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
     SchedulerStepModel,
     describe_state,
+    engine_settings,
     request_sets,
 )
 from chunkproof.spec.space import Space
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
 
 MAX_INSTANCES = 200_000
-"""Most request sets one run explores (a larger space is refused before the search)."""
+"""Most request sets one run explores (a larger space is refused before they are built)."""
+MAX_REQUESTS = 4
+"""Most requests per instance: every arrival order is an initial state (k! of them)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,13 @@ def _trace(explored: Explored, transition: int) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _set_count(policy: Policy, configs: list[Config], k: int) -> int:
+    """How many instances :func:`request_sets` would build: multisets of k accepted
+    configurations sharing the engine's settings, counted per settings without building them."""
+    groups = Counter(engine_settings(cfg) for cfg in configs if policy.accepts(cfg) is None)
+    return sum(math.comb(size + k - 1, k) for size in groups.values())
+
+
 def _describe(group: tuple[Config, ...]) -> str:
     return "; ".join(f"#{label}: {cfg.describe()}" for label, cfg in enumerate(group))
 
@@ -101,18 +113,19 @@ def explore_system(
     policy: Policy, space: Space, requests: int, max_seqs: int = MAX_SEQS, symmetry: bool = True
 ) -> tuple[list[SystemVerdict], dict[str, Any]]:
     """Every instance of ``requests`` requests drawn from ``space`` (module docstring)."""
-    if requests < 1:
-        raise ChunkproofError("--requests must be at least 1")
+    if not 1 <= requests <= MAX_REQUESTS:
+        raise ChunkproofError(f"--requests must be 1 to {MAX_REQUESTS}")
     if max_seqs < 1:
         raise ChunkproofError("--max-seqs must be at least 1")
     started = time.monotonic()
     configs = list(space.configs())
-    sets = request_sets(policy, configs, requests)
-    if len(sets) > MAX_INSTANCES:
+    count = _set_count(policy, configs, requests)
+    if count > MAX_INSTANCES:
         raise ChunkproofError(
-            f"{len(sets)} request sets of {requests} requests: chunkproof explores at most "
+            f"{count} request sets of {requests} requests: chunkproof explores at most "
             f"{MAX_INSTANCES}; narrow the ranges"
         )
+    sets = request_sets(policy, configs, requests)
     model = SchedulerStepModel(policy, sets, symmetry=symmetry, max_seqs=max_seqs)
     violating = dict.fromkeys(model.properties, 0)
     smallest: dict[str, tuple[tuple[Any, ...], str, tuple[str, ...]]] = {}

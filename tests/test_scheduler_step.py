@@ -325,3 +325,7 @@ def test_system_command_refuses_what_it_cannot_check(cli: Cli) -> None:
     assert {v["status"] for v in run.json()["verdicts"]} == {"EMPTY"}
     run = cli("system", "vllm-0.33", "--budget", "1-2")
     assert run.code == 2 and run.err.count("\n") == 1 and "every budget 1..M" in run.err
+    run = cli("system", "vllm-0.33", "--requests", "5")
+    assert run.code == 2 and "--requests must be 1 to 4" in run.err
+    run = cli("system", "vllm-0.33", "--requests", "4", "--prompt", "1-48", "--block", "4,8")
+    assert run.code == 2 and "request sets of 4 requests" in run.err and run.out == ""
