@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunkproof.model.config import Config
 from chunkproof.spec.slots import (
     Poison,
     SlotReport,
@@ -438,3 +439,17 @@ def test_oracle_equals_the_real_manager_on_every_golden_case() -> None:
             assert _outside_the_model(case), f"oracle {live} {poisons} {hit}, real {case}"
             mismatched.append(str(case["id"]))
     assert len(mismatched) <= 3, mismatched
+
+
+def test_a_configuration_reaches_the_oracle_with_its_checkpoint_alignment() -> None:
+    """Slot note 6 rule 4 (W6) through the Config path (:meth:`SlotSetup.of`): a one-chunk
+    prefill of T = 5 on B = 4 with internal checkpoints at alignment 1 writes the checkpoint
+    at 4, so an identical resend hits 4; without checkpoints nothing is covered and it hits 0."""
+    with_checkpoints = Config(
+        block=4, prompt=5, max_sched=5, checkpoints=True, checkpoint_alignment=1
+    )
+    report = oracle(with_checkpoints, [5])
+    assert (sorted(report.covered), report.resend_hit) == ([4], 4)
+    assert SlotSetup.of(with_checkpoints).checkpoint_alignment == 1
+    report = oracle(Config(block=4, prompt=5, max_sched=5), [5])
+    assert (sorted(report.covered), report.resend_hit) == ([], 0)
