@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from chunkproof.checker.abstraction import check_abstraction
 from chunkproof.checker.compare import Comparison, Side, compare_behaviour
 from chunkproof.checker.compare import exit_status as compare_exit_status
 from chunkproof.checker.compare_report import (
@@ -66,7 +67,7 @@ from chunkproof.model.step import Step, stage_order
 from chunkproof.model.trajectory import run
 from chunkproof.model.vllm_source import parse_overrides
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
-from chunkproof.spec.scheduler_step import MAX_SEQS
+from chunkproof.spec.scheduler_step import MAX_SEQS, request_sets
 from chunkproof.spec.space import Space
 
 DEFAULT_OUT = Path("chunkproof-out")
@@ -853,6 +854,12 @@ def _add_system_parser(sub: Any) -> None:
         action="store_true",
         help="keep requests with equal configurations apart (same verdicts, more states)",
     )
+    p.add_argument(
+        "--abstraction",
+        action="store_true",
+        help="also compare each request's budgets and verdicts with the single-request model "
+        "(SPEC S4)",
+    )
     add_range_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -872,6 +879,10 @@ def _cmd_system(args: argparse.Namespace) -> int:
     )
     statuses = {v.status for v in verdicts}
     code = EXIT_BAD_INPUT if EMPTY in statuses else EXIT_VIOLATED if VIOLATED in statuses else 0
+    abstraction = None
+    if args.abstraction and EMPTY not in statuses:
+        sets = request_sets(policy, list(space.configs()), args.requests)
+        abstraction = check_abstraction(policy, sets).to_dict()
     if args.json:
         _emit(
             {
@@ -879,6 +890,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
                 "range": space.describe(),
                 "explored": info,
                 "verdicts": [v.to_dict() for v in verdicts],
+                **({"abstraction": abstraction} if abstraction is not None else {}),
                 **_source(policy),
             }
         )
@@ -898,7 +910,36 @@ def _cmd_system(args: argparse.Namespace) -> int:
             print(f"      smallest: {v.example}")
             for line in v.trace:
                 print(f"        {line}")
+    if abstraction is not None:
+        print()
+        for line in _abstraction_words(abstraction):
+            print(line)
     return code
+
+
+def _abstraction_words(found: dict[str, Any]) -> list[str]:
+    """The single-request abstraction check as text (SPEC S4, issue 11 item 3)."""
+    lines = [
+        "single-request abstraction (SPEC S4: any budget 1..M at every step), per request "
+        f"configuration ({found['configurations']}):",
+        f"  (state, budget) pairs the scheduler step offers: {found['realized_pairs']} of the "
+        f"{found['single_request_pairs']} the single-request model explores; beyond them: "
+        f"{found['realized_beyond_the_single_request_model']}",
+    ]
+    both = found["violated_in_both"]
+    lines.append(
+        "  violated in both: "
+        + (", ".join(f"{pid} ({n} configs)" for pid, n in sorted(both.items())) or "none")
+    )
+    for key, words in (
+        ("violated_only_in_the_single_request_model", "only the single-request model"),
+        ("violated_only_in_the_scheduler_step", "only the scheduler step (S4 unsound)"),
+    ):
+        for pid, configs in sorted(found[key].items()):
+            lines.append(f"  {pid} violated in {words}: {len(configs)} configs, e.g. {configs[0]}")
+        if not found[key]:
+            lines.append(f"  violated in {words}: none")
+    return lines
 
 
 def _range_words(described: dict[str, Any]) -> str:

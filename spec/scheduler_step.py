@@ -271,6 +271,7 @@ class SchedulerStepModel:
             "STARVE": sysprops.starvation(unchanged, self.alone_fit(batch, lanes, unchanged)),
         }
         record = {f"chunk{p}": lanes.chunk[:, p] for p in range(batch.k)}
+        record |= {f"offered{p}": lanes.offered[:, p] for p in range(batch.k)}
         record["left"] = lanes.left
         return Transitions(
             source=source,
@@ -328,7 +329,8 @@ class SchedulerStepModel:
 class Lanes:
     """The (state, budget) lanes of one evaluation of Next: the source rows split into
     columns (label, phase, c per position), and what the step has done so far: the chunk each
-    position got, the budget left, the positions the waiting loop admitted, whether it broke
+    position got, the budget left, the budget each position was offered (0: not reached), the
+    positions the waiting loop admitted, whether it broke
     and whether a request behind the break would have fit, and where P0 broke."""
 
     inst: np.ndarray
@@ -339,6 +341,7 @@ class Lanes:
     rows: np.ndarray
     chunk: np.ndarray
     left: np.ndarray
+    offered: np.ndarray
     admitted: np.ndarray
     broke: np.ndarray
     behind_fit: np.ndarray
@@ -359,13 +362,15 @@ class Lanes:
             batch.rows(inst, label),
             np.zeros_like(c),
             budget.copy(),
+            np.zeros_like(c),
             np.zeros(c.shape, dtype=bool),
             *flags,
         )
 
     def schedule(self, sel: np.ndarray, p: int, got: Stages) -> None:
-        """Position ``p`` of lanes ``sel`` took its chunk (none where P0 broke):
-        token_budget -= n."""
+        """Position ``p`` of lanes ``sel`` was offered the budget left and took its chunk (none
+        where P0 broke): token_budget -= n."""
+        self.offered[sel, p] = self.left[sel]
         taken = np.where(got.unsafe, 0, got.chunk)
         self.chunk[sel, p] = taken
         self.left[sel] -= taken

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from cli_helpers import Cli
 
+from chunkproof.checker.abstraction import check_abstraction
+from chunkproof.checker.defaults import system_space
 from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
@@ -329,3 +331,26 @@ def test_system_command_refuses_what_it_cannot_check(cli: Cli) -> None:
     assert run.code == 2 and "--requests must be 1 to 4" in run.err
     run = cli("system", "vllm-0.33", "--requests", "4", "--prompt", "1-48", "--block", "4,8")
     assert run.code == 2 and "request sets of 4 requests" in run.err and run.out == ""
+
+
+@pytest.mark.parametrize("name", ["vllm-0.33", "vllm-0.28", "vllm-0.15"])
+def test_the_single_request_abstraction_is_exact_on_the_default_requests(name: str) -> None:
+    """Issue 11 item 3: on ``chunkproof system``'s default requests, two at a time, every
+    (state, budget) pair of the single-request model (SPEC S4) is offered to some request in a
+    reachable global state, none beyond them, and every per-request verdict is the same."""
+    policy = get_builtin(name)
+    sets = request_sets(policy, list(system_space().configs()), 2)
+    found = check_abstraction(policy, sets)
+    assert found.configurations > 0 and found.single_pairs > 0
+    assert found.realized_pairs == found.single_pairs and found.beyond_pairs == 0
+    assert not found.only_single and not found.only_scheduler
+    assert sum(found.both.values()) > 0  # the releases' violations are found in both
+
+
+def test_the_system_command_reports_the_abstraction(cli: Cli) -> None:
+    run = cli("system", "vllm-0.33", "--abstraction", "--json")
+    found = run.json()["abstraction"]
+    assert found["realized_pairs"] == found["single_request_pairs"] > 0
+    assert found["violated_in_both"] == {"P1": 4, "P4": 4}
+    text = cli("system", "vllm-0.33", "--abstraction").out
+    assert "violated in only the scheduler step (S4 unsound): none" in text
