@@ -35,7 +35,7 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.spec.properties import DEFAULT_WINDOW
 from chunkproof.spec.request import budget_bounds
-from chunkproof.spec.scheduler_step import FIELDS, FINISHED, SchedulerStepModel
+from chunkproof.spec.scheduler_step import FIELDS, FINISHED, MAX_SEQS, SchedulerStepModel
 
 STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 """The per-request properties judged on one step."""
@@ -94,10 +94,14 @@ def _member(group: tuple[Config, ...], label: int, symmetry: bool) -> int:
 
 
 def check_abstraction(
-    policy: Policy, sets: list[tuple[Config, ...]], window: str = DEFAULT_WINDOW
+    policy: Policy,
+    sets: list[tuple[Config, ...]],
+    max_seqs: int = MAX_SEQS,
+    window: str = DEFAULT_WINDOW,
 ) -> Abstraction:
-    """The comparison of the module docstring over the instances ``sets``."""
-    model = SchedulerStepModel(policy, sets)
+    """The comparison of the module docstring over the instances ``sets`` (``max_seqs``: the
+    scheduler's max_num_seqs)."""
+    model = SchedulerStepModel(policy, sets, max_seqs=max_seqs)
     realized = realized_pairs(model)
     result = Abstraction()
     for cfg in sorted({cfg for group in sets for cfg in group}, key=_order):

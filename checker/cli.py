@@ -882,7 +882,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
     abstraction = None
     if args.abstraction and EMPTY not in statuses:
         sets = request_sets(policy, list(space.configs()), args.requests)
-        abstraction = check_abstraction(policy, sets).to_dict()
+        abstraction = check_abstraction(policy, sets, args.max_seqs).to_dict()
     if args.json:
         _emit(
             {
