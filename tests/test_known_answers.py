@@ -57,6 +57,15 @@ def test_lookahead_in_split_finishes(cli: Cli, budget: str, ends: list[int]) -> 
     assert (doc["outcome"], doc["stuck_at"]) == ("finished", None)
 
 
+def test_lookahead_in_split_ends_a_mid_prefill_window_chunk_at_the_aligned_limit(cli: Cli) -> None:
+    """SPEC V, lookahead-in-split rule (2) from c > 0: at c = 4 (T=18, B=4, L=3) a budget of
+    12 would end on the grid at 16, inside the window (15, 18) and short of T; the fix ends
+    the chunk at fl(T - L, B) = 12 instead, and the largest budget then finishes at 18."""
+    run = cli("trace", "lookahead-in-split", "--block", "4", "--lookahead", "3", "--prompt",
+              "18", "--max-sched", "16", "--budgets", "4,12,16", "--json")  # fmt: skip
+    assert run.json()["ends"] == [4, 12, 18]
+
+
 def test_alias_latest_is_033(cli: Cli) -> None:
     assert _trace(cli, "vllm-latest", "--budget", "16")["ends"] == [16, 32, 46]
 
