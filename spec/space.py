@@ -481,8 +481,17 @@ def parse_retentions(text: str, flag: str = "--retention") -> Retentions:
     return Retentions(tuple(dict.fromkeys(options)))
 
 
-def _ints(flag: str) -> Callable[[str], ValueSet]:
-    return lambda text: parse_ints(text, flag)
+def _ints(flag: str, minimum: int = 0) -> Callable[[str], ValueSet]:
+    """Integer ranges of ``flag``, every value at least ``minimum`` (a block size, a prompt or
+    a step budget of 0 is not a configuration: SPEC S1)."""
+
+    def parse(text: str) -> ValueSet:
+        values = parse_ints(text, flag)
+        if values.low < minimum:
+            raise ConfigError(f"{flag}: {values.low} is not allowed, values start at {minimum}")
+        return values
+
+    return parse
 
 
 def _bools(flag: str) -> Callable[[str], ValueSet]:
@@ -494,7 +503,7 @@ def _terms(flag: str, bases: Mapping[str, str]) -> Callable[[str], ValueSet]:
 
 
 INPUTS: tuple[Input, ...] = (
-    Input("block", "--block", "B", "Mamba block (the state grid)", _ints("--block"), "4,8,16"),
+    Input("block", "--block", "B", "Mamba block (the state grid)", _ints("--block", 1), "4,8,16"),
     Input(
         "split_block",
         "--split-block",
@@ -569,7 +578,7 @@ INPUTS: tuple[Input, ...] = (
         _ints("--uncached-prefix"),
         "0",
     ),
-    Input("prompt", "--prompt", "P", "prompt tokens", _ints("--prompt"), "1-48"),
+    Input("prompt", "--prompt", "P", "prompt tokens", _ints("--prompt", 1), "1-48"),
     Input(
         "tokens",
         "--tokens",
@@ -609,7 +618,7 @@ INPUTS: tuple[Input, ...] = (
         "--max-sched",
         "M",
         "max scheduled tokens per step",
-        _ints("--max-sched"),
+        _ints("--max-sched", 1),
         "1-32",
     ),
 )
