@@ -339,8 +339,9 @@ def misaligned(cfg: Config, c: int, e: int) -> bool:
     sub-block advance (B > m) that keeps P3, or a position the cache keys soundly off the
     grid: the prompt's partial tail T under partial hits, and the junction J with the exact
     shared-prefix checkpoint (slot note 3 R2, 4.1: "every non-final chunk end must be on the
-    grid, or equal the partial-tail boundary"). Encoder-forced ends (exemption b) are not
-    modelled."""
+    grid, or equal the partial-tail boundary"). Encoder-forced ends (exemption b) need the
+    step's stage values: the callers exempt them (:func:`chunkproof.spec.request.
+    encoder_forced`)."""
     if e <= c or e >= prefill_end(cfg) or e % cfg.block == 0:
         return False
     if cfg.partial_hits and e == tail_position(cfg):
