@@ -547,11 +547,12 @@ def _check_run(
     out: RunFolder,
     defaults: tuple[Policy, ...] = (),
 ) -> tuple[list[Verdict], dict[str, Any], Space, Space | None]:
-    """SPEC CLI ``check``: the explorer on the range flags (default grids) and, with ``prove``,
-    the prover on the default production range for the properties the explorer did not find
-    violated (a violation needs no proof attempt); one verdict per property
-    (:func:`~chunkproof.checker.report.combine`). The default grids and range are those of
-    ``defaults`` (``policy`` itself when not given)."""
+    """SPEC CLI ``check``: the explorer and, with ``prove``, the prover for the properties the
+    explorer did not find violated (a violation needs no proof attempt); one verdict per
+    property (:func:`~chunkproof.checker.report.combine`). With range flags both engines judge
+    the same configurations, those flags'; without, the explorer enumerates the default grids
+    and the prover the default production range of ``defaults`` (``policy`` itself when not
+    given), and each verdict names both ranges."""
     defaults = defaults or (policy,)
     space = _explorer_space(args, *defaults)
     progress = Progress(f"exploring {policy.name}", enabled=not args.json)
@@ -561,7 +562,8 @@ def _check_run(
     progress.close()
     if not prove:
         return verdicts, {"explored": explored}, space, None
-    production = _prover_space(args, *defaults, defaults=True)
+    ranged = bool(range_texts(args))
+    production = space if ranged else _prover_space(args, *defaults, defaults=True)
     undecided = tuple(v.property for v in verdicts if v.status != VIOLATED)
     progress = Progress(f"proving {policy.name}", enabled=not args.json)
     proved, run_info = prove_space(

@@ -250,7 +250,7 @@ def combine(explored: list[Verdict], proved: list[Verdict]) -> list[Verdict]:
     """``check``: one row per property from both engines. The row is VIOLATED if either engine
     found a violation, else UNKNOWN if one could not decide, else PROVED if either covered a
     configuration, else EMPTY; its counterexample (and picture) is the explorer's (smallest),
-    else the prover's."""
+    else the prover's, and so are its counts (cells, when only the prover found one)."""
     by_pid = {v.property: v for v in proved}
     rows = []
     for ex in explored:
@@ -270,6 +270,7 @@ def combine(explored: list[Verdict], proved: list[Verdict]) -> list[Verdict]:
             if PROVED in statuses
             else EMPTY
         )
+        counted = pr if status == VIOLATED and ex.status != VIOLATED else ex
         rows.append(
             Verdict(
                 ex.property,
@@ -277,9 +278,9 @@ def combine(explored: list[Verdict], proved: list[Verdict]) -> list[Verdict]:
                 {"explorer": ex.range, "prover": pr.range},
                 ex.counterexample or pr.counterexample,
                 f"explorer: {ex.status} ({ex.summary}); prover: {pr.status} ({pr.summary})",
-                "exhaustive enumeration + z3",
-                ex.configs,
-                ex.violating,
+                pr.method if counted is pr else "exhaustive enumeration + z3",
+                counted.configs,
+                counted.violating,
                 {"explorer": ex.figure, "prover": pr.figure},
                 ex.findings,
                 ex.picture if ex.counterexample else pr.picture,

@@ -151,6 +151,22 @@ def test_default_check_finds_the_admission_livelock(cli: Cli, tmp_path: Path) ->
     assert len(cx["trace"]) == 1 and cx["trace"][0]["chunk"] == 0
 
 
+def test_check_with_ranges_proves_on_those_ranges(cli: Cli, tmp_path: Path) -> None:
+    """With range flags both engines judge the same configurations: the prover's range is the
+    explorer's (checkpoints off here, so P3 holds on both; the default production range, which
+    has checkpoints, would have reported a P3 violation beside an explorer PROVED)."""
+    ranges = ("--block", "4", "--prompt", "1-12", "--lookahead", "0-2")
+    run = cli("check", "vllm-0.33", *ranges, "--property", "P3", "--out", str(tmp_path), "--json")
+    assert run.code == 0, run.out
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["status"] == "PROVED"
+    explorer, prover = verdict["range"]["explorer"], verdict["range"]["prover"]
+    shared = set(explorer) & set(prover)
+    assert shared >= {"block", "prompt", "lookahead", "checkpoints", "max_sched", "budget"}
+    assert all(explorer[k] == prover[k] for k in shared)
+    assert prover["block"] == "4" and prover["cells"] == 2
+
+
 def test_lookahead_in_split_has_no_p1_violation_on_the_classic_range(
     cli: Cli, tmp_path: Path
 ) -> None:

@@ -556,3 +556,12 @@ def test_verdict_picture_in_json_table_and_combine() -> None:
     assert nothing.to_dict()["picture"] is None
     assert "picture" not in render_table([nothing])
     assert combine([nothing], [proved])[0].picture == "x/p.svg"
+
+
+def test_a_violation_only_the_prover_found_is_counted_in_cells() -> None:
+    """The row's counts are those of the engine that found the violation."""
+    explored = Verdict("P3", PROVED, {}, None, "s", "enum", 1896, 0)
+    proved = Verdict("P3", VIOLATED, {}, "x/P3-prove.json", "s", "z3", 110, 64)
+    (row,) = combine([explored], [proved])
+    assert (row.status, row.configs, row.violating) == (VIOLATED, 110, 64)
+    assert "64 of 110 cells" in render_table([row])
