@@ -31,6 +31,7 @@ from chunkproof.checker.defaults import (
     union,
     user_space,
 )
+from chunkproof.checker.executor import LOCAL, Executor, check_executor, open_executor
 from chunkproof.checker.graph_picture import save_graph
 from chunkproof.checker.output import RunFolder, run_folder
 from chunkproof.checker.pictures import check_picture_suffix, save_picture
@@ -49,10 +50,13 @@ from chunkproof.checker.report import (
 from chunkproof.checker.repro import SOURCE_VARIABLE, write_repro
 from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
 from chunkproof.checker.system import explore_system
+from chunkproof.checker.system_picture import save_system_picture
+from chunkproof.checker.system_prove import DEFAULT_DEPTH, prove_system, report_lines
+from chunkproof.checker.system_repro import any_repro_source
 from chunkproof.checker.traces import violates
 from chunkproof.model.builtin import ALIASES, builtin_policies
 from chunkproof.model.config import Config
-from chunkproof.model.counterexample import Counterexample, replay_steps
+from chunkproof.model.counterexample import Counterexample, load_any, replay_steps
 from chunkproof.model.errors import (
     EXIT_BAD_INPUT,
     EXIT_OK,
@@ -64,10 +68,12 @@ from chunkproof.model.loading import recorded_policy, resolve_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.source_policy import names_class, names_source
 from chunkproof.model.step import Step, stage_order
+from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.model.trajectory import run
 from chunkproof.model.vllm_source import parse_overrides
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
-from chunkproof.spec.scheduler_step import MAX_SEQS, request_sets
+from chunkproof.spec.scheduler_step import MAX_SEQS, SCHEDULER_PROPERTIES, request_sets
+from chunkproof.spec.scheduler_trace import replay as replay_system
 from chunkproof.spec.space import Space
 
 DEFAULT_OUT = Path("chunkproof-out")
@@ -101,6 +107,14 @@ _positive = _at_least(1)
 _natural = _at_least(0)
 
 
+def _executor(text: str) -> str:
+    """An argparse type: ``--executor`` (:func:`~chunkproof.checker.executor.check_executor`)."""
+    try:
+        return check_executor(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _retention(text: str) -> int:
     """``--retention none`` or an integer >= 0 (-1 stands for none)."""
     return -1 if text == "none" else _natural(text)
@@ -132,6 +146,15 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         type=_positive,
         default=os.cpu_count() or 1,
         help="worker processes (default and cap: the CPUs this process may use)",
+    )
+    p.add_argument(
+        "--executor",
+        type=_executor,
+        default=LOCAL,
+        metavar="local|dask|dask://HOST:PORT",
+        help="where the work runs: a local pool of --jobs processes (default), a Dask "
+        "LocalCluster of --jobs workers, or the Dask scheduler at HOST:PORT (needs "
+        "chunkproof[dask])",
     )
 
 
@@ -506,17 +529,17 @@ def _check_size(space: Space) -> None:
         )
 
 
-def _proof_run(args: argparse.Namespace, minimise: bool) -> ProofRun:
-    return ProofRun(args.window, args.timeout * 1000, args.jobs, minimise)
+def _proof_run(args: argparse.Namespace, executor: Executor, minimise: bool) -> ProofRun:
+    return ProofRun(args.window, args.timeout * 1000, executor, minimise)
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
     policy = _policy(args.policy, args)
     space = _explorer_space(args, policy)
-    with run_folder(args.out) as out:
+    with open_executor(args.executor, args.jobs) as executor, run_folder(args.out) as out:
         progress = Progress(f"exploring {policy.name}", enabled=not args.json)
         verdicts, explored = explore_space(
-            policy, space, _properties(args), args.window, args.jobs, out, progress.tick
+            policy, space, _properties(args), args.window, executor, out, progress.tick
         )
         progress.close()
     return _report(args, policy, verdicts, {"explored": explored}, out, space, None)
@@ -531,10 +554,10 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             "`chunkproof explore`"
         )
     space = _prover_space(args, policy, defaults=False)
-    with run_folder(args.out) as out:
+    with open_executor(args.executor, args.jobs) as executor, run_folder(args.out) as out:
         progress = Progress(f"proving {policy.name}", enabled=not args.json)
         verdicts, proved = prove_space(
-            policy, space, wanted, _proof_run(args, minimise=True), out, progress.tick
+            policy, space, wanted, _proof_run(args, executor, minimise=True), out, progress.tick
         )
         progress.close()
     return _report(args, policy, verdicts, {"proved": proved}, out, None, space)
@@ -545,19 +568,20 @@ def _check_run(
     policy: Policy,
     prove: bool,
     out: RunFolder,
+    executor: Executor,
     defaults: tuple[Policy, ...] = (),
 ) -> tuple[list[Verdict], dict[str, Any], Space, Space | None]:
     """SPEC CLI ``check``: the explorer and, with ``prove``, the prover for the properties the
-    explorer did not find violated (a violation needs no proof attempt); one verdict per
-    property (:func:`~chunkproof.checker.report.combine`). With range flags both engines judge
-    the same configurations, those flags'; without, the explorer enumerates the default grids
-    and the prover the default production range of ``defaults`` (``policy`` itself when not
-    given), and each verdict names both ranges."""
+    explorer did not find violated (a violation needs no proof attempt), both on ``executor``;
+    one verdict per property (:func:`~chunkproof.checker.report.combine`). With range flags
+    both engines judge the same configurations, those flags'; without, the explorer enumerates
+    the default grids and the prover the default production range of ``defaults`` (``policy``
+    itself when not given), and each verdict names both ranges."""
     defaults = defaults or (policy,)
     space = _explorer_space(args, *defaults)
     progress = Progress(f"exploring {policy.name}", enabled=not args.json)
     verdicts, explored = explore_space(
-        policy, space, _properties(args), args.window, args.jobs, out, progress.tick
+        policy, space, _properties(args), args.window, executor, out, progress.tick
     )
     progress.close()
     if not prove:
@@ -567,7 +591,7 @@ def _check_run(
     undecided = tuple(v.property for v in verdicts if v.status != VIOLATED)
     progress = Progress(f"proving {policy.name}", enabled=not args.json)
     proved, run_info = prove_space(
-        policy, production, undecided, _proof_run(args, minimise=False), out, progress.tick
+        policy, production, undecided, _proof_run(args, executor, False), out, progress.tick
     )
     progress.close()
     return combine(verdicts, proved), {"explored": explored, "proved": run_info}, space, production
@@ -576,8 +600,8 @@ def _check_run(
 def _cmd_check(args: argparse.Namespace) -> int:
     """The explorer on its default grids plus the prover on the default production range."""
     policy = _policy(args.policy, args)
-    with run_folder(args.out) as out:
-        verdicts, engines, space, production = _check_run(args, policy, True, out)
+    with open_executor(args.executor, args.jobs) as executor, run_folder(args.out) as out:
+        verdicts, engines, space, production = _check_run(args, policy, True, out, executor)
     return _report(args, policy, verdicts, engines, out, space, production)
 
 
@@ -626,12 +650,29 @@ def _report(
 # -- replay -------------------------------------------------------------------------------------
 
 
-def _counterexample_file(path: Path) -> Counterexample:
-    """A SPEC C file, read and checked: its property must be one of P0-P7."""
-    cx = Counterexample.load(path)
-    if cx.property not in PROPERTIES:
-        raise ChunkproofError(f"{path}: unknown property {cx.property!r} (not one of P0-P7)")
+def _counterexample_file(path: Path) -> Counterexample | SystemCounterexample:
+    """A SPEC C file of either form, read and checked: its property must be one of P0-P7, or
+    for a multi-request file one of the scheduler step's (P0, S-LIVE, HOL, STARVE)."""
+    cx = load_any(path)
+    known = SCHEDULER_PROPERTIES if isinstance(cx, SystemCounterexample) else tuple(PROPERTIES)
+    if cx.property not in known:
+        raise ChunkproofError(
+            f"{path}: unknown property {cx.property!r} (not one of {', '.join(known)})"
+        )
     return cx
+
+
+def _difference(policy: Policy, cx: Counterexample | SystemCounterexample) -> str | None:
+    """How replaying ``cx`` on ``policy`` differs from the file; ``None`` when every step is
+    as recorded and the last one still breaks the property."""
+    if isinstance(cx, SystemCounterexample):
+        return replay_system(policy, cx)
+    difference = replay_steps(policy, cx)
+    if difference is None and not violates(
+        cx.property, cx.config, cx.steps[-1], cx.window(), cx.largest_budget()
+    ):
+        difference = f"the last step no longer breaks {cx.property}"
+    return difference
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -641,11 +682,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     else:
         policy = _policy(args.policy or cx.policy, args)
     changed = cx.source_sha256 is not None and cx.source_sha256 != policy.source_sha256
-    difference = replay_steps(policy, cx)
-    if difference is None and not violates(
-        cx.property, cx.config, cx.steps[-1], cx.window(), cx.largest_budget()
-    ):
-        difference = f"the last step no longer breaks {cx.property}"
+    difference = _difference(policy, cx)
     reproduces = difference is None
     if args.json:
         _emit(
@@ -747,21 +784,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     a, b = _policy_pair(args.policy, args.other, args)
     if args.markdown is not None:
         _check_writable(args.markdown, "--markdown")
-    sides = []
-    # One space for both sides: the default grids of both releases (configurations one of them
-    # refuses are reported as excluded from its verdicts).
-    with run_folder(args.out) as out:
-        same = a.file_stem == b.file_stem
-        for policy, side in ((a, "A"), (b, "B")):
-            folder = out.within(side) if same else out
-            verdicts, engines, space, production = _check_run(
-                args, policy, not args.no_prove, folder, (a, b)
-            )
-            sides.append(Side(policy, tuple(verdicts), engines))
-        written = [str(p) for p in out.written]
-    progress = Progress(f"comparing {a.name} with {b.name}", enabled=not args.json)
-    behaviour = compare_behaviour(a, b, space, args.jobs, progress.tick, window=args.window)
-    progress.close()
+    with open_executor(args.executor, args.jobs) as executor:
+        sides, space, production, written = _compare_sides(args, a, b, executor)
+        progress = Progress(f"comparing {a.name} with {b.name}", enabled=not args.json)
+        behaviour = compare_behaviour(a, b, space, executor, progress.tick, window=args.window)
+        progress.close()
     prover = None if production is None else production.describe()
     command = compare_command(args, build_parser().parse_args(["compare", args.policy, args.other]))
     comparison = Comparison(sides[0], sides[1], space, prover, behaviour, command)
@@ -774,6 +801,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"markdown report written to {args.markdown}")
     return compare_exit_status(comparison)
+
+
+def _compare_sides(
+    args: argparse.Namespace, a: Policy, b: Policy, executor: Executor
+) -> tuple[list[Side], Space, Space | None, list[str]]:
+    """Both policies checked as by ``check`` on ``executor``, in one run folder: their sides,
+    the grid, the prover's range (``None`` with ``--no-prove``) and the files written."""
+    sides = []
+    # One space for both sides: the default grids of both releases (configurations one of them
+    # refuses are reported as excluded from its verdicts).
+    with run_folder(args.out) as out:
+        same = a.file_stem == b.file_stem
+        for policy, side in ((a, "A"), (b, "B")):
+            folder = out.within(side) if same else out
+            verdicts, engines, space, production = _check_run(
+                args, policy, not args.no_prove, folder, executor, (a, b)
+            )
+            sides.append(Side(policy, tuple(verdicts), engines))
+    return sides, space, production, [str(p) for p in out.written]
 
 
 def _check_writable(path: Path, flag: str) -> None:
@@ -797,7 +843,7 @@ def _add_repro_parser(sub: Any) -> None:
 def _cmd_repro(args: argparse.Namespace) -> int:
     """SPEC CLI ``repro``: a standalone pytest file that runs the real methods along the trace."""
     cx = _counterexample_file(args.file)
-    out = write_repro(cx, str(args.file), args.pytest)
+    out = write_repro(any_repro_source(cx, str(args.file)), args.pytest)
     print(f"wrote {out}: {cx.property} on {cx.policy}, {len(cx.steps)} recorded steps")
     print(
         f"run it with the vLLM source tree to test: {SOURCE_VARIABLE}=path/to/vllm-root "
@@ -830,6 +876,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
         if path is not None:
             check_picture_suffix(path, flag)
     cx = _counterexample_file(args.file)
+    if isinstance(cx, SystemCounterexample):
+        if args.graph is not None:
+            raise ChunkproofError(
+                "--graph: a multi-request counterexample has no single-request state graph"
+            )
+        print(f"picture: {save_system_picture(cx, args.out)}")
+        return EXIT_OK
     policy = recorded_policy(cx)
     if args.out is not None:
         print(f"picture: {save_picture(cx, policy, args.out)}")
@@ -862,8 +915,70 @@ def _add_system_parser(sub: Any) -> None:
         help="also compare each request's budgets and verdicts with the single-request model "
         "(SPEC S4)",
     )
+    p.add_argument(
+        "--prove",
+        action="store_true",
+        help="search with Z3 instead, per proof cell (2 or 3 requests): bounded to --depth, "
+        "a violation replayed on the explicit model",
+    )
+    p.add_argument(
+        "--depth",
+        type=_positive,
+        default=DEFAULT_DEPTH,
+        help=f"--prove: steps of the bounded search ({DEFAULT_DEPTH})",
+    )
     add_range_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"folder for the counterexample files and pictures (default {DEFAULT_OUT})",
+    )
+
+
+def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) -> int:
+    """``chunkproof system --prove``: :func:`~chunkproof.checker.system_prove.prove_system`;
+    exit 1 if a property is violated, 2 if no cell holds requests, else 3: a bounded search
+    that finds nothing is not a proof (SPEC CLI: unknown or incomplete)."""
+    if args.abstraction:
+        raise ChunkproofError("--abstraction: not with --prove")
+    with run_folder(args.out) as out:
+        proofs, info = prove_system(
+            policy,
+            space,
+            args.requests,
+            args.depth,
+            args.max_seqs,
+            out=out,
+        )
+    statuses = {p.status for p in proofs}
+    code = (
+        EXIT_BAD_INPUT
+        if EMPTY in statuses
+        else EXIT_VIOLATED
+        if VIOLATED in statuses
+        else EXIT_UNKNOWN
+    )
+    if args.json:
+        _emit(
+            {
+                "policy": policy.name,
+                "range": space.describe(),
+                "searched": info,
+                "verdicts": [p.to_dict() for p in proofs],
+                **_source(policy),
+                "files": [str(p) for p in out.written],
+            }
+        )
+        return code
+    print(f"chunkproof system {policy.name} --prove ({policy.summary})")
+    print(f"range (each configuration one request): {_range_words(space.describe())}")
+    for line in report_lines(proofs, info):
+        print(line)
+    if out.written:
+        print(f"\nfiles written under {args.out}: {len(out.written)}")
+    return code
 
 
 def _cmd_system(args: argparse.Namespace) -> int:
@@ -875,10 +990,13 @@ def _cmd_system(args: argparse.Namespace) -> int:
         raise ChunkproofError("--budget: the scheduler step is offered every budget 1..M")
     texts = range_texts(args)
     space = user_space(texts, None, production=False) if texts else system_space()
+    if args.prove:
+        return _cmd_system_prove(args, policy, space)
     _check_size(space)
-    verdicts, info = explore_system(
-        policy, space, args.requests, args.max_seqs, symmetry=not args.no_symmetry
-    )
+    with run_folder(args.out) as out:
+        verdicts, info = explore_system(
+            policy, space, args.requests, args.max_seqs, not args.no_symmetry, out
+        )
     statuses = {v.status for v in verdicts}
     code = EXIT_BAD_INPUT if EMPTY in statuses else EXIT_VIOLATED if VIOLATED in statuses else 0
     abstraction = None
@@ -894,6 +1012,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
                 "verdicts": [v.to_dict() for v in verdicts],
                 **({"abstraction": abstraction} if abstraction is not None else {}),
                 **_source(policy),
+                "files": [str(p) for p in out.written],
             }
         )
         return code
@@ -912,10 +1031,14 @@ def _cmd_system(args: argparse.Namespace) -> int:
             print(f"      smallest: {v.example}")
             for line in v.trace:
                 print(f"        {line}")
+        if v.counterexample is not None:
+            print(f"      counterexample: {v.counterexample}\n      picture: {v.picture}")
     if abstraction is not None:
         print()
         for line in _abstraction_words(abstraction):
             print(line)
+    if out.written:
+        print(f"\nfiles written under {args.out}: {len(out.written)}")
     return code
 
 

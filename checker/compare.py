@@ -33,14 +33,14 @@ n = min(T - c, ..., b)).
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from chunkproof.checker.executor import Executor, as_executor
 from chunkproof.checker.explorer import NO_WITNESS, explore_batch
 from chunkproof.checker.report import EMPTY, PROVED, UNKNOWN, VIOLATED, Verdict
 from chunkproof.checker.search import (
@@ -49,7 +49,6 @@ from chunkproof.checker.search import (
     constant_run,
     rank,
     replay_candidate,
-    usable_jobs,
 )
 from chunkproof.checker.traces import ModelMismatch, violates
 from chunkproof.model.config import Config
@@ -783,30 +782,6 @@ def _tally_where(
                 where.offer(group, ConfigAt(config_key(cfg), cfg, failing(i)))
 
 
-_WORKER: dict[str, Any] = {}
-
-
-def _worker_init(a: RequestModel, b: RequestModel) -> None:
-    _WORKER.update(a=a, b=b)
-
-
-def _worker(batch: Batch) -> BehaviourTally:
-    return _batch_tally(_WORKER["a"], _WORKER["b"], batch)
-
-
-def _tallies(
-    a: RequestModel, b: RequestModel, batches: list[Batch], jobs: int
-) -> Iterator[BehaviourTally]:
-    if usable_jobs(jobs) <= 1 or len(batches) < 2:
-        for batch in batches:
-            yield _batch_tally(a, b, batch)
-        return
-    # fork: the policies (functions, syntax trees) are inherited, not pickled.
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(usable_jobs(jobs), initializer=_worker_init, initargs=(a, b)) as pool:
-        yield from pool.imap_unordered(_worker, batches)
-
-
 @dataclass(frozen=True)
 class Example:
     """One run of a kind, with both policies' native trajectories."""
@@ -832,18 +807,19 @@ def compare_behaviour(
     a: Policy,
     b: Policy,
     space: Space,
-    jobs: int = 1,
+    jobs: int | Executor = 1,
     tick: Callable[[int, int], None] | None = None,
     window: str = DEFAULT_WINDOW,
 ) -> Behaviour:
     """Every const(b) run and every reachable step of every configuration of ``space`` under
-    both policies (module docstring); the examples are re-run natively and must show what the
-    tables gave."""
+    both policies (module docstring), the batches on ``jobs`` (an executor, or the size of the
+    local pool); the examples are re-run natively and must show what the tables gave."""
     started = time.monotonic()
     model_a, model_b = RequestModel(a, space, window), RequestModel(b, space, window)
     batches = list(model_a.batches())
     total = BehaviourTally()
-    for done, tally in enumerate(_tallies(model_a, model_b, batches, jobs), 1):
+    tallies = as_executor(jobs).map(_batch_tally, (model_a, model_b), batches)
+    for done, tally in enumerate(tallies, 1):
         total.merge(tally)
         if tick is not None:
             tick(done, len(batches))

@@ -36,16 +36,18 @@ EXPLORER_LANES = 30_000_000
 """Largest (state, budget, M) table the explorer minimises M over."""
 
 
+def violation_below(model: SymbolicRequest, pid: str, bound: int, timeout_ms: int) -> str:
+    """Whether the cell has a reachable violation of ``pid`` with T < ``bound`` (Spacer, for
+    traces of any length): "sat", "unsat" or "unknown"."""
+    return reachable_violation(model, pid, _term(model.view.tokens < bound), timeout_ms).status
+
+
 def minimal_for_cell(
-    model: SymbolicRequest, pid: str, timeout_ms: int, bound: int | None = None
+    model: SymbolicRequest, pid: str, timeout_ms: int
 ) -> tuple[Counterexample | None, str]:
-    """The cell's minimal counterexample (module docstring); with ``bound``, only one with
-    T < ``bound`` (None, and why, when there is none)."""
+    """The cell's minimal counterexample (module docstring); None, and why, when the search
+    is undecided."""
     v = model.view
-    if bound is not None:
-        below = reachable_violation(model, pid, _term(v.tokens < bound), timeout_ms).status
-        if below != "sat":
-            return None, f"Spacer: {below} for T < {bound}"
     found: SolverTrace | None = None
     certified = "unknown"
     for depth in DEPTHS:

@@ -12,7 +12,8 @@ in too, with the budget cap of the counterexample's composition): first SPEC P0 
 raised, or a stage left [0, its input]), then the counterexample's property. Each failure names
 the property it breaks (``AssertionError: P1: stuck at c=46 ...``). So the file fails on code
 with the bug and passes on a fix, and it cannot drift from the model: every function in it is
-the one chunkproof runs.
+the one chunkproof runs. :mod:`chunkproof.checker.system_repro` builds a multi-request file's
+repro from the same pieces (:data:`PRELUDE`, :data:`STEP_CLASS`, :data:`REAL_METHODS`).
 """
 
 from __future__ import annotations
@@ -36,14 +37,20 @@ from chunkproof.model.loading import recorded_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.source_policy import recorded_options
 from chunkproof.model.step import (
+    Step,
     computed_tokens,
     external_hit,
     local_hit,
     step_view,
     uncached_at,
 )
+from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.model.vllm_source import standin_attributes
 from chunkproof.spec import properties as props
+
+FunctionList = list[Callable[..., Any]]
+Values = dict[str, str]
+"""A template's values, by name."""
 
 SOURCE_VARIABLE = "CHUNKPROOF_VLLM_SOURCE"
 """Names the root of a vLLM checkout or unpacked wheel for a generated test."""
@@ -79,11 +86,10 @@ _SYMBOLS = {
 """Each config field with its history-note symbol, as the generated file comments it."""
 
 
-def write_repro(cx: Counterexample, source_name: str, out: Path) -> Path:
-    """Write the repro test of ``cx`` (read from ``source_name``) to ``out``."""
+def write_repro(text: str, out: Path) -> Path:
+    """Write the repro test ``text`` to ``out``."""
     if out.suffix != ".py":
         raise ChunkproofError(f"--pytest {out}: the test file must end in .py")
-    text = repro_source(cx, source_name)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
@@ -96,40 +102,60 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
     """The text of the standalone pytest file for ``cx`` (module docstring). A counterexample
     with encoder items has none yet: the file would need stand-ins for the encoder cache
     manager, which it does not generate (``chunkproof replay`` replays it)."""
-    if cx.config.items:
-        raise ChunkproofError(
-            f"{source_name}: no standalone repro for a counterexample with encoder items "
-            f"({cx.config.items.describe()}); `chunkproof replay {source_name}` replays it"
-        )
-    policy = recorded_policy(cx)
-    cap = _cap_function(policy)
-    loader_imports, loader = _loader_source()
     cfg = cx.config
-    view = step_view(cfg, cfg.start, lambda function, args: function(*args))
-    scheduler, request = standin_attributes(view, recorded_options(cx.policy_options)[1])
+    scheduler, request = standins(cx, cfg, source_name)
     name = props.PROPERTIES[cx.property].name.lower().replace("-", "_")
+    head = f"{cx.property} {props.PROPERTIES[cx.property].name} breaks on {cx.policy}"
     values = {
-        "docstring": _docstring(cx, source_name),
-        "config": _config_literal(cfg),
-        "scheduler": _dict_literal(scheduler),
-        "request": _dict_literal(request),
+        "docstring": file_docstring(cx, f"{head} ({cfg.describe()})", _offered(cx), source_name),
+        "config": config_literal(cfg),
+        "scheduler": dict_literal(scheduler),
+        "request": dict_literal(request),
         "prefill_end": str(cfg.prefill_end),
         "largest": str(cx.largest_budget()),
-        "policy": cx.policy,
+        "policy": one_line(cx.policy),
         "recorded": _recorded_literal(cx),
-        "cap": cap.__name__,
         "property": cx.property,
         "test_name": f"test_{cx.property.lower()}_{name}",
         "definition": props.PROPERTIES[cx.property].definition,
         "check_body": _check(cx),
         "checked": "P0" if cx.property == "P0" else f"{cx.property} (or P0)",
-        "functions": "\n\n\n".join(_function_sources([cap, *_predicates(cx), *CALL_SITE])),
         "budgets": _budgets(cx),
+    }
+    methods = real_methods(recorded_policy(cx), _predicates(cx))
+    return _TEMPLATE.substitute(values | _ONE_REQUEST | methods)
+
+
+def standins(
+    cx: Counterexample | SystemCounterexample, cfg: Config, source_name: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The attributes of the stand-in scheduler and request for a request of ``cfg`` (a
+    request of ``cx``, read from ``source_name``), with the ``--set`` options ``cx`` was
+    checked with (:func:`~chunkproof.model.vllm_source.standin_attributes`). A request with
+    encoder items is refused (:func:`repro_source`)."""
+    if cfg.items:
+        raise ChunkproofError(
+            f"{source_name}: no standalone repro for a counterexample with encoder items "
+            f"({cfg.items.describe()}); `chunkproof replay {source_name}` replays it"
+        )
+    view = step_view(cfg, cfg.start, lambda function, args: function(*args))
+    return standin_attributes(view, recorded_options(cx.policy_options)[1])
+
+
+def real_methods(policy: Policy, predicates: FunctionList) -> Values:
+    """The values of :data:`REAL_METHODS` but ``schedule_step``'s, and the prelude's imports:
+    the budget cap of ``policy`` (the one the counterexample was found on), and chunkproof's
+    functions the file calls (the cap, ``predicates``, the call site's :data:`CALL_SITE`) with
+    every function they call."""
+    cap = _cap_function(policy)
+    loader_imports, loader = _loader_source()
+    return {
+        "cap": cap.__name__,
+        "functions": "\n\n\n".join(_function_sources([cap, *predicates, *CALL_SITE])),
         "source_variable": SOURCE_VARIABLE,
         "imports": "\n".join(sorted(set(_OWN_IMPORTS + loader_imports), key=_import_order)),
         "loader": loader,
     }
-    return _TEMPLATE.substitute(values)
 
 
 def _cap_function(policy: Policy) -> FunctionType:
@@ -154,7 +180,7 @@ def _const_budget(cx: Counterexample) -> int:
     return model.budget if isinstance(model, Const) else cx.steps[-1].budget
 
 
-def _predicates(cx: Counterexample) -> list[Callable[..., Any]]:
+def _predicates(cx: Counterexample) -> FunctionList:
     """chunkproof's predicate of the property (SPEC P), as the trace check calls it (P0 needs
     none: the stages' ranges and the crash are checked on every step)."""
     pid = cx.property
@@ -225,7 +251,7 @@ _SAFETY = """\
 """P0 on the step itself, first in every property's check."""
 
 
-def _function_sources(roots: list[Callable[..., Any]]) -> list[str]:
+def _function_sources(roots: FunctionList) -> list[str]:
     """The source of ``roots`` and, transitively, of every chunkproof function they call.
 
     A name two different functions share is an error (the file has one namespace).
@@ -282,16 +308,20 @@ def _import_order(line: str) -> tuple[bool, str]:
     return line.startswith("from "), line
 
 
-def _docstring(cx: Counterexample, source_name: str) -> str:
-    cfg = cx.config
+def file_docstring(
+    cx: Counterexample | SystemCounterexample, title: str, offered: str, source_name: str
+) -> str:
+    """The generated file's docstring: ``title`` (what breaks where), ``cx``'s verdict, what
+    the test runs and ``offered``, where the source tree comes from, and where the file
+    came from (``source_name``). Backslashes and double quotes in them are escaped: a
+    file name, a policy name and a verdict stay inside the docstring."""
     source = (
         f"vLLM source with sha256 {cx.source_sha256}"
         if cx.source_sha256
         else f"chunkproof's model {cx.policy}"
     )
     lines = [
-        f"Repro: {cx.property} {props.PROPERTIES[cx.property].name} breaks on {cx.policy} "
-        f"({cfg.describe()}).",
+        f"Repro: {title}.",
         "",
         *textwrap.wrap(f"What goes wrong: {cx.verdict}.", 96),
         "",
@@ -299,7 +329,7 @@ def _docstring(cx: Counterexample, source_name: str) -> str:
             "The test reads the real Scheduler._mamba_block_aligned_split and "
             "Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not "
             "imported: no torch, no GPU), runs them on stand-ins holding exactly the values "
-            f"below, offers {_offered(cx)} on every step (P0: the code raises, or a stage "
+            f"below, offers {offered} on every step (P0: the code raises, or a stage "
             "returns a value outside [0, its input]). It fails while the bug is in the code "
             "and passes once it is fixed.",
             92,
@@ -316,7 +346,13 @@ def _docstring(cx: Counterexample, source_name: str) -> str:
         "Everything below the line `chunkproof's source loader` is chunkproof.model.extraction,",
         "verbatim; the property and budget-cap functions are chunkproof's own.",
     ]
-    return '"""' + "\n".join(lines) + '\n"""'
+    text = "\n".join(lines).replace("\\", "\\\\").replace('"', '\\"')
+    return '"""' + text + '\n"""'
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace one space: fit for a comment of the file."""
+    return " ".join(text.split())
 
 
 def _offered(cx: Counterexample) -> str:
@@ -333,33 +369,37 @@ def _offered(cx: Counterexample) -> str:
     )
 
 
-def _config_literal(cfg: Config) -> str:
+def config_literal(cfg: Config) -> str:
+    """``cfg`` as a ``SimpleNamespace`` call, one field a line with its symbol."""
     lines = ["SimpleNamespace("]
     for name, value in cfg.to_dict().items():
         lines.append(f"    {name}={value!r},  # {_SYMBOLS[name]}")
     return "\n".join(lines) + "\n)"
 
 
-def _dict_literal(values: dict[str, Any]) -> str:
+def dict_literal(values: dict[str, Any]) -> str:
+    """``values`` as a dict display, one key a line."""
     body = "".join(f"    {json.dumps(k)}: {v!r},\n" for k, v in values.items())
     return "{\n" + body + "}"
 
 
+def step_literal(s: Step) -> str:
+    """``s`` as the generated file's ``Step`` (:data:`STEP_CLASS`)."""
+    crash = "" if s.crash is None else f", crash={s.crash!r}"
+    return (
+        f"Step(c={s.c}, budget={s.budget}, n={s.n}, split={s.split}, "
+        f"reservation={s.reservation}, chunk={s.chunk}{crash})"
+    )
+
+
 def _recorded_literal(cx: Counterexample) -> str:
-    rows = [
-        f"    Step(c={s.c}, budget={s.budget}, n={s.n}, split={s.split}, "
-        f"reservation={s.reservation}, chunk={s.chunk}"
-        + ("" if s.crash is None else f", crash={s.crash!r}")
-        + "),"
-        for s in cx.steps
-    ]
+    rows = [f"    {step_literal(s)}," for s in cx.steps]
     note = textwrap.wrap(f"{cx.property}: {cx.verdict}", 92)
     rows[-1:-1] = ["    # " + line for line in note]
     return "[\n" + "\n".join(rows) + "\n]"
 
 
-_TEMPLATE = Template(
-    '''$docstring
+PRELUDE = """$docstring
 
 from __future__ import annotations
 
@@ -368,7 +408,11 @@ $imports
 import pytest
 
 Config = SimpleNamespace  # chunkproof's configuration type, here a plain namespace
+"""
+"""The head of every generated file (a :class:`~string.Template`): ``docstring`` and
+``imports``."""
 
+_CONFIGURATION = """
 # The configuration (chunkproof's model, SPEC S1).
 CONFIG = $config
 
@@ -382,7 +426,9 @@ PREFILL_END = $prefill_end  # E = max(P, T - 1): the prefill is done when c reac
 LARGEST_BUDGET = $largest  # the most tokens one step can offer
 
 
-class Step(NamedTuple):
+"""
+
+STEP_CLASS = '''class Step(NamedTuple):
     """One scheduling step: c, the budget offered, n after schedule()'s budget cap, after
     _mamba_block_aligned_split, after _reserve_prefill_lookahead, and the chunk scheduled;
     ``crash`` says where the real code raised (the values from there on are 0)."""
@@ -407,7 +453,10 @@ class Step(NamedTuple):
         )
 
 
-# The counterexample: what $policy does, step by step.
+'''
+"""The generated files' record of one request's step, with the real code's stage values."""
+
+_TEST = '''# The counterexample: what $policy does, step by step.
 RECORDED = $recorded
 
 
@@ -430,7 +479,9 @@ def $test_name(vllm: Extracted) -> None:
 def violation(vllm: Extracted, scheduler: StandIn, step: Step) -> str | None:
     """What breaks $checked at this step, if anything: "Pn: why"."""
 $check_body
+'''
 
+REAL_METHODS = '''
 def unsafe(step: Step) -> str | None:
     """P0 SAFE: the real code raised, or a stage returned a value outside [0, its input]."""
     if step.crash is not None:
@@ -444,16 +495,16 @@ def unsafe(step: Step) -> str | None:
     return None
 
 
-def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int) -> Step:
-    """One step of schedule() for this request: the budget cap, the real split, then the
+def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int$step_parameters) -> Step:
+    """One step of schedule() for $step_subject: the budget cap, the real split, then the
     real reservation when the source has one. At c = c0 the waiting loop admits the request
     (num_computed_tokens 0, the hits and u as arguments); after, the running loop calls the
     split with num_computed_tokens = c."""
-    n = $cap(CONFIG, c, budget)
-    computed = computed_tokens(CONFIG, c)
-    request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": computed})
-    uncached = [uncached_at(CONFIG, c)] if vllm.takes_uncached_prefix else []
-    hits = (local_hit(CONFIG, c), external_hit(CONFIG, c))
+    n = $cap($step_config, c, budget)
+    computed = computed_tokens($step_config, c)
+    request = standin_tree(REQUEST_LABEL, {**$step_attributes, "num_computed_tokens": computed})
+    uncached = [uncached_at($step_config, c)] if vllm.takes_uncached_prefix else []
+    hits = (local_hit($step_config, c), external_hit($step_config, c))
     try:
         split = scheduler._mamba_block_aligned_split(request, n, *hits, *uncached)
     except SourceError:
@@ -520,4 +571,17 @@ $functions
 # ---------------------------------------------------------------------------------------------
 
 $loader'''
-)
+"""What every generated file runs and carries (a :class:`~string.Template`): P0 on a step, the
+real methods as the call sites call them (``schedule_step``, whose parameters beyond the budget
+are ``step_parameters`` and whose request is ``step_subject``, configured by ``step_config``
+and ``step_attributes``), the source tree, chunkproof's ``functions`` and the ``loader``."""
+
+_TEMPLATE = Template(PRELUDE + _CONFIGURATION + STEP_CLASS + _TEST + REAL_METHODS)
+
+_ONE_REQUEST = {
+    "step_parameters": "",
+    "step_subject": "this request",
+    "step_config": "CONFIG",
+    "step_attributes": "REQUEST_ATTRIBUTES",
+}
+"""``schedule_step`` of a single-request file: on the one ``CONFIG``."""

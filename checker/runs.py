@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkproof.checker import minimise
+from chunkproof.checker.executor import Executor, as_executor
 from chunkproof.checker.output import RunFolder
 from chunkproof.checker.report import (
     EMPTY,
@@ -25,14 +26,15 @@ from chunkproof.checker.report import (
     exploration_verdicts,
     save_counterexample,
 )
-from chunkproof.checker.search import explore, usable_jobs
+from chunkproof.checker.search import explore
 from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.proofs import prover
 from chunkproof.spec.properties import WINDOW_FORMS
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.request_symbolic import CELL_INPUTS, Cell, SymbolicRequest, cells
-from chunkproof.spec.space import Space
+from chunkproof.spec.space import Grid, Space
 
 Tick = Callable[[int, int], None]
 
@@ -52,11 +54,12 @@ def explore_space(
     space: Space,
     wanted: tuple[str, ...],
     window: str,
-    jobs: int,
+    jobs: int | Executor,
     out: RunFolder | None,
     tick: Tick | None = None,
 ) -> tuple[list[Verdict], dict[str, Any]]:
-    """The explorer on ``space``: one verdict per property, and what it explored."""
+    """The explorer on ``space``, its batches on ``jobs`` (an executor, or the size of the
+    local pool): one verdict per property, and what it explored."""
     started = time.monotonic()
     model = RequestModel(policy, space, window)
     exploration = explore(model, wanted, jobs, tick)
@@ -83,13 +86,39 @@ def name_window(verdicts: list[Verdict], window: str) -> list[Verdict]:
 
 @dataclass(frozen=True)
 class ProofRun:
-    """How the prover runs: its budget range, P5's form, the timeout per query, the jobs, and
-    whether violated cells get their minimal counterexample."""
+    """How the prover runs: P5's form, the timeout per query, where its cells run (an executor,
+    or the size of the local pool), and whether violated cells get their minimal
+    counterexample."""
 
     window: str
     timeout_ms: int
-    jobs: int
+    jobs: int | Executor
     minimise: bool
+
+
+@dataclass(frozen=True)
+class CellModel:
+    """A cell's symbolic model of ``policy`` (picklable: the prover's workers build it)."""
+
+    policy: Policy
+    budget: tuple[int, int] | None
+    window: str
+
+    def __call__(self, cell: Cell) -> SymbolicRequest:
+        return SymbolicRequest(self.policy, cell, self.budget, self.window)
+
+
+@dataclass(frozen=True)
+class CertificateName:
+    """The certificate file of a (cell, property) of a space of ``grids``: every value that
+    tells cells apart is in its name."""
+
+    grids: tuple[Grid, ...]
+
+    def __call__(self, cell: Cell, pid: str) -> str:
+        values = "-".join(f"{k}{v}" for k, v in cell.values)
+        lookahead = "L1+" if cell.speculative else "L0"
+        return f"{pid}-{values}-{lookahead}-grid{self.grids.index(cell.grid)}.smt2"
 
 
 def prover_range(space: Space, proved: list[Cell], empty: int) -> dict[str, Any]:
@@ -119,18 +148,10 @@ def prove_space(
     found = cells(space)
     stem = policy.file_stem
     certificates = out.certificates(stem) if out is not None else _scratch()
-
-    def make(cell: Cell) -> SymbolicRequest:
-        return SymbolicRequest(policy, cell, space.budget, run.window)
-
-    def name(cell: Cell, pid: str) -> str:
-        """One file per (property, cell): every value that tells cells apart is in it."""
-        values = "-".join(f"{k}{v}" for k, v in cell.values)
-        lookahead = "L1+" if cell.speculative else "L0"
-        return f"{pid}-{values}-{lookahead}-grid{space.grids.index(cell.grid)}.smt2"
-
-    settings = prover.Settings(make, name, run.timeout_ms, certificates)
-    results = prover.prove_range(settings, found, pids, usable_jobs(run.jobs), tick)
+    make = CellModel(policy, space.budget, run.window)
+    settings = prover.Settings(make, CertificateName(space.grids), run.timeout_ms, certificates)
+    results = prover.prove_range(settings, found, pids, as_executor(run.jobs).map, tick)
+    _check_certificates(results)
     empty_cells = {id(v.cell) for v in results if v.status == prover.EMPTY}
     verdicts = []
     for pid in pids:
@@ -147,6 +168,17 @@ def prove_space(
         "seconds": round(time.monotonic() - started, 3),
     }
     return verdicts, info
+
+
+def _check_certificates(results: list[prover.CellVerdict]) -> None:
+    """Every certificate the workers wrote is on this machine (a remote Dask worker writes to
+    its own disk unless ``--out`` is on a filesystem they share)."""
+    missing = [v.certificate for v in results if v.certificate and not Path(v.certificate).exists()]
+    if missing:
+        raise ChunkproofError(
+            f"the workers wrote {len(missing)} certificates this machine cannot read (e.g. "
+            f"{missing[0]}): put --out on a filesystem the Dask workers share"
+        )
 
 
 def _scratch() -> Path:
@@ -227,20 +259,43 @@ def _minimal(
     make: Callable[[Cell], SymbolicRequest],
 ) -> tuple[Counterexample | None, str]:
     """The smallest counterexample over the violated cells (T, then B, L, M, the trace): the
-    first cell in (B, L) order is minimised, then each other is asked by Spacer for a smaller
-    T, and only those that have one are minimised."""
-    ordered = sorted(violated, key=lambda v: tuple(v.cell.describe().values()))
-    best, how = minimise.minimal_for_cell(make(ordered[0].cell), pid, run.timeout_ms)
-    for other in ordered[1:]:
-        if best is None:
-            best, how = minimise.minimal_for_cell(make(other.cell), pid, run.timeout_ms)
+    first cell in (B, L) order that can be minimised is, then every other cell is asked (on
+    the run's executor) for a violation with a smaller T, and those that have one are
+    minimised. The claim says when a cell could not be asked or minimised: T is then minimal
+    in its own cell only."""
+    ordered = sorted(violated, key=lambda v: (v.cell.values, v.cell.speculative))
+    undecided = 0
+    best: Counterexample | None = None
+    how = ""
+    while ordered and best is None:
+        best, how = minimise.minimal_for_cell(make(ordered.pop(0).cell), pid, run.timeout_ms)
+        undecided += best is None
+    if best is None:
+        return None, how
+    shared = (make, pid, best.config.T, run.timeout_ms)
+    answers = list(as_executor(run.jobs).map(_violation_below, shared, [v.cell for v in ordered]))
+    undecided += answers.count("unknown")
+    for other, answer in zip(ordered, answers, strict=True):
+        if answer != "sat":
             continue
-        cx, text = minimise.minimal_for_cell(
-            make(other.cell), pid, run.timeout_ms, bound=best.config.T
-        )
-        if cx is not None and _rank(cx) < _rank(best):
+        cx, text = minimise.minimal_for_cell(make(other.cell), pid, run.timeout_ms)
+        if cx is None:
+            undecided += 1
+        elif _rank(cx) < _rank(best):
             best, how = cx, text
+    if undecided:
+        how += (
+            f"; T is minimal in its cell only: {undecided} other violated cell(s) could not be "
+            "searched for a smaller one within the timeout"
+        )
     return best, how
+
+
+def _violation_below(
+    make: Callable[[Cell], SymbolicRequest], pid: str, bound: int, timeout_ms: int, cell: Cell
+) -> str:
+    """Whether ``cell`` has a violation of ``pid`` with T < ``bound``: sat, unsat or unknown."""
+    return minimise.violation_below(make(cell), pid, bound, timeout_ms)
 
 
 def _rank(cx: Counterexample) -> tuple[int, ...]:

@@ -12,14 +12,13 @@ trace with the policy's concrete form, which must land where the explorer says
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from chunkproof.checker.executor import Executor, as_executor
 from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
 from chunkproof.checker.traces import ModelMismatch, build_counterexample, violates
 from chunkproof.model import stages
@@ -205,7 +204,7 @@ def _rank_columns(batch: Batch, length: np.ndarray) -> list[np.ndarray]:
     return [*head, length, *rest]
 
 
-def tally_batch(model: RequestModel, batch: Batch, wanted: tuple[str, ...]) -> Tally:
+def tally_batch(model: RequestModel, wanted: tuple[str, ...], batch: Batch) -> Tally:
     """Explore one batch and tally it (module docstring)."""
     explored = explore_batch(model, batch)
     figures = model.figures(batch, explored.states, explored.steps)
@@ -258,50 +257,19 @@ def _candidate(explored: Explored, pid: str, i: int, cfg: Config, figures: Figur
     return Candidate(rank(cfg, len(path) + 1), cfg, path, final)
 
 
-_WORKER: dict[str, Any] = {}
-
-
-def _worker_init(model: RequestModel, wanted: tuple[str, ...]) -> None:
-    _WORKER.update(model=model, wanted=wanted)
-
-
-def _worker(batch: Batch) -> Tally:
-    return tally_batch(_WORKER["model"], batch, _WORKER["wanted"])
-
-
-def usable_jobs(jobs: int) -> int:
-    """``--jobs`` capped at the cores this process may use."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(jobs, cores))
-
-
-def _tallies(
-    model: RequestModel, batches: list[Batch], wanted: tuple[str, ...], jobs: int
-) -> Iterator[Tally]:
-    if usable_jobs(jobs) <= 1 or len(batches) < 2:
-        for batch in batches:
-            yield tally_batch(model, batch, wanted)
-        return
-    # fork: the policy (functions, syntax trees) is inherited, not pickled.
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(usable_jobs(jobs), initializer=_worker_init, initargs=(model, wanted)) as pool:
-        yield from pool.imap_unordered(_worker, batches)
-
-
 def explore(
     model: RequestModel,
     wanted: tuple[str, ...],
-    jobs: int = 1,
+    jobs: int | Executor = 1,
     tick: Callable[[int, int], None] | None = None,
 ) -> Exploration:
     """Explore every configuration of the model's space and tally the violations of
-    ``wanted``; ``tick(done, total)`` after each batch."""
+    ``wanted``, the batches on ``jobs`` (an executor, or the size of the local pool);
+    ``tick(done, total)`` after each batch."""
     batches = list(model.batches())
     total = Tally()
-    for done, tally in enumerate(_tallies(model, batches, wanted, jobs), 1):
+    tallies = as_executor(jobs).map(tally_batch, (model, wanted), batches)
+    for done, tally in enumerate(tallies, 1):
         total.merge(tally)
         if tick is not None:
             tick(done, len(batches))

@@ -8,8 +8,10 @@ request: its prompt, start, items, ...), as every multiset of k of them that one
 under every offered budget 1..M per step; each property (P0 and the system properties S-LIVE,
 HOL, STARVE of :mod:`chunkproof.spec.system_properties`) is PROVED when no reachable
 transition of any instance violates it, else VIOLATED with the smallest violating instance
-(least total T, then the requests' configurations in SPEC C order) and its BFS-shortest trace.
-A space with no instance is EMPTY (exit 2), never PROVED.
+(least total T, then the requests' configurations in SPEC C order) and its BFS-shortest trace,
+written with a run folder as a multi-request counterexample file (SPEC C,
+:mod:`chunkproof.checker.system_counterexamples`). A space with no instance is EMPTY (exit 2),
+never PROVED.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from typing import Any
 import numpy as np
 
 from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
+from chunkproof.checker.output import RunFolder
 from chunkproof.checker.report import EMPTY, PROVED, VIOLATED
+from chunkproof.checker.system_counterexamples import Witness, build, save
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.spec.scheduler_step import (
+    FIELDS,
     MAX_SEQS,
     SchedulerStepModel,
     describe_state,
@@ -46,7 +51,8 @@ MAX_REQUESTS = 4
 @dataclass(frozen=True)
 class SystemVerdict:
     """One property over every instance: its status, how many instances violate it, and the
-    smallest one's trace (one line per step: the two lists, then the budget offered)."""
+    smallest one's trace (one line per step: the two lists, then the budget offered), with
+    the paths of its counterexample file and picture when they were written."""
 
     property: str
     status: str
@@ -54,6 +60,8 @@ class SystemVerdict:
     violating: int
     example: str | None
     trace: tuple[str, ...]
+    counterexample: str | None = None
+    picture: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +72,8 @@ class SystemVerdict:
             "violating": self.violating,
             "example": self.example,
             "trace": list(self.trace),
+            "counterexample": self.counterexample,
+            "picture": self.picture,
         }
 
 
@@ -98,6 +108,17 @@ def _trace(explored: Explored, transition: int) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _witness(explored: Explored, transition: int) -> Witness:
+    """The instance of a violating transition, the waiting queue of its path's initial state
+    and the budgets along the path, that transition's last."""
+    batch, steps = explored.batch, explored.steps
+    source = int(steps.source[transition])
+    path = explored.path(source)
+    first = explored.states[path[0][0] if path else source]
+    budgets = (*(budget for _, budget in path), int(steps.action[transition]))
+    return Witness(batch.instances[int(first[0])], tuple(int(v) for v in first[1::FIELDS]), budgets)
+
+
 def _set_count(policy: Policy, configs: list[Config], k: int) -> int:
     """How many instances :func:`request_sets` would build: multisets of k accepted
     configurations sharing the engine's settings, counted per settings without building them."""
@@ -110,9 +131,15 @@ def _describe(group: tuple[Config, ...]) -> str:
 
 
 def explore_system(
-    policy: Policy, space: Space, requests: int, max_seqs: int = MAX_SEQS, symmetry: bool = True
+    policy: Policy,
+    space: Space,
+    requests: int,
+    max_seqs: int = MAX_SEQS,
+    symmetry: bool = True,
+    out: RunFolder | None = None,
 ) -> tuple[list[SystemVerdict], dict[str, Any]]:
-    """Every instance of ``requests`` requests drawn from ``space`` (module docstring)."""
+    """Every instance of ``requests`` requests drawn from ``space`` (module docstring); with
+    ``out``, each violated property's counterexample file and picture in it."""
     if not 1 <= requests <= MAX_REQUESTS:
         raise ChunkproofError(f"--requests must be 1 to {MAX_REQUESTS}")
     if max_seqs < 1:
@@ -128,7 +155,7 @@ def explore_system(
     sets = request_sets(policy, configs, requests)
     model = SchedulerStepModel(policy, sets, symmetry=symmetry, max_seqs=max_seqs)
     violating = dict.fromkeys(model.properties, 0)
-    smallest: dict[str, tuple[tuple[Any, ...], str, tuple[str, ...]]] = {}
+    smallest: dict[str, tuple[tuple[Any, ...], str, tuple[str, ...], Witness]] = {}
     states = 0
     for batch in model.batches():
         explored = explore_batch(model, batch)
@@ -140,12 +167,22 @@ def explore_system(
                 group = batch.instances[int(inst)]
                 rank = _rank(group)
                 if pid not in smallest or rank < smallest[pid][0]:
-                    smallest[pid] = (rank, _describe(group), _trace(explored, int(found[inst])))
+                    transition = int(found[inst])
+                    trace = _trace(explored, transition)
+                    smallest[pid] = (rank, _describe(group), trace, _witness(explored, transition))
     verdicts = []
     for pid in model.properties:
         status = EMPTY if not sets else VIOLATED if violating[pid] else PROVED
-        _, example, trace = smallest.get(pid, ((), None, ()))
-        verdicts.append(SystemVerdict(pid, status, len(sets), violating[pid], example, trace))
+        example, trace = None, ()
+        files: tuple[str | None, str | None] = (None, None)
+        if pid in smallest:
+            _, example, trace, witness = smallest[pid]
+            if out is not None:
+                details = {"instances": len(sets), "violating": violating[pid]}
+                files = save(build(policy, witness, pid, max_seqs, details), policy, out)
+        verdicts.append(
+            SystemVerdict(pid, status, len(sets), violating[pid], example, trace, *files)
+        )
     info = {
         "requests": requests,
         "max_seqs": max_seqs,

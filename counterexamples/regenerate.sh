@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Regenerate the curated counterexamples from the explorer, and the standalone pytest repro of
-# each (pytest/test_POLICY_NAME.py). Each line names the ranges; the explorer minimises inside
-# them (smallest T, then B, L, M, then trace length). The ranges are small so that each line
-# takes seconds; every file must replay on the policy it was found on.
+# Regenerate the curated counterexamples from the explorer (and, for several requests, from
+# `chunkproof system`), and the standalone pytest repro of each (pytest/test_POLICY_NAME.py).
+# Each line names the ranges; the explorer minimises inside them (smallest T, then B, L, M, then
+# trace length). The ranges are small so that each line takes seconds; every file must replay
+# on the policy it was found on.
 set -euo pipefail
 cd "$(dirname "$0")"
 tmp=$(mktemp -d)
@@ -16,12 +17,24 @@ pick() {  # pick NAME POLICY PROPERTY [RANGES...]
   shift 3
   chunkproof explore "$policy" --property "$prop" --out "$tmp/$name" --jobs 1 "$@" >/dev/null \
     || status=$?
-  if [ "$status" -ne 1 ]; then  # 1: the property is violated
-    echo "$name: chunkproof explore $policy --property $prop $* exited $status, not 1" >&2
+  keep "$name" "$policy" "$prop.json" "$status" "explore $policy --property $prop $*"
+}
+
+pick_system() {  # pick_system NAME POLICY PROPERTY [RANGES...]: several requests, one step
+  local name=$1 policy=$2 prop=$3 status=0
+  shift 3
+  chunkproof system "$policy" --out "$tmp/$name" "$@" >/dev/null || status=$?
+  keep "$name" "$policy" "system-$prop.json" "$status" "system $policy $*"
+}
+
+keep() {  # keep NAME POLICY FILE STATUS COMMAND: the run's FILE as POLICY/NAME.json, and its repro
+  local name=$1 policy=$2 file=$3 status=$4 command=$5
+  if [ "$status" -ne 1 ]; then  # 1: a property is violated
+    echo "$name: chunkproof $command exited $status, not 1" >&2
     exit 1
   fi
   mkdir -p "$policy"
-  cp "$tmp/$name/$policy/$prop.json" "$policy/$name.json"
+  cp "$tmp/$name/$policy/$file" "$policy/$name.json"
   chunkproof replay "$policy/$name.json" >/dev/null
   local stem="${policy}_${name}"
   chunkproof repro "$policy/$name.json" --pytest "pytest/test_${stem//[^[:alnum:]]/_}.py" >/dev/null
@@ -66,3 +79,7 @@ pick p6-fix-skips-resend lookahead-in-split P6 "${CLASSIC[@]}"
 # lookahead-in-split: in the sub-block regime a block end inside the window survives even the
 # relaxed form of P5 (the trade-off the fix chooses): the budget could have finished.
 pick p5-fix-window-subblock lookahead-in-split P5 "${CLASSIC[@]}" --window relaxed
+# vllm-0.33, two requests (`chunkproof system`): head-of-line blocking behind a split zero. The
+# 4-token request at the head of the waiting queue, offered 3 tokens, gets 0 from the split
+# (B=4) and the waiting loop breaks, while the 3-token request behind it would take all 3.
+pick_system system-hol-split-zero vllm-0.33 HOL --block 4 --lookahead 0 --drop off --prompt 3-4 --max-sched 8

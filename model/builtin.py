@@ -69,6 +69,23 @@ def _release(
     )
 
 
+def _keep_policy(
+    name: str, summary: str, split: StageFunction, variant: str, composition: str, minor: int
+) -> Policy:
+    """A #40709 variant (SPEC V): the split ``split`` in place of the release's, with the
+    static-threshold cap and no reservation of release 0.``minor`` (C1 or C4), its encoder cap
+    and its acceptance rules."""
+    return Policy(
+        name=name,
+        summary=summary,
+        stages=_composition(stages.cap_static_threshold, split, None, _encoder(minor)),
+        split_variant=variant,
+        reservation_variant=None,
+        composition=composition,
+        acceptance=acceptance.rules_for(minor),
+    )
+
+
 _POLICIES: tuple[Policy, ...] = (
     _release("vllm-0.15", ("0.15.0", "0.15.1", "0.16.0"), "V1", splits.split_v1, "C1"),
     _release(
@@ -117,59 +134,41 @@ _POLICIES: tuple[Policy, ...] = (
         composition="C9",
         acceptance=acceptance.rules_for(33),
     ),
-    Policy(
-        name="keep-subblock",
-        summary="proposed fix for the sub-block zero collapse: V2 keeps an unfloored chunk "
-        "instead of 0 (SPEC V)",
-        stages=_composition(
-            stages.cap_static_threshold, splits.split_keep_subblock, None, stages.encoder_v15
-        ),
-        split_variant="V2+keep",
-        reservation_variant=None,
-        composition="C1",
-        acceptance=acceptance.rules_for(17),
+    _keep_policy(
+        "keep-subblock",
+        "proposed fix for the sub-block zero collapse: V2 keeps an unfloored chunk instead of 0 "
+        "(SPEC V)",
+        splits.split_keep_subblock,
+        "V2+keep",
+        "C1",
+        17,
     ),
-    Policy(
-        name="keep-subblock-v5",
-        summary="#40709 on vLLM 0.27: V5 keeps a sub-block chunk instead of flooring it to 0; "
-        "encoder cap before the split (C4)",
-        stages=_composition(
-            stages.cap_static_threshold, splits.split_keep_subblock_v5, None, stages.encoder_v24
-        ),
-        split_variant="V5+keep",
-        reservation_variant=None,
-        composition="C4",
-        acceptance=acceptance.rules_for(27),
+    _keep_policy(
+        "keep-subblock-v5",
+        "#40709 on vLLM 0.27: V5 keeps a sub-block chunk instead of flooring it to 0; encoder "
+        "cap before the split (C4)",
+        splits.split_keep_subblock_v5,
+        "V5+keep",
+        "C4",
+        27,
     ),
-    Policy(
-        name="keep-subblock-realign",
-        summary="#40709 review on vLLM 0.27: V5 keeps a sub-block chunk from a grid start only, "
-        "so the next chunk ends on the grid; encoder cap before the split (C4)",
-        stages=_composition(
-            stages.cap_static_threshold,
-            splits.split_keep_subblock_realign,
-            None,
-            stages.encoder_v24,
-        ),
-        split_variant="V5+keep-aligned",
-        reservation_variant=None,
-        composition="C4",
-        acceptance=acceptance.rules_for(27),
+    _keep_policy(
+        "keep-subblock-realign",
+        "#40709 review on vLLM 0.27: V5 keeps a sub-block chunk from a grid start only, so the "
+        "next chunk ends on the grid; encoder cap before the split (C4)",
+        splits.split_keep_subblock_realign,
+        "V5+keep-aligned",
+        "C4",
+        27,
     ),
-    Policy(
-        name="keep-subblock-encoder-only",
-        summary="#40709 narrowed to #40707 on vLLM 0.27: V5 keeps a sub-block chunk only when "
-        "the encoder cap forced its end (C4)",
-        stages=_composition(
-            stages.cap_static_threshold,
-            splits.split_keep_subblock_encoder_only,
-            None,
-            stages.encoder_v24,
-        ),
-        split_variant="V5+keep-encoder",
-        reservation_variant=None,
-        composition="C4",
-        acceptance=acceptance.rules_for(27),
+    _keep_policy(
+        "keep-subblock-encoder-only",
+        "#40709 narrowed to #40707 on vLLM 0.27: V5 keeps a sub-block chunk only when the "
+        "encoder cap forced its end (C4)",
+        splits.split_keep_subblock_encoder_only,
+        "V5+keep-encoder",
+        "C4",
+        27,
     ),
 )
 

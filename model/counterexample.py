@@ -1,4 +1,5 @@
-"""Counterexample files (SPEC C): schema, reading, writing, and step-by-step replay."""
+"""Counterexample files (SPEC C): schema, reading (the multi-request schema too), writing, and
+step-by-step replay of a single-request trace."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
+from chunkproof.model.system_counterexample import SYSTEM_SCHEMA, SystemCounterexample
 
 SCHEMA = "chunkproof.counterexample/2"
 READABLE = ("chunkproof.counterexample/1", SCHEMA)
 """Schema 1 lacks the inputs added in 2 (G, x, R) and the P0 crash of a step; it reads with
 their defaults."""
+SYSTEM_READABLE = (SYSTEM_SCHEMA,)
+"""Multi-request files (``chunkproof system``: :mod:`chunkproof.model.system_counterexample`)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class Counterexample:
         if data.get("schema") not in READABLE:
             raise ChunkproofError(
                 f"not a chunkproof counterexample (schema {data.get('schema')!r},"
-                f" expected {SCHEMA!r})"
+                f" expected {SCHEMA!r} or {SYSTEM_SCHEMA!r})"
             )
         if not data.get("trace"):
             raise ChunkproofError("malformed counterexample: the trace is empty")
@@ -87,24 +91,43 @@ class Counterexample:
 
     def save(self, path: Path) -> Path:
         """Write the file (SPEC C); a folder that cannot be written is bad input."""
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        except OSError as exc:
-            raise ChunkproofError(f"{path}: cannot write: {exc.strerror}") from None
-        return path
+        return write_file(path, self.to_dict())
 
     @classmethod
     def load(cls, path: Path) -> Counterexample:
-        try:
-            data = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ChunkproofError(f"{path}: no such file") from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ChunkproofError(f"{path}: not readable JSON ({exc})") from None
-        if not isinstance(data, dict):
-            raise ChunkproofError(f"{path}: not a chunkproof counterexample")
-        return cls.from_dict(data)
+        return cls.from_dict(_read(path))
+
+
+def write_file(path: Path, document: dict[str, Any]) -> Path:
+    """Write a counterexample document as JSON; a folder that cannot be written is bad input."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2) + "\n")
+    except OSError as exc:
+        raise ChunkproofError(f"{path}: cannot write: {exc.strerror}") from None
+    return path
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ChunkproofError(f"{path}: no such file") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ChunkproofError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ChunkproofError(f"{path}: not a chunkproof counterexample")
+    return data
+
+
+def load_any(path: Path) -> Counterexample | SystemCounterexample:
+    """A counterexample file of any schema this version reads: a multi-request one
+    (:data:`SYSTEM_READABLE`) or a single-request one (:data:`READABLE`); any other schema is
+    a one-line error."""
+    data = _read(path)
+    if data.get("schema") in SYSTEM_READABLE:
+        return SystemCounterexample.from_dict(data)
+    return Counterexample.from_dict(data)
 
 
 def replay_steps(policy: Policy, cx: Counterexample) -> str | None:

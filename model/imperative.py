@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkproof.model import subset
 from chunkproof.model.errors import SubsetError
 from chunkproof.model.subset import (
     _BINOPS,
@@ -334,13 +335,13 @@ def _assignable(target: ast.expr) -> bool:
 # -- the interpreter ----------------------------------------------------------------------------
 
 
-class _Frame:
-    """Variables, live lanes and the returned value of one function body."""
+class _Frame(subset._Frame):
+    """Variables, live lanes and the returned value of one function body (none yet: the
+    imperative subset returns None, so "no lane has returned" is its own marker)."""
 
     def __init__(self, env: dict[str, Value], active: Value) -> None:
-        self.env = env
-        self.active = active
-        self.result: Value = _UNSET
+        super().__init__(env, active)
+        self.result = _UNSET
 
 
 class _Unset:
@@ -501,12 +502,6 @@ class ImperativeInterpreter(Interpreter):
 
     # -- statements -----------------------------------------------------------------------------
 
-    def _block(self, func: SubsetFunction, body: list[ast.stmt], frame: Any) -> None:
-        for stmt in body:
-            if self.domain.truth(frame.active) is False:
-                return
-            self._stmt(func, stmt, frame)
-
     def _stmt(self, func: SubsetFunction, stmt: ast.stmt, frame: Any) -> None:
         d = self.domain
         if isinstance(stmt, ast.Assign):
@@ -613,33 +608,6 @@ class ImperativeInterpreter(Interpreter):
         if key in owner.entries_:
             p, v = owner.entries_[key]
             owner.entries_[key] = (d.and_(p, d.not_(frame.active)), v)
-
-    def _if(self, func: SubsetFunction, stmt: ast.If, frame: Any) -> None:
-        d = self.domain
-        cond = self._truthy(self._expr(func, stmt.test, frame.env, frame.active))
-        known = self._decided(cond)
-        if known is not None:
-            self._block(func, stmt.body if known else stmt.orelse, frame)
-            return
-        branches = []
-        for body, guard in ((stmt.body, cond), (stmt.orelse, d.not_(cond))):
-            sub = _Frame(dict(frame.env), d.and_(frame.active, guard))
-            sub.result = frame.result
-            if d.truth(sub.active) is not False:
-                self._block(func, body, sub)
-            frame.result = sub.result
-            branches.append(sub)
-        then, other = branches
-        frame.active = d.or_(then.active, other.active)
-        merged = {}
-        for name in then.env.keys() | other.env.keys():
-            if name not in other.env:
-                merged[name] = then.env[name]
-            elif name not in then.env:
-                merged[name] = other.env[name]
-            else:
-                merged[name] = self.merge(cond, then.env[name], other.env[name])
-        frame.env = merged
 
     def _for(self, func: SubsetFunction, stmt: ast.For, frame: Any) -> None:
         """One pass of the body per possible element, for the lanes that have it; each pass

@@ -13,10 +13,11 @@ from chunkproof.model.source_policy import (
     recorded_source_options,
     source_policy,
 )
+from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.model.vllm_source import Overrides
 
 
-def recorded_policy(cx: Counterexample) -> Policy:
+def recorded_policy(cx: Counterexample | SystemCounterexample) -> Policy:
     """The policy a counterexample was found on, rebuilt with the ``--compose``, ``--set``,
     ``--class`` and ``--base`` options it was checked with (SPEC C)."""
     return resolve_policy(cx.policy, *recorded_source_options(cx.policy_options))

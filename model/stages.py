@@ -129,19 +129,25 @@ def first_refused(cfg: Config, c: int, n: int, shift: int, margin: int) -> int:
     )
 
 
-def encoder_cap_shifted(cfg: Config, c: int, n: int, shift: int, margin: int) -> int:
-    """E1-E6 (0.15.0-0.32.0, note 1.2 step 4f): the chunk stops ``shift`` tokens before the
-    first item it cannot schedule, n := s - (c + shift) if c + shift < s, else 0.
+def blocking_item(cfg: Config, c: int, n: int, shift: int, margin: int) -> int:
+    """The start s of the first item the chunk [c, c + n) cannot schedule (note 1.2 step 4f),
+    or -1 when there is none or n = 0.
 
     The items held at c must fit the cache (``allocate`` asserts it when they were encoded):
     at a reachable state they do, so the assertion only marks the states no run reaches.
     """
-    if not cfg.has_items:
-        return n
     assert held_embeds(cfg, c, margin) <= encoder_capacity(cfg)
     if n == 0:
+        return -1
+    return first_refused(cfg, c, n, shift, margin)
+
+
+def encoder_cap_shifted(cfg: Config, c: int, n: int, shift: int, margin: int) -> int:
+    """E1-E6 (0.15.0-0.32.0, note 1.2 step 4f): the chunk stops ``shift`` tokens before the
+    first item it cannot schedule, n := s - (c + shift) if c + shift < s, else 0."""
+    if not cfg.has_items:
         return n
-    refused = first_refused(cfg, c, n, shift, margin)
+    refused = blocking_item(cfg, c, n, shift, margin)
     if refused < 0:
         return n
     if c + shift < refused:
@@ -151,14 +157,10 @@ def encoder_cap_shifted(cfg: Config, c: int, n: int, shift: int, margin: int) ->
 
 def encoder_cap_e7(cfg: Config, c: int, n: int, shift: int, margin: int) -> int:
     """E7 (0.33.0, note 1.2 step 4f): the shift only widens the window; the chunk stops at the
-    first item it cannot schedule, n := min(n, s - c) if c < s, else 0 (the held items fit
-    the cache, as in :func:`encoder_cap_shifted`)."""
+    first item it cannot schedule, n := min(n, s - c) if c < s, else 0."""
     if not cfg.has_items:
         return n
-    assert held_embeds(cfg, c, margin) <= encoder_capacity(cfg)
-    if n == 0:
-        return n
-    refused = first_refused(cfg, c, n, shift, margin)
+    refused = blocking_item(cfg, c, n, shift, margin)
     if refused < 0:
         return n
     if c < refused:

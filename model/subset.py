@@ -529,8 +529,8 @@ class Interpreter:
 
     def _if(self, func: SubsetFunction, stmt: ast.If, frame: _Frame) -> None:
         d = self.domain
-        cond = self._expr(func, stmt.test, frame.env, frame.active)
-        known = d.truth(cond)
+        cond = self._truthy(self._expr(func, stmt.test, frame.env, frame.active))
+        known = self._decided(cond)
         if known is not None:
             self._block(func, stmt.body if known else stmt.orelse, frame)
             return
@@ -550,11 +550,21 @@ class Interpreter:
                 merged[name] = then.env[name]
             elif name not in then.env:
                 merged[name] = other.env[name]
-            elif then.env[name] is other.env[name]:
-                merged[name] = then.env[name]
             else:
-                merged[name] = d.ite(cond, then.env[name], other.env[name])
+                merged[name] = self.merge(cond, then.env[name], other.env[name])
         frame.env = merged
+
+    def _truthy(self, value: Value) -> Value:
+        """A condition's value as a domain boolean (the subset's conditions already are)."""
+        return value
+
+    def _decided(self, cond: Value) -> bool | None:
+        """Whether ``cond`` holds on every live lane (True), on none (False), or is open."""
+        return self.domain.truth(cond)
+
+    def merge(self, cond: Value, then: Value, other: Value) -> Value:
+        """Lane-wise ``then if cond else other``, for the values the subset has."""
+        return then if then is other else self.domain.ite(cond, then, other)
 
     # -- expressions --------------------------------------------------------------------------
 

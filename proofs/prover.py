@@ -19,9 +19,8 @@ UNKNOWN.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,7 +127,9 @@ def prove_cell(
 @dataclass(frozen=True)
 class Settings:
     """What every cell of one run shares: how to build a cell's model, the solver timeout and
-    the folder certificates go to (one file per cell and property, named by ``name``)."""
+    the folder certificates go to (one file per cell and property, named by ``name``).
+    Picklable when ``make_model`` and ``name`` are, so that workers of another machine can
+    receive it."""
 
     make_model: Callable[[Any], SymbolicModel]
     name: Callable[[Any, str], str]
@@ -136,60 +137,36 @@ class Settings:
     certificates: Path
 
 
-_SHARED: dict[str, Settings] = {}
+TaskMap = Callable[[Callable[..., Any], tuple[Any, ...], list[Any]], Iterable[Any]]
+"""How the caller runs tasks: ``run(function, shared, tasks)`` yields ``function(*shared,
+task)`` for every task, in task order (serially, on a local pool or on a cluster: the checker's
+executors); ``shared`` goes once to each worker."""
 
 
-def _init(settings: Settings) -> None:
-    _SHARED["settings"] = settings
-
-
-def _prove(task: tuple[Any, tuple[str, ...]]) -> list[CellVerdict]:
+def prove_task(settings: Settings, task: tuple[Any, tuple[str, ...]]) -> list[CellVerdict]:
     """Every property of one cell, on one model (its translation is shared)."""
-    s = _SHARED["settings"]
     cell, pids = task
-    model = s.make_model(cell)
+    model = settings.make_model(cell)
     return [
-        prove_cell(model, cell, pid, s.timeout_ms, s.certificates / s.name(cell, pid))
+        prove_cell(
+            model, cell, pid, settings.timeout_ms, settings.certificates / settings.name(cell, pid)
+        )
         for pid in pids
     ]
-
-
-def run_parallel(
-    settings: Settings,
-    work: Callable[[Any], Any],
-    tasks: list[Any],
-    jobs: int,
-    tick: Callable[[int, int], None] | None,
-) -> list[Any]:
-    """``work`` over ``tasks``, ``jobs`` at a time, in order; forked workers inherit the
-    settings (models hold functions and syntax trees, which are not pickled)."""
-    results: list[Any] = []
-    if jobs <= 1 or len(tasks) < 2:
-        _init(settings)
-        outputs: Any = map(work, tasks)
-        pool = None
-    else:
-        pool = multiprocessing.get_context("fork").Pool(jobs, _init, (settings,))
-        outputs = pool.imap(work, tasks)
-    try:
-        for i, output in enumerate(outputs, 1):
-            results.append(output)
-            if tick:
-                tick(i, len(tasks))
-    finally:
-        if pool is not None:
-            pool.terminate()
-    return results
 
 
 def prove_range(
     settings: Settings,
     cells: list[Any],
     pids: tuple[str, ...],
-    jobs: int,
+    run: TaskMap,
     tick: Callable[[int, int], None] | None = None,
 ) -> list[CellVerdict]:
-    """Every (cell, property), one task per cell."""
+    """Every (cell, property), one task per cell, the tasks run by ``run``."""
     tasks = [(c, pids) for c in cells]
-    per_cell: list[list[CellVerdict]] = run_parallel(settings, _prove, tasks, jobs, tick)
-    return [verdict for verdicts in per_cell for verdict in verdicts]
+    verdicts: list[CellVerdict] = []
+    for done, found in enumerate(run(prove_task, (settings,), tasks), 1):
+        verdicts.extend(found)
+        if tick:
+            tick(done, len(tasks))
+    return verdicts

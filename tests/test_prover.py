@@ -25,6 +25,7 @@ from cli_helpers import Cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunkproof.checker import minimise
 from chunkproof.checker.minimise import minimal_for_cell
 from chunkproof.checker.report import Verdict, exit_status
 from chunkproof.checker.search import explore, minimal_counterexample
@@ -411,6 +412,26 @@ def test_cli_vllm_033_minimal_livelock(cli: Cli, tmp_path: Path) -> None:
     replay = cli("replay", str(path), "--json")
     assert replay.code == EXIT_OK, replay.out + replay.err
     assert replay.json()["reproduces"] is True
+
+
+def test_minimality_across_cells_is_claimed_only_when_searched(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two violated cells (B = 16 and 64): when the second cannot be searched for a smaller T
+    (its query undecided), the counterexample says T is minimal in its cell only; when it
+    can, the claim covers both cells."""
+    argv = ["prove", "vllm-0.33", "--block", "16,64", "--lookahead", "3", "--drop", "off"]
+    argv += ["--property", "P1", "--json", "--jobs", "1"]
+    searched = cli(*argv, "--out", str(tmp_path / "a"))
+    (verdict,) = searched.json()["verdicts"]
+    assert verdict["figure"]["violated_cells"] and "cell only" not in verdict["summary"]
+    assert len(verdict["figure"]["violated_cells"]) == 2
+
+    monkeypatch.setattr(minimise, "violation_below", lambda *args: "unknown")
+    undecided = cli(*argv, "--out", str(tmp_path / "b"))
+    (verdict,) = undecided.json()["verdicts"]
+    assert verdict["status"] == VIOLATED
+    assert "T is minimal in its cell only: 1 other violated cell(s)" in verdict["summary"]
 
 
 def test_cli_lookahead_in_split_proves_p1(cli: Cli, tmp_path: Path) -> None:

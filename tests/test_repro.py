@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -20,11 +19,13 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import Cli
+from repro_helpers import blocking_packages, generate_repro, run_repro
 from vllm_copies import copy_release, patched_release
 
-from chunkproof.checker.repro import SOURCE_VARIABLE, repro_source
+from chunkproof.checker.repro import repro_source
+from chunkproof.checker.system_repro import any_repro_source
 from chunkproof.model import step as model_step
-from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.counterexample import Counterexample, load_any
 from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.releases import release_root
 
@@ -34,45 +35,11 @@ P7_CONST = COUNTEREXAMPLES / "vllm-0.33" / "p7-const16-never-finishes-T49-B16-L3
 P4_OFFGRID = COUNTEREXAMPLES / "vllm-0.33" / "p4-offgrid-reservation.json"
 P0_EXTERNAL = COUNTEREXAMPLES / "vllm-0.17" / "p0-external-hit-assert.json"
 CURATED = sorted(COUNTEREXAMPLES.glob("*/*.json"))
+"""The committed counterexamples, single- and multi-request (``chunkproof system``)."""
 LIVELOCKS = [
-    p
-    for p in CURATED
-    if p.parent.name == "vllm-0.33" and Counterexample.load(p).property in ("P1", "P7")
+    p for p in CURATED if p.parent.name == "vllm-0.33" and load_any(p).property in ("P1", "P7")
 ]
 """The curated livelocks of the newest release: the class lookahead-in-split fixes."""
-
-
-def _blockers(into: Path) -> Path:
-    """A directory of packages that fail on import: chunkproof, vllm and torch."""
-    for name in ("chunkproof", "vllm", "torch"):
-        package = into / name
-        package.mkdir(parents=True)
-        (package / "__init__.py").write_text(f"raise ImportError('the repro imported {name}')\n")
-    return into
-
-
-def _run_repro(test_file: Path, source: Path | None, path_first: Path) -> tuple[int, str]:
-    """Run the generated file with pytest; ``source`` is $CHUNKPROOF_VLLM_SOURCE (or unset)."""
-    env = {k: v for k, v in os.environ.items() if k not in (SOURCE_VARIABLE, "PYTHONPATH")}
-    env["PYTHONPATH"] = str(path_first)
-    if source is not None:
-        env[SOURCE_VARIABLE] = str(source)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
-        cwd=test_file.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return done.returncode, done.stdout + done.stderr
-
-
-def _generate(cli: Cli, cx_file: Path, tmp_path: Path) -> Path:
-    out = tmp_path / "repro" / f"test_{cx_file.stem.replace('-', '_')}.py"
-    result = cli("repro", str(cx_file), "--pytest", str(out))
-    assert result.code == 0 and str(out) in result.out
-    return out
 
 
 def _fake_tree(root: Path, split: str, reserve: str | None) -> Path:
@@ -103,12 +70,12 @@ def _fake_tree(root: Path, split: str, reserve: str | None) -> Path:
 def test_spec_k_repro_fails_on_0_33_and_passes_on_the_fix(cli: Cli, tmp_path: Path) -> None:
     """The issue's acceptance: the generated file fails on 0.33.0's source at the SPEC K stuck
     point and passes on a copy whose split implements lookahead-in-split."""
-    test_file = _generate(cli, SPEC_K, tmp_path)
-    blockers = _blockers(tmp_path / "blockers")
-    status, output = _run_repro(test_file, release_root("0.33.0"), blockers)
+    test_file = generate_repro(cli, SPEC_K, tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
+    status, output = run_repro(test_file, release_root("0.33.0"), blockers)
     assert status == 1, output
     assert "AssertionError: P1: stuck at c=46 < E=49" in output and "1 failed" in output
-    status, output = _run_repro(test_file, patched_release(tmp_path / "fixed"), blockers)
+    status, output = run_repro(test_file, patched_release(tmp_path / "fixed"), blockers)
     assert status == 0 and "1 passed" in output, output
 
 
@@ -119,9 +86,9 @@ def test_the_curated_livelocks_of_0_33_pass_on_the_fix(
 ) -> None:
     """Every curated P1/P7 livelock of 0.33 (SPEC K, the smallest, an external admission
     start, const(16)) finishes on the lookahead-in-split tree."""
-    test_file = _generate(cli, cx_file, tmp_path)
+    test_file = generate_repro(cli, cx_file, tmp_path)
     fixed = patched_release(tmp_path / "fixed")
-    status, output = _run_repro(test_file, fixed, _blockers(tmp_path / "blockers"))
+    status, output = run_repro(test_file, fixed, blocking_packages(tmp_path / "blockers"))
     assert status == 0 and "1 passed" in output, output
 
 
@@ -129,22 +96,22 @@ def test_the_curated_livelocks_of_0_33_pass_on_the_fix(
 def test_p0_repro_names_the_line_that_raises(cli: Cli, tmp_path: Path) -> None:
     """vllm-0.17 asserts that no external hit reaches the split: the repro reports the
     assert's line as P0, and passes on 0.33.0, whose split takes the hit."""
-    test_file = _generate(cli, P0_EXTERNAL, tmp_path)
-    blockers = _blockers(tmp_path / "blockers")
+    test_file = generate_repro(cli, P0_EXTERNAL, tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
     root = release_root("0.17.0")
-    status, output = _run_repro(test_file, root, blockers)
+    status, output = run_repro(test_file, root, blockers)
     assert status == 1, output
     raised = f"AssertionError: P0: _mamba_block_aligned_split raises AssertionError at {root}"
     assert raised in output and SCHEDULER_FILE in output, output
-    status, output = _run_repro(test_file, release_root("0.33.0"), blockers)
+    status, output = run_repro(test_file, release_root("0.33.0"), blockers)
     assert status == 0 and "1 passed" in output, output
 
 
 @pytest.mark.fidelity
 def test_p7_repro_offers_the_const_budget(cli: Cli, tmp_path: Path) -> None:
     """const(16) on 0.33.0: 16, 32, 46, then 0: P7, not a stuck largest budget."""
-    test_file = _generate(cli, P7_CONST, tmp_path)
-    status, output = _run_repro(test_file, release_root("0.33.0"), _blockers(tmp_path / "b"))
+    test_file = generate_repro(cli, P7_CONST, tmp_path)
+    status, output = run_repro(test_file, release_root("0.33.0"), blocking_packages(tmp_path / "b"))
     assert status == 1, output
     assert "AssertionError: P7: const(16) never finishes: at c=46 < E=49" in output
 
@@ -152,9 +119,9 @@ def test_p7_repro_offers_the_const_budget(cli: Cli, tmp_path: Path) -> None:
 @pytest.mark.fidelity
 def test_repro_finds_an_installed_vllm_without_importing_it(cli: Cli, tmp_path: Path) -> None:
     """Without the variable, the repro locates the ``vllm`` package on the import path."""
-    test_file = _generate(cli, SPEC_K, tmp_path)
+    test_file = generate_repro(cli, SPEC_K, tmp_path)
     site = copy_release("0.33.0", tmp_path / "site", with_manifest=False)
-    status, output = _run_repro(test_file, None, site)
+    status, output = run_repro(test_file, None, site)
     assert status == 1 and "stuck at c=46" in output, output
 
 
@@ -163,10 +130,10 @@ def test_repro_finds_an_installed_vllm_without_importing_it(cli: Cli, tmp_path: 
 )
 def test_repro_without_a_vllm_source_is_an_error_not_a_pass(cli: Cli, tmp_path: Path) -> None:
     """No source tree: the test errors with a one-line reason (never a pass or a skip)."""
-    test_file = _generate(cli, SPEC_K, tmp_path)
-    status, output = _run_repro(test_file, None, tmp_path / "nothing")
+    test_file = generate_repro(cli, SPEC_K, tmp_path)
+    status, output = run_repro(test_file, None, tmp_path / "nothing")
     assert status == 1 and "no vLLM source" in output and "1 error" in output, output
-    status, output = _run_repro(test_file, tmp_path, tmp_path / "nothing")
+    status, output = run_repro(test_file, tmp_path, tmp_path / "nothing")
     assert status == 1 and "has no vllm/v1/core/sched/scheduler.py" in output, output
 
 
@@ -205,9 +172,9 @@ def test_every_repro_checks_p0_on_every_step(
     """A repro run on code that crashes, or whose stage leaves [0, its input], fails on P0 at
     the first step (the raising line is named), whatever its own property: here P4, whose own
     check would let a chunk to T pass."""
-    test_file = _generate(cli, P4_OFFGRID, tmp_path)
+    test_file = generate_repro(cli, P4_OFFGRID, tmp_path)
     tree = _fake_tree(tmp_path / "tree", split, reserve)
-    status, output = _run_repro(test_file, tree, _blockers(tmp_path / "blockers"))
+    status, output = run_repro(test_file, tree, blocking_packages(tmp_path / "blockers"))
     assert status == 1, output
     assert words in output, output
     assert "steps: [Step(c=0, budget=4" in output
@@ -217,9 +184,9 @@ def test_a_sound_split_passes(cli: Cli, tmp_path: Path) -> None:
     """On a tree whose split takes the whole budget and has no reservation, the SPEC K P1 and
     P7 repros finish (16, 32, 48, 49) and pass: the file can pass."""
     tree = _fake_tree(tmp_path / "tree", "return num_new_tokens", None)
-    blockers = _blockers(tmp_path / "blockers")
+    blockers = blocking_packages(tmp_path / "blockers")
     for cx_file in (SPEC_K, P7_CONST):
-        status, output = _run_repro(_generate(cli, cx_file, tmp_path), tree, blockers)
+        status, output = run_repro(generate_repro(cli, cx_file, tmp_path), tree, blockers)
         assert status == 0 and "1 passed" in output, output
 
 
@@ -227,8 +194,8 @@ def test_a_stand_in_read_is_an_error_not_p0(cli: Cli, tmp_path: Path) -> None:
     """The real code reading an attribute the stand-ins lack is the repro's error (it names
     the attribute), never reported as the policy crashing."""
     tree = _fake_tree(tmp_path / "tree", "return self.some_new_flag", None)
-    test_file = _generate(cli, SPEC_K, tmp_path)
-    status, output = _run_repro(test_file, tree, _blockers(tmp_path / "blockers"))
+    test_file = generate_repro(cli, SPEC_K, tmp_path)
+    status, output = run_repro(test_file, tree, blocking_packages(tmp_path / "blockers"))
     assert status == 1, output
     assert "StandInError" in output and "self.some_new_flag" in output
     assert "P0:" not in output
@@ -265,7 +232,7 @@ def test_a_p7_repro_offers_const_b_and_the_others_the_recorded_budgets() -> None
 
 def _source_of(cx_file: Path, tmp_path: Path) -> Path:
     """The source tree a curated counterexample was found on: its release, or the fix."""
-    policy = Counterexample.load(cx_file).policy
+    policy = load_any(cx_file).policy
     if policy == "lookahead-in-split":
         return patched_release(tmp_path / "fixed")
     return release_root(policy.removeprefix("vllm-") + ".0")
@@ -278,10 +245,10 @@ def test_every_curated_repro_fails_on_the_code_it_was_found_on(
 ) -> None:
     """Each committed counterexample's repro breaks its property on the real code of its
     policy (its first release, or the SPEC V fix written into 0.33.0)."""
-    cx = Counterexample.load(cx_file)
-    test_file = _generate(cli, cx_file, tmp_path)
+    cx = load_any(cx_file)
+    test_file = generate_repro(cli, cx_file, tmp_path)
     source = _source_of(cx_file, tmp_path)
-    status, output = _run_repro(test_file, source, _blockers(tmp_path / "blockers"))
+    status, output = run_repro(test_file, source, blocking_packages(tmp_path / "blockers"))
     assert status == 1 and f"AssertionError: {cx.property}: " in output, output
 
 
@@ -300,7 +267,7 @@ def test_committed_repros_are_current(cx_file: Path) -> None:
     regenerate.sh writes it (from inside counterexamples/)."""
     name = f"{cx_file.parent.name}/{cx_file.name}"
     committed = COUNTEREXAMPLES / "pytest" / repro_file_name(cx_file)
-    assert committed.read_text() == repro_source(Counterexample.load(cx_file), name)
+    assert committed.read_text() == any_repro_source(load_any(cx_file), name)
 
 
 def test_committed_repros_have_no_undefined_names() -> None:

@@ -1,0 +1,245 @@
+"""Where the engines' work runs (``--executor``): in this process, on a local fork pool of
+``--jobs`` processes, or on a Dask cluster.
+
+Every executor runs ``function(*shared, item)`` for each item and yields the results in item
+order, so that the callers merge them in one order whatever the executor and ``--jobs`` (a tie
+between equal figures goes the same way: the results are identical). ``shared`` (the models,
+the prover's settings) reaches each worker once. The fork pool inherits it. A Dask worker is
+another process, maybe on another machine: it receives ``shared`` and every item as pickled
+bytes and loads them with :func:`safe_loads`, which admits only chunkproof's own classes and
+functions, numpy arrays, syntax tree nodes and a few standard data types. A policy read from a
+user's file travels as what chunkproof built from it, validated syntax trees that only the
+subset interpreter runs (:mod:`chunkproof.model.subset`): a worker never imports or executes
+the user's file, and needs neither it nor vLLM's source, only the same chunkproof installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import multiprocessing
+import os
+import pickle
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from chunkproof.model.errors import EXIT_UNKNOWN, ChunkproofError
+
+R = TypeVar("R")
+
+LOCAL = "local"
+DASK = "dask"
+DASK_PREFIX = "dask://"
+CONNECT_SECONDS = 10
+"""How long connecting to a Dask scheduler may take before it is an error."""
+KEPT_CONTEXTS = 4
+"""Shared arguments a Dask worker keeps loaded (the runs it serves at once)."""
+
+
+class Executor(Protocol):
+    """Runs ``function(*shared, item)`` for every item."""
+
+    def map(
+        self,
+        function: Callable[..., R],
+        shared: tuple[Any, ...],
+        items: Sequence[Any],
+    ) -> Iterator[R]:
+        """The results, in item order."""
+        ...
+
+
+class Serial:
+    """Every item in this process, in order."""
+
+    def map(
+        self,
+        function: Callable[..., R],
+        shared: tuple[Any, ...],
+        items: Sequence[Any],
+    ) -> Iterator[R]:
+        """``function(*shared, item)`` for every item."""
+        return (function(*shared, item) for item in items)
+
+
+def usable_jobs(jobs: int) -> int:
+    """``--jobs`` capped at the cores this process may use."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(jobs, cores))
+
+
+_INHERITED: dict[str, Any] = {}
+
+
+def _inherit(function: Callable[..., Any], shared: tuple[Any, ...]) -> None:
+    """A pool worker's start: keep what it inherited from the fork."""
+    _INHERITED.update(function=function, shared=shared)
+
+
+def _call_inherited(item: Any) -> Any:
+    """In a pool worker: ``function(*shared, item)``."""
+    return _INHERITED["function"](*_INHERITED["shared"], item)
+
+
+@dataclass(frozen=True)
+class LocalPool:
+    """A fork pool of ``jobs`` processes (capped by :func:`usable_jobs`); the workers inherit
+    ``function`` and ``shared`` (policies hold functions and syntax trees: nothing is pickled
+    but the items and the results). One job, or one item, runs serially."""
+
+    jobs: int
+
+    def map(
+        self,
+        function: Callable[..., R],
+        shared: tuple[Any, ...],
+        items: Sequence[Any],
+    ) -> Iterator[R]:
+        """``function(*shared, item)`` for every item on the pool."""
+        jobs = usable_jobs(self.jobs)
+        if jobs <= 1 or len(items) < 2:
+            yield from Serial().map(function, shared, items)
+            return
+        context = multiprocessing.get_context("fork")
+        with context.Pool(jobs, initializer=_inherit, initargs=(function, shared)) as pool:
+            yield from pool.imap(_call_inherited, items)
+
+
+def as_executor(jobs: int | Executor) -> Executor:
+    """An executor as given, or the local pool of ``jobs`` processes."""
+    return LocalPool(jobs) if isinstance(jobs, int) else jobs
+
+
+# -- Dask ---------------------------------------------------------------------------------------
+
+_SAFE_MODULES = ("ast", "_ast", "chunkproof")
+_SAFE_NAMES = {
+    "builtins": {"Ellipsis"},
+    "collections": {"ChainMap"},
+    "pathlib": {"PosixPath"},
+    "numpy": {"ndarray", "dtype", "scalar", "_reconstruct", "_frombuffer"},
+}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """An unpickler that loads chunkproof's own classes and functions, syntax tree nodes,
+    numpy arrays and the standard data types of :data:`_SAFE_NAMES`, and refuses every other
+    global (a user module, ``os.system``, ``builtins.eval``)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        top = module.partition(".")[0]
+        if top in _SAFE_MODULES or name in _SAFE_NAMES.get(top, ()):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"chunkproof does not load {module}.{name} on a worker")
+
+
+def safe_loads(data: bytes) -> Any:
+    """Unpickle what chunkproof sends a worker (module docstring)."""
+    return _SafeUnpickler(io.BytesIO(data)).load()
+
+
+_LOADED: dict[str, tuple[Any, ...]] = {}
+
+
+def _run_remote(function: Callable[..., Any], digest: str, shared: bytes, item: bytes) -> Any:
+    """On a Dask worker: ``function(*shared, item)``, ``shared`` loaded once per run."""
+    loaded = _LOADED.get(digest)
+    if loaded is None:
+        loaded = _LOADED[digest] = safe_loads(shared)
+        while len(_LOADED) > KEPT_CONTEXTS:
+            del _LOADED[next(iter(_LOADED))]
+    return function(*loaded, safe_loads(item))
+
+
+class ExecutorError(ChunkproofError):
+    """The cluster lost a task (a worker died, the connection closed): one line, exit 3."""
+
+    exit_code = EXIT_UNKNOWN
+
+
+class DaskExecutor:
+    """Tasks on the workers of a Dask client; ``shared`` goes once to every worker. A task
+    the cluster loses (not one the engines' code fails) is an :class:`ExecutorError`."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def map(
+        self,
+        function: Callable[..., R],
+        shared: tuple[Any, ...],
+        items: Sequence[Any],
+    ) -> Iterator[R]:
+        """``function(*shared, item)`` for every item, one Dask task each."""
+        from distributed import KilledWorker
+
+        payload = _dumps(shared)
+        digest = hashlib.sha256(payload).hexdigest()
+        (stored,) = self.client.scatter([payload], broadcast=True, hash=False)
+        futures = [
+            self.client.submit(
+                _run_remote, function, digest, stored, _dumps(item), pure=False, retries=0
+            )
+            for item in items
+        ]
+        try:
+            for future in futures:
+                yield future.result()
+        except (OSError, TimeoutError, CancelledError, KilledWorker) as exc:
+            raise ExecutorError(f"the Dask cluster failed, the run is incomplete: {exc}") from None
+        finally:
+            self.client.cancel([*futures, stored])
+
+
+def _dumps(value: Any) -> bytes:
+    """``value`` as the bytes :func:`safe_loads` reads on a worker."""
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def check_executor(text: str) -> str:
+    """``--executor``: ``local``, ``dask`` or ``dask://HOST:PORT``; ``ValueError`` otherwise."""
+    if text in (LOCAL, DASK):
+        return text
+    host, _, port = text.removeprefix(DASK_PREFIX).rpartition(":")
+    if text.startswith(DASK_PREFIX) and host and "/" not in host and port.isdigit():
+        return text
+    raise ValueError(f"{text!r} is not local, dask or dask://HOST:PORT")
+
+
+@contextmanager
+def open_executor(text: str, jobs: int) -> Iterator[Executor]:
+    """The executor ``--executor`` names (:func:`check_executor`): the local pool of ``jobs``
+    processes, a Dask ``LocalCluster`` of ``jobs`` single-threaded worker processes (closed
+    on exit), or the scheduler at ``dask://HOST:PORT``."""
+    if text == LOCAL:
+        yield LocalPool(jobs)
+        return
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ChunkproofError(
+            f"--executor {text} needs Dask: pip install 'chunkproof[dask]'"
+        ) from None
+    if text == DASK:
+        cluster = LocalCluster(
+            n_workers=usable_jobs(jobs),
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+        )
+        with cluster, Client(cluster) as client:
+            yield DaskExecutor(client)
+        return
+    address = "tcp://" + text.removeprefix(DASK_PREFIX)
+    try:
+        client = Client(address, timeout=CONNECT_SECONDS)
+    except OSError as exc:
+        raise ChunkproofError(f"--executor {text}: no Dask scheduler reachable ({exc})") from None
+    with client:
+        yield DaskExecutor(client)

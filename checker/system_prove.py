@@ -1,0 +1,311 @@
+"""The scheduler step over 2-3 requests, searched by the solver (issue 11 item 2: "Z3 does
+bounded search for 2-3 requests"): orchestration of :func:`~chunkproof.proofs.bounded.
+bounded_search` on :class:`~chunkproof.spec.scheduler_step_symbolic.SymbolicSchedulerStep`, one
+proof cell at a time.
+
+Per cell (:func:`~chunkproof.spec.request_symbolic.cells`) and property (P0, S-LIVE, HOL,
+STARVE):
+
+1. *Scope*: a cell whose constraint holds no request set is empty and judges nothing.
+2. *Bounded search* to 1, 2, 4, ... and finally ``depth`` steps (idle steps allowed, so every
+   shorter trace counts; a plain solver first, briefly, for an unsat, then Optimize), the
+   least total T at the first depth that has a violation. A solver trace is replayed on the
+   explicit model's own Next (:func:`~chunkproof.spec.scheduler_trace.run_steps`, the concrete
+   policy): every state must be the solver's and the last step must break the property, else
+   the tool is wrong (:class:`~chunkproof.checker.traces.ModelMismatch`, never a verdict). It
+   is then VIOLATED, with the instance, the trace and, with a run folder, a multi-request
+   counterexample file.
+3. No violation within ``depth`` steps is not a proof: the cell is BOUNDED at that depth.
+   (Nothing here says PROVED: Spacer, :func:`~chunkproof.proofs.chc.reachable_violation`,
+   overran its own timeout on this model and cannot be interrupted, so it is not asked.)
+4. A timeout is UNKNOWN.
+
+Over the cells a property is VIOLATED if some cell violates it (the least total T is shown),
+UNKNOWN if some cell is undecided, BOUNDED otherwise (with the depth), and EMPTY when no cell
+holds a request set.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import z3
+
+from chunkproof.checker.output import RunFolder
+from chunkproof.checker.report import EMPTY, UNKNOWN, VIOLATED
+from chunkproof.checker.system_counterexamples import Witness, build, save
+from chunkproof.checker.traces import ModelMismatch
+from chunkproof.model.config import Config
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.policy import Policy
+from chunkproof.model.system_counterexample import SystemStep
+from chunkproof.proofs import solving
+from chunkproof.proofs.bounded import SolverTrace, bounded_search, shallow_violation
+from chunkproof.spec.request_symbolic import Cell, cells
+from chunkproof.spec.scheduler_step import (
+    MAX_SEQS,
+    PHASE_NAMES,
+    SchedulerStepModel,
+    describe_state,
+    make_scheduler_batch,
+)
+from chunkproof.spec.scheduler_step_symbolic import SYMBOLIC_REQUESTS, SymbolicSchedulerStep
+from chunkproof.spec.scheduler_trace import run_steps
+from chunkproof.spec.space import Space
+
+BOUNDED = "BOUNDED"
+"""No violation within the depth searched: not a proof."""
+DEFAULT_DEPTH = 4
+TIMEOUT_MS = 60_000
+QUICK_MS = 2_000
+"""The plain solver's try at each depth: most no-violation answers come fast from it, while
+its heavy tail is left to Optimize."""
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One property on one cell: its status, how it was found, and for a violation the
+    instance (least total T within the depth), its arrival order, budgets and trace lines."""
+
+    cell: Cell
+    property: str
+    status: str
+    method: str
+    detail: str = ""
+    instance: tuple[Config, ...] = ()
+    witness: Witness | None = None
+    trace: tuple[str, ...] = ()
+
+
+@dataclass
+class SystemProof:
+    """One property over every cell (module docstring)."""
+
+    property: str
+    status: str
+    depth: int
+    cells: list[CellResult] = field(default_factory=list)
+    counterexample: str | None = None
+    picture: str | None = None
+
+    def example(self) -> CellResult | None:
+        """The violating cell result of least total T."""
+        found = [c for c in self.cells if c.status == VIOLATED]
+        return min(found, key=lambda c: sum(cfg.tokens for cfg in c.instance), default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        example = self.example()
+        return {
+            "property": self.property,
+            "status": self.status,
+            "depth": self.depth,
+            "cells": [
+                {
+                    "cell": r.cell.describe(),
+                    "status": r.status,
+                    "method": r.method,
+                    "detail": r.detail,
+                }
+                for r in self.cells
+            ],
+            "example": _describe(example.instance) if example else None,
+            "example_cell": example.cell.describe() if example else None,
+            "trace": list(example.trace) if example else [],
+            "counterexample": self.counterexample,
+            "picture": self.picture,
+        }
+
+
+def prove_system(
+    policy: Policy,
+    space: Space,
+    requests: int,
+    depth: int = DEFAULT_DEPTH,
+    max_seqs: int = MAX_SEQS,
+    timeout_ms: int = TIMEOUT_MS,
+    out: RunFolder | None = None,
+) -> tuple[list[SystemProof], dict[str, Any]]:
+    """Every property on every cell of ``space`` (module docstring); with ``out``, each
+    violated property's counterexample file and picture."""
+    if requests not in SYMBOLIC_REQUESTS:
+        raise ChunkproofError(f"--prove: --requests must be one of {SYMBOLIC_REQUESTS}")
+    if depth < 1:
+        raise ChunkproofError("--depth must be at least 1")
+    started = time.monotonic()
+    found = cells(space)
+    proofs: dict[str, SystemProof] = {}
+    judged = 0
+    for cell in found:
+        model = SymbolicSchedulerStep(policy, cell, requests, max_seqs)
+        for pid in model.properties:
+            proofs.setdefault(pid, SystemProof(pid, EMPTY, depth))
+        scope = solving.check_formula(model.constraint, timeout_ms)
+        if scope == "unsat":
+            continue
+        judged += 1
+        for pid in model.properties:
+            if scope != "sat":
+                result = CellResult(cell, pid, UNKNOWN, "scope", "the scope is undecided")
+            else:
+                result = _judge(model, pid, depth, timeout_ms)
+            proofs[pid].cells.append(result)
+    for proof in proofs.values():
+        proof.status = _overall([r.status for r in proof.cells])
+        example = proof.example()
+        if out is not None and example is not None and example.witness is not None:
+            details = {"method": "bounded search", "depth": depth}
+            cx = build(policy, example.witness, proof.property, max_seqs, details)
+            proof.counterexample, proof.picture = save(cx, policy, out)
+    info = {
+        "requests": requests,
+        "max_seqs": max_seqs,
+        "depth": depth,
+        "cells": len(found),
+        "cells_with_requests": judged,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    return list(proofs.values()), info
+
+
+def _overall(statuses: list[str]) -> str:
+    if not statuses:
+        return EMPTY
+    for status in (VIOLATED, UNKNOWN):
+        if status in statuses:
+            return status
+    return BOUNDED
+
+
+def _judge(
+    model: SymbolicSchedulerStep,
+    pid: str,
+    depth: int,
+    timeout_ms: int,
+) -> CellResult:
+    """Steps 2-4 of the module docstring on one cell."""
+    cell = model.cell
+    found: SolverTrace | str | None = None
+    for bound in _depths(depth):
+        if shallow_violation(model, pid, bound, QUICK_MS) != "unsat":
+            found = bounded_search(model, pid, bound, [z3.Sum(model.tokens)], timeout_ms)
+        if found is not None:
+            break
+    if isinstance(found, SolverTrace):
+        instance, witness, trace = replayed(model, pid, found)
+        steps = len(witness.budgets)
+        detail = f"a violation {steps} step{'' if steps == 1 else 's'} from an initial state"
+        return CellResult(cell, pid, VIOLATED, "bounded search", detail, instance, witness, trace)
+    if found == "unknown":
+        return CellResult(cell, pid, UNKNOWN, "bounded search", f"timed out at depth {bound}")
+    return CellResult(cell, pid, BOUNDED, "bounded search", f"no violation within {depth} steps")
+
+
+def _depths(depth: int) -> list[int]:
+    """1, 2, 4, ... up to ``depth``, then ``depth``: a shallow violation is found by a small
+    unrolling (and with a short trace); the last search covers every trace of ``depth`` steps."""
+    bounds = [1]
+    while bounds[-1] * 2 < depth:
+        bounds.append(bounds[-1] * 2)
+    return bounds if bounds[-1] == depth else [*bounds, depth]
+
+
+def replayed(
+    model: SymbolicSchedulerStep, pid: str, found: SolverTrace
+) -> tuple[tuple[Config, ...], Witness, tuple[str, ...]]:
+    """The solver's trace on the explicit model's Next (module docstring, step 2): the
+    instance, the witness (arrival order, budgets) and the trace lines; a trace that does not
+    replay is :class:`ModelMismatch`."""
+    instance = model.instance(found.model)
+    states = [*found.states, found.final_state]
+    first = states[0]
+    arrival = tuple(sorted(range(model.k), key=lambda i: first[3 * i + 2]))
+    budgets = tuple(a[0] for a in (*found.actions, found.final_action))
+    steps = run_steps(model.policy, instance, arrival, budgets, model.max_seqs)
+    if len(steps) != len(budgets) or pid not in steps[-1].breaks:
+        raise ModelMismatch(f"{pid}: the solver's trace of the scheduler step does not replay")
+    for index, (state, stepped) in enumerate(zip(states, steps, strict=True)):
+        if _lists(state, model.k) != _recorded(stepped):
+            raise ModelMismatch(
+                f"{pid}: step {index} of the solver's trace is not the explicit model's state"
+            )
+    witness = Witness(instance, arrival, budgets)
+    return instance, witness, _trace(model, instance, states, budgets)
+
+
+def _lists(state: list[int], k: int) -> list[tuple[str, int, int]]:
+    """Per request (label order): its list, its place there (-1 when finished: the explicit
+    model orders the finished requests by label) and its c."""
+    out = []
+    for i in range(k):
+        phase, c, rank = state[3 * i : 3 * i + 3]
+        place = sum(1 for j in range(k) if state[3 * j] == phase and state[3 * j + 2] < rank)
+        out.append((PHASE_NAMES[phase], -1 if PHASE_NAMES[phase] == "finished" else place, c))
+    return out
+
+
+def _recorded(stepped: SystemStep) -> list[tuple[str, int, int]]:
+    return [(r.queue, -1 if r.queue == "finished" else r.place, r.c) for r in stepped.requests]
+
+
+def _trace(
+    model: SymbolicSchedulerStep,
+    instance: tuple[Config, ...],
+    states: list[list[int]],
+    budgets: tuple[int, ...],
+) -> tuple[str, ...]:
+    """The states as the explicit model prints them (its ``arrange`` and ``describe_state``),
+    each with the budget offered, then the last step's target."""
+    explicit = SchedulerStepModel(model.policy, [instance], symmetry=False)
+    batch = make_scheduler_batch([instance])
+    rows = []
+    for state in states:
+        order = sorted(range(model.k), key=lambda i: state[3 * i + 2])
+        label = np.array([order], dtype=np.int64)
+        phase = np.array([[state[3 * i] for i in order]], dtype=np.int64)
+        c = np.array([[state[3 * i + 1] for i in order]], dtype=np.int64)
+        inst = np.zeros(1, dtype=np.int64)
+        rows.append(explicit.arrange(batch, inst, label, phase, c, phase)[0])
+    lines = [
+        f"{describe_state(batch, row)}  --budget {budget}-->"
+        for row, budget in zip(rows, budgets, strict=True)
+    ]
+    last = np.array([budgets[-1]], dtype=np.int64)
+    target = explicit.step(batch, rows[-1][None, :], np.zeros(1, dtype=np.int64), last).target
+    lines.append(describe_state(batch, target[0]))
+    return tuple(lines)
+
+
+def _describe(group: tuple[Config, ...]) -> str:
+    return "; ".join(f"#{label}: {cfg.describe()}" for label, cfg in enumerate(group))
+
+
+def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
+    """The verdicts as text: one line per property, then per cell its status, and the
+    violating instance of least total T with its fixed cell inputs and trace."""
+    lines = [
+        f"{info['cells_with_requests']} of {info['cells']} cells hold requests; "
+        f"{info['requests']} requests per instance (max_num_seqs {info['max_seqs']}, every "
+        f"budget 1..M per step), bounded search to {info['depth']} steps in "
+        f"{info['seconds']} s",
+        "",
+    ]
+    for proof in proofs:
+        qualifier = f" (no violation within {proof.depth} steps: not a proof)"
+        lines.append(
+            f"  {proof.property:<8} {proof.status}{qualifier if proof.status == BOUNDED else ''}"
+        )
+        for r in proof.cells:
+            fixed = ", ".join(f"{k}={v}" for k, v in r.cell.describe().items())
+            lines.append(f"      cell {fixed}: {r.status} ({r.method}: {r.detail})")
+        example = proof.example()
+        if example is not None:
+            lines.append(f"      smallest found: {_describe(example.instance)}")
+            lines.extend(f"        {line}" for line in example.trace)
+            lines.append("      (replayed on the explicit model: the same states, the same break)")
+        if proof.counterexample is not None:
+            lines.append(f"      counterexample: {proof.counterexample}")
+            lines.append(f"      picture: {proof.picture}")
+    return lines

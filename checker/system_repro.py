@@ -1,0 +1,347 @@
+"""Standalone pytest repros of a multi-request counterexample (``chunkproof repro FILE --pytest
+OUT`` on a file of ``chunkproof system``; issue 11 item 2).
+
+The generated file is a single-request repro's (:mod:`chunkproof.checker.repro`: the same
+prelude, ``Step`` record, P0 check, real methods read from a vLLM source tree, call-site and
+budget-cap functions, source loader) around ``schedule()``'s two loops over the requests as
+:class:`~chunkproof.spec.scheduler_step.SchedulerStepModel` models them: the running list in
+order, then the waiting queue in order while budget and a seat remain, each request offered the
+budget left; a zero breaks the waiting loop, or from C9 (0.33) skips a request whose split gave
+more than 0. Every request's chunk comes from the real split and reservation. Starting from
+the recorded arrival order, the test offers the recorded budgets step by step (the system
+properties are judged on one step, so no budget beyond them) and checks every step the way a
+single-request repro does: first SPEC P0 on every request a loop reached, then the file's
+property (HOL: the waiting loop broke at a zero while a request behind it gets a chunk from
+the budget left; S-LIVE: the whole budget M schedules nothing while work is left; STARVE: a
+step schedules nothing while a request alone would get a chunk from its budget). A failure
+names the property and the step (``AssertionError: HOL: step 0 (budget 3): ...``): the file
+fails while the property is violated and passes on a fix. The recorded stage values are in
+the file (``RECORDED``) and in each failure message beside the real code's.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from string import Template
+
+from chunkproof.checker.repro import (
+    PRELUDE,
+    REAL_METHODS,
+    STEP_CLASS,
+    Values,
+    config_literal,
+    dict_literal,
+    file_docstring,
+    one_line,
+    real_methods,
+    repro_source,
+    standins,
+    step_literal,
+)
+from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.loading import recorded_policy
+from chunkproof.model.system_counterexample import SystemCounterexample, SystemStep
+from chunkproof.spec.properties import PROPERTIES, Property
+from chunkproof.spec.scheduler_step import PHASE_NAMES, SchedulerStepModel, engine_settings
+from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
+
+
+def any_repro_source(cx: Counterexample | SystemCounterexample, source_name: str) -> str:
+    """The repro of a counterexample file of either kind, read from ``source_name``."""
+    if isinstance(cx, SystemCounterexample):
+        return system_repro_source(cx, source_name)
+    return repro_source(cx, source_name)
+
+
+def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
+    """The text of the standalone pytest file for ``cx`` (module docstring). Its requests
+    share the engine, so one stand-in scheduler serves them all; a request with encoder items
+    is refused, as in a single-request repro."""
+    if len({engine_settings(cfg) for cfg in cx.requests}) != 1:
+        raise ChunkproofError(f"{source_name}: the requests do not share the engine's settings")
+    attributes = [standins(cx, cfg, source_name) for cfg in cx.requests]
+    policy = recorded_policy(cx)
+    skips = SchedulerStepModel(policy, ()).skips
+    rule = _property(cx.property)
+    checked = "P0" if cx.property == "P0" else f"P0 and {cx.property}"
+    loops = (
+        "a zero from the split breaks the waiting loop, a later stage's zero skips the request"
+        if skips
+        else "any zero breaks the waiting loop"
+    )
+    offered = (
+        "the counterexample's budgets step by step to schedule()'s two loops over the requests "
+        f"as chunkproof models them (``schedule`` below: FCFS, {loops}), and asserts {checked}"
+    )
+    requests = "; ".join(f"#{i}: {cfg.describe()}" for i, cfg in enumerate(cx.requests))
+    title = f"{cx.property} {rule.name} breaks on {cx.policy} ({requests})"
+    name = f"{cx.property}_{rule.name}".lower().replace("-", "_")
+    values = {
+        "docstring": file_docstring(cx, title, offered, source_name),
+        "configs": _list_literal([config_literal(cfg) for cfg in cx.requests]),
+        "scheduler": dict_literal(attributes[0][0]),
+        "requests": _list_literal([dict_literal(request) for _, request in attributes]),
+        "prefill_ends": repr([cfg.prefill_end for cfg in cx.requests]),
+        "arrival": repr(list(cx.arrival)),
+        "max_seqs": str(cx.max_seqs),
+        "whole": str(cx.budget_model().high),
+        "skips": str(skips),
+        "skip_words": _skip_words(policy.composition, skips),
+        "policy": one_line(cx.policy),
+        "recorded": _recorded_literal(cx),
+        "test_name": f"test_{name}",
+        "property": cx.property,
+        "definition": rule.definition,
+        "checked": "P0" if cx.property == "P0" else f"{cx.property} (or P0)",
+        "check_body": _CHECKS[cx.property],
+    }
+    return _TEMPLATE.substitute(values | _BY_LABEL | real_methods(policy, []))
+
+
+def _property(pid: str) -> Property:
+    """The scheduler step's property ``pid``: P0 (SPEC P) or a system property."""
+    return SYSTEM_PROPERTIES[pid] if pid in SYSTEM_PROPERTIES else PROPERTIES[pid]
+
+
+def _skip_words(composition: str, skips: bool) -> str:
+    """The comment on ``SKIPS``: what a waiting request's zero does in ``composition``."""
+    if skips:
+        return f"{composition}: a waiting request's zero after the split skips it (skip_request)"
+    return f"{composition}: every zero of a waiting request breaks the waiting loop"
+
+
+def _list_literal(items: list[str]) -> str:
+    """A list display of the literals ``items``, one a block, each headed by its label."""
+    body = "".join(
+        f"    # #{label}\n{textwrap.indent(item, '    ')},\n" for label, item in enumerate(items)
+    )
+    return "[\n" + body + "]"
+
+
+def _recorded_literal(cx: SystemCounterexample) -> str:
+    """The recorded steps: the budget and the stages each request a loop reached got, each
+    step headed by the lists it started from, the verdict before the last."""
+    note = textwrap.wrap(f"{cx.property}: {cx.verdict}", 92)
+    last = len(cx.steps) - 1
+    rows = [
+        _recorded_step(index, step, note if index == last else [])
+        for index, step in enumerate(cx.steps)
+    ]
+    return "[\n" + "".join(rows) + "]"
+
+
+def _recorded_step(index: int, step: SystemStep, note: list[str]) -> str:
+    """One recorded step, headed by the lists it started from and the ``note`` lines."""
+    lists = {
+        queue: [
+            f"#{label}"
+            for label, part in sorted(enumerate(step.requests), key=lambda lp: lp[1].place)
+            if part.queue == queue
+        ]
+        for queue in PHASE_NAMES
+    }
+    where = "; ".join(f"{queue} [{', '.join(labels)}]" for queue, labels in lists.items())
+    stages = "".join(
+        f"            {label}: {step_literal(part.stages)},\n"
+        for label, part in enumerate(step.requests)
+        if part.stages is not None
+    )
+    return (
+        f"    # step {index}: {where}\n"
+        + "".join(f"    # {line}\n" for line in note)
+        + f"    Recorded(\n        budget={step.budget},\n        stages={{\n{stages}        }},\n"
+        "    ),\n"
+    )
+
+
+_BY_LABEL: Values = {
+    "step_parameters": ", label: int",
+    "step_subject": "request ``label``",
+    "step_config": "CONFIGS[label]",
+    "step_attributes": "REQUEST_ATTRIBUTES[label]",
+}
+"""``schedule_step`` of a multi-request file: on request ``label``."""
+
+_P0 = """\
+    where = f"step {index} (budget {outcome.budget})"
+    for label, step in outcome.reached.items():
+        problem = unsafe(step)
+        if problem is not None:
+            return f"P0: {where}, #{label}: {problem.removeprefix('P0: ')}"
+"""
+"""SPEC P0 on every request a loop reached, first in every property's check."""
+
+_CHECKS = {
+    "P0": _P0 + "    return None\n",
+    "HOL": _P0
+    + """\
+    if outcome.broke_at is None:
+        return None
+    head = outcome.reached[outcome.broke_at]
+    for label, step in outcome.behind.items():
+        if taken(step) > 0:
+            return (
+                f"HOL: {where}: the waiting loop breaks at {who(outcome.broke_at, head.c)}, "
+                f"offered {head.budget} tokens ({head}), while {who(label, step.c)} behind it "
+                f"would get a chunk of {step.chunk} from them ({step})"
+            )
+    return None
+""",
+    "S-LIVE": _P0
+    + """\
+    left = outcome.running + outcome.waiting
+    if outcome.budget == WHOLE_BUDGET and left and not outcome.scheduled:
+        return (
+            f"S-LIVE: {where}: offered the whole budget M={WHOLE_BUDGET}, the step schedules "
+            f"nothing while {', '.join(who(label, outcome.c[label]) for label in left)} "
+            "have work left: the state is its own successor, so no request progresses for ever"
+        )
+    return None
+""",
+    "STARVE": _P0
+    + """\
+    if outcome.scheduled:
+        return None
+    for label in outcome.running + outcome.waiting:
+        alone = schedule_step(vllm, scheduler, outcome.c[label], outcome.budget, label)
+        if taken(alone) > 0:
+            return (
+                f"STARVE: {where}: the step schedules nothing (it repeats for ever under that "
+                f"budget), while {who(label, alone.c)} alone would get a chunk of "
+                f"{alone.chunk} from it ({alone})"
+            )
+    return None
+""",
+}
+"""The body of the generated ``violation``: P0, then the property (module docstring), each
+problem naming the property and the step."""
+
+_REQUESTS = """
+# The requests' configurations (chunkproof's model, SPEC S1): request #i is CONFIGS[i].
+CONFIGS = $configs
+
+# What the real methods read: the stand-in scheduler (``self``: the requests share the engine)
+# and each request, by attribute path. ``request.num_computed_tokens`` is the request's state c
+# at each step. Reading any other attribute is an error naming it, so no input of the real code
+# is silently defaulted.
+SCHEDULER_ATTRIBUTES = $scheduler
+REQUEST_ATTRIBUTES = $requests
+
+PREFILL_ENDS = $prefill_ends  # E = max(P, T - 1) per request: it is done when c reaches E
+ARRIVAL = $arrival  # the waiting queue at Init (FCFS), by request label
+MAX_NUM_SEQS = $max_seqs  # max_num_seqs: the most requests the running list holds
+WHOLE_BUDGET = $whole  # M = max_num_batched_tokens: the most tokens one step can offer
+SKIPS = $skips  # $skip_words
+
+
+"""
+
+_TEST = '''class Recorded(NamedTuple):
+    """One recorded schedule() step: the budget offered, and the stages each request a loop
+    reached got from the budget left, by request label."""
+
+    budget: int
+    stages: dict[int, Step]
+
+
+class Outcome(NamedTuple):
+    """One schedule() step run here: the budget, the steps of the requests the loops reached
+    (by label, in the order reached), the waiting request the loop broke at (None: no break),
+    the steps of the waiting requests behind it at the budget left, whether any request got a
+    chunk, and the lists and every request's c after the step."""
+
+    budget: int
+    reached: dict[int, Step]
+    broke_at: int | None
+    behind: dict[int, Step]
+    scheduled: bool
+    running: list[int]
+    waiting: list[int]
+    c: list[int]
+
+
+# The counterexample: what $policy does, step by step.
+RECORDED = $recorded
+
+
+def $test_name(vllm: Extracted) -> None:
+    """$property: $definition."""
+    scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
+    running, waiting = [], list(ARRIVAL)
+    c = [config.start for config in CONFIGS]
+    for index, recorded in enumerate(RECORDED):
+        if not running and not waiting:
+            return
+        outcome = schedule(vllm, scheduler, running, waiting, c, recorded.budget)
+        problem = violation(vllm, scheduler, index, outcome)
+        assert problem is None, f"{problem}; recorded: {recorded.stages}"
+        running, waiting, c = outcome.running, outcome.waiting, outcome.c
+
+
+def schedule(
+    vllm: Extracted,
+    scheduler: StandIn,
+    running: list[int],
+    waiting: list[int],
+    c: list[int],
+    budget: int,
+) -> Outcome:
+    """One schedule() step over the requests as chunkproof models it (history note 6): the
+    running loop offers each running request in order the budget left and takes its chunk (0:
+    continue) until no budget is left; the waiting loop then offers each waiting request in
+    queue order the budget left while budget and a seat remain, and admits one that gets a
+    chunk to the end of the running list; a zero breaks the loop (SKIPS: a zero after the split
+    skips the request, which keeps its place). A request whose step breaks P0 gets nothing.
+    Each waiting request behind a break is run at the budget left (HOL). A request whose c
+    reaches its E is done and leaves both lists."""
+    left, reached = budget, {}
+    for label in running:
+        if left == 0:
+            break
+        reached[label] = schedule_step(vllm, scheduler, c[label], left, label)
+        left -= taken(reached[label])
+    admitted, broke_at, behind = [], None, {}
+    for label in waiting:
+        if broke_at is not None:
+            behind[label] = schedule_step(vllm, scheduler, c[label], left, label)
+            continue
+        if left == 0 or len(running) + len(admitted) >= MAX_NUM_SEQS:
+            break
+        step = reached[label] = schedule_step(vllm, scheduler, c[label], left, label)
+        if taken(step) > 0:
+            admitted.append(label)
+            left -= step.chunk
+        elif unsafe(step) is None and not (SKIPS and step.split > 0):
+            broke_at = label
+    after = list(c)
+    for label, step in reached.items():
+        after[label] += taken(step)
+    return Outcome(
+        budget,
+        reached,
+        broke_at,
+        behind,
+        left < budget,
+        [label for label in running + admitted if after[label] < PREFILL_ENDS[label]],
+        [label for label in waiting if label not in admitted],
+        after,
+    )
+
+
+def taken(step: Step) -> int:
+    """The tokens a request gets from its step: its chunk, or nothing where P0 breaks."""
+    return 0 if unsafe(step) is not None else step.chunk
+
+
+def who(label: int, c: int) -> str:
+    """A request by its label, T and c."""
+    return f"#{label} (T={CONFIGS[label].tokens}, c={c})"
+
+
+def violation(vllm: Extracted, scheduler: StandIn, index: int, outcome: Outcome) -> str | None:
+    """What breaks $checked at step ``index``, if anything: "PROPERTY: step i (budget b): why"."""
+$check_body
+'''
+
+_TEMPLATE = Template(PRELUDE + _REQUESTS + STEP_CLASS + _TEST + REAL_METHODS)

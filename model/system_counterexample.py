@@ -1,0 +1,145 @@
+"""Multi-request counterexamples (SPEC C for ``chunkproof system``, issue 11 item 2): a trace of
+``schedule()`` steps over several requests, with one SPEC C trace per request in it.
+
+A file of schema :data:`SYSTEM_SCHEMA` holds: the policy (name, sha256 of its source when it
+came from a file, the options it was checked with); the engine the requests share
+(``max_num_seqs``, ``max_num_batched_tokens`` M, the budget model ``adversarial(1..M)`` of
+SPEC S4, FCFS order); the requests' full configurations (SPEC S1; request ``#i`` is
+``requests[i]``) and the order they arrived in (the waiting queue at Init); the property id;
+the trace, one entry per step: the budget offered, and per request the list it was in
+(running, waiting, finished) and its place there, whether the step scheduled it, and, where a
+loop reached it, the SPEC C stage values of its step at the budget that loop offered it
+(c, budget, n before the split, after the split, after the encoder cap, after the
+reservation, chunk: :class:`~chunkproof.model.step.Step`); the properties each step breaks;
+and the verdict in words. :mod:`chunkproof.model.counterexample` reads and writes the files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from chunkproof.model.budget import Adversarial
+from chunkproof.model.config import Config
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.step import Step
+
+SYSTEM_SCHEMA = "chunkproof.system-counterexample/1"
+
+
+@dataclass(frozen=True)
+class RequestStep:
+    """One request in one step: the list it was in (running, waiting, or finished: c >= E, in
+    neither of vLLM's lists) and its place there, its c, whether the step scheduled it (a
+    chunk > 0 that breaks no stage range), and its stages at the budget a loop offered it
+    (``None``: no loop reached it, so it got nothing)."""
+
+    queue: str
+    place: int
+    c: int
+    scheduled: bool
+    stages: Step | None
+
+    @property
+    def chunk(self) -> int:
+        """The tokens the step scheduled for the request."""
+        return self.stages.chunk if self.scheduled and self.stages is not None else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        head = {"list": self.queue, "place": self.place, "scheduled": self.scheduled}
+        return head | (self.stages.to_dict() if self.stages is not None else {"c": self.c})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestStep:
+        stages = Step.from_dict(data) if "budget" in data else None
+        place, c, scheduled = int(data["place"]), int(data["c"]), bool(data["scheduled"])
+        return cls(str(data["list"]), place, c, scheduled, stages)
+
+
+@dataclass(frozen=True)
+class SystemStep:
+    """One ``schedule()`` step: the budget offered, each request's part in label order, and
+    the properties the step breaks."""
+
+    budget: int
+    requests: tuple[RequestStep, ...]
+    breaks: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget,
+            "requests": [r.to_dict() for r in self.requests],
+            "breaks": list(self.breaks),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SystemStep:
+        requests = tuple(RequestStep.from_dict(r) for r in data["requests"])
+        return cls(int(data["budget"]), requests, tuple(str(p) for p in data["breaks"]))
+
+
+@dataclass(frozen=True)
+class SystemCounterexample:
+    """A replayable scheduler-step trace that breaks one property (module docstring)."""
+
+    policy: str
+    requests: tuple[Config, ...]
+    arrival: tuple[int, ...]
+    max_seqs: int
+    property: str
+    steps: tuple[SystemStep, ...]
+    verdict: str
+    source_sha256: str | None = None
+    policy_options: tuple[str, ...] = ()
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def budget_model(self) -> Adversarial:
+        """Any budget 1..M at every step (SPEC S4; M is shared by the requests)."""
+        return Adversarial(1, self.requests[0].max_sched)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SYSTEM_SCHEMA,
+            "policy": {
+                "name": self.policy,
+                "source_sha256": self.source_sha256,
+                "options": list(self.policy_options),
+            },
+            "engine": {
+                "max_num_seqs": self.max_seqs,
+                "max_num_batched_tokens": self.requests[0].max_sched,
+                "budget_model": self.budget_model().to_dict(),
+                "order": "FCFS",
+            },
+            "requests": [cfg.to_dict() for cfg in self.requests],
+            "arrival": list(self.arrival),
+            "property": self.property,
+            "trace": [s.to_dict() for s in self.steps],
+            "verdict": self.verdict,
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SystemCounterexample:
+        """Inverse of :meth:`to_dict` (the schema is checked by the reader)."""
+        try:
+            cx = cls(
+                policy=str(data["policy"]["name"]),
+                source_sha256=data["policy"].get("source_sha256"),
+                policy_options=tuple(str(o) for o in data["policy"].get("options", ())),
+                requests=tuple(Config.from_dict(c) for c in data["requests"]),
+                arrival=tuple(int(label) for label in data["arrival"]),
+                max_seqs=int(data["engine"]["max_num_seqs"]),
+                property=str(data["property"]),
+                steps=tuple(SystemStep.from_dict(s) for s in data["trace"]),
+                verdict=str(data["verdict"]),
+                details=dict(data.get("details", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ChunkproofError(f"malformed counterexample: missing or bad field {exc}") from None
+        if not cx.steps or sorted(cx.arrival) != list(range(len(cx.requests))):
+            raise ChunkproofError(
+                "malformed counterexample: an empty trace, or an arrival order that is not "
+                "one of the requests"
+            )
+        return cx

@@ -1,0 +1,322 @@
+"""The scheduler-step model (:mod:`chunkproof.spec.scheduler_step`) in its symbolic form, for
+K = 2 or 3 requests and one proof cell (issue 11 item 2: "Z3 does bounded search for 2-3
+requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicModel`.
+
+* Cell: what a single-request cell keeps concrete (:data:`~chunkproof.spec.request_symbolic.
+  CELL_INPUTS` and the lookahead class, :class:`~chunkproof.spec.request_symbolic.Cell`) is
+  shared by the K requests, as every engine setting is
+  (:func:`~chunkproof.spec.scheduler_step.engine_settings`); the other engine settings (L, M,
+  theta, ...) are symbolic and shared too. Each request's own inputs
+  (:data:`~chunkproof.spec.scheduler_step.REQUEST_FIELDS`: prompt, tokens, start, junction,
+  items, ...) are its own Z3 constants, each request within the cell's grid and accepted by
+  the release (SPEC S1b). Every configuration counts, the degenerate region of SPEC CLI too,
+  as in the explicit model. The K requests share the cell's grid and item pattern.
+* Policy: one :class:`~chunkproof.spec.request_symbolic.SymbolicRequest` translates the policy
+  once; request i's stages are that translation with its constants renamed. The request at a
+  position of a list is the one whose rank is that position: its inputs are chosen among the
+  requests' by rank, so each loop evaluates the policy once per position.
+* State, per request: its phase (:data:`~chunkproof.spec.scheduler_step.RUNNING`, ``WAITING``,
+  ``FINISHED``), its c, and its rank: its position in the explicit model's row (the running
+  list in order, then the waiting queue in order, then the finished requests).
+* Init: every arrival order (the ranks any permutation), every request waiting at c0.
+* Action: the budget b offered to the step, 1..M.
+* Next: :meth:`~chunkproof.spec.scheduler_step.SchedulerStepModel.step`,
+  ``running_loop`` and ``waiting_loop`` step for step (the zero rules of history note 6: the
+  running loop's ``continue``, the waiting loop's ``break``, from C9 the ``skip`` of a zero
+  after the split), then ``arrange``: the new ranks sort (list, old rank). The explicit model
+  sorts the finished requests by (label, c) instead, for a canonical row; no loop visits them,
+  so that order changes no transition.
+* Properties: P0, S-LIVE, HOL, STARVE on a transition, with the predicates of
+  :mod:`chunkproof.spec.system_properties` (S-LIVE and STARVE are about a self-loop, which that
+  module shows is every cycle of this model, so they too are transition predicates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import z3
+
+from chunkproof.model.config import Config
+from chunkproof.model.errors import ConfigError
+from chunkproof.model.policy import Policy
+from chunkproof.spec.request_symbolic import Cell, SymbolicRequest
+from chunkproof.spec.scheduler_step import (
+    FINISHED,
+    MAX_SEQS,
+    REQUEST_FIELDS,
+    RUNNING,
+    SCHEDULER_PROPERTIES,
+    WAITING,
+    SchedulerStepModel,
+)
+from chunkproof.spec.space import INPUT_NAMES
+
+SYMBOLIC_REQUESTS = (2, 3)
+"""The numbers of requests the symbolic form covers (issue 11 item 2): each loop evaluates the
+policy once per position, on inputs chosen among the K requests' by rank."""
+
+_PHASE, _C, _RANK = range(3)
+"""The state variables of a request, in the order of the state vector."""
+
+
+@dataclass(frozen=True)
+class Got:
+    """The policy's stages of one request at one (c, budget): the chunk, the split's value and
+    SPEC P0 (the code raised, or a stage left [0, its input])."""
+
+    chunk: Any
+    split: Any
+    unsafe: Any
+
+    @property
+    def fits(self) -> Any:
+        """The request would be scheduled: a chunk > 0 that breaks no stage range."""
+        return z3.And(z3.Not(self.unsafe), self.chunk > 0)
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """One step (state, b) as terms: the next state, whether a scheduled stage broke P0,
+    whether the step scheduled nothing, and the flags the system properties read."""
+
+    target: list[Any]
+    unsafe: Any
+    unchanged: Any
+    unfinished: Any
+    broke: Any
+    behind_fit: Any
+    alone_fit: Any
+
+
+class SymbolicSchedulerStep:
+    """One proof cell of the scheduler step over ``k`` requests (module docstring): a
+    :class:`~chunkproof.spec.interface.SymbolicModel`."""
+
+    def __init__(self, policy: Policy, cell: Cell, k: int, max_seqs: int = MAX_SEQS) -> None:
+        if k not in SYMBOLIC_REQUESTS:
+            raise ConfigError(f"the symbolic scheduler step covers {SYMBOLIC_REQUESTS} requests")
+        self.policy, self.cell, self.k, self.max_seqs = policy, cell, k, max_seqs
+        self.properties = SCHEDULER_PROPERTIES
+        self.skips = SchedulerStepModel(policy, ()).skips
+        self.request = SymbolicRequest(policy, cell, None, main=False)
+        own = [p for p in self.request.parameters if _per_request(str(p))]
+        shared = [p for p in self.request.parameters if not _per_request(str(p))]
+        self.renaming = [[(p, z3.Const(f"{p}#{i}", p.sort())) for p in own] for i in range(k)]
+        self.parameters = shared + [new for pairs in self.renaming for _, new in pairs]
+        view = self.request.view
+        self.constraint = z3.And(*[self.of(i, self.request.constraint) for i in range(k)])
+        self.whole = _term(view.max_sched)
+        self.starts = [self.of(i, view.start) for i in range(k)]
+        self.ends = [self.of(i, self.request.end) for i in range(k)]
+        self.tokens = [self.of(i, view.tokens) for i in range(k)]
+        self._steps: dict[tuple[int, ...], StepTerms] = {}
+        _check_threshold(policy, self.constraint, _term(view.threshold))
+
+    def of(self, i: int, value: Any) -> Any:
+        """A term of the template request as request ``i``'s (its own constants renamed)."""
+        term = _term(value)
+        return z3.substitute(term, *self.renaming[i]) if self.renaming[i] else term
+
+    # -- the policy at one position -------------------------------------------------------------
+
+    def _at(self, here: Sequence[Any], c: Any, budget: Any) -> Got:
+        """The stages of the request at a position (``here[i]``: request i is there) at
+        (c, budget): the template's stages with each request constant chosen by ``here``."""
+        chosen = [
+            (template, _pick(here, [pairs[n][1] for pairs in self.renaming]))
+            for n, (template, _) in enumerate(self.renaming[0])
+        ]
+        values = self.request.stages(c, budget)
+        unsafe = self.request.unsafe(c, budget)
+
+        def sub(term: Any) -> Any:
+            return z3.substitute(_term(term), *chosen) if chosen else _term(term)
+
+        return Got(sub(values["chunk"]), sub(values["split"]), sub(unsafe))
+
+    def _alone(self, i: int, c: Any, budget: Any) -> Got:
+        """Request ``i``'s stages at (c, budget)."""
+        values = self.request.stages(c, budget)
+        unsafe = self.request.unsafe(c, budget)
+        return Got(self.of(i, values["chunk"]), self.of(i, values["split"]), self.of(i, unsafe))
+
+    # -- Next ------------------------------------------------------------------------------------
+
+    def step(self, state: list[Any], action: list[Any]) -> StepTerms:
+        """:meth:`~chunkproof.spec.scheduler_step.SchedulerStepModel.step` at (state, b)."""
+        key = tuple(t.get_id() for t in (*state, *action))
+        if key not in self._steps:
+            self._steps[key] = self._step(state, action[0])
+        return self._steps[key]
+
+    def _step(self, state: list[Any], b: Any) -> StepTerms:
+        k = self.k
+        phase, c, rank = (state[j::3] for j in (_PHASE, _C, _RANK))
+        here = [[rank[i] == p for i in range(k)] for p in range(k)]
+        chunk = [z3.IntVal(0)] * k
+        left: Any = b
+        unsafe: Any = z3.BoolVal(False)
+        for p in range(k):  # running_loop
+            got = self._at(here[p], _pick(here[p], c), left)
+            sel = z3.And(_pick(here[p], phase) == RUNNING, left > 0)
+            chunk[p] = z3.If(z3.And(sel, z3.Not(got.unsafe)), got.chunk, 0)
+            unsafe = z3.Or(unsafe, z3.And(sel, got.unsafe))
+            left = left - chunk[p]
+        admitted: list[Any] = [z3.BoolVal(False)] * k
+        seated: Any = z3.Sum([z3.If(ph == RUNNING, 1, 0) for ph in phase])
+        broke: Any = z3.BoolVal(False)
+        behind_fit: Any = z3.BoolVal(False)
+        for p in range(k):  # waiting_loop
+            got = self._at(here[p], _pick(here[p], c), left)
+            waiting = _pick(here[p], phase) == WAITING
+            reach = z3.And(waiting, z3.Not(broke), left > 0, seated < self.max_seqs)
+            behind_fit = z3.Or(behind_fit, z3.And(waiting, broke, got.fits))
+            zero = z3.And(z3.Not(got.unsafe), got.chunk == 0)
+            skip = z3.And(zero, got.split > 0) if self.skips else z3.BoolVal(False)
+            broke = z3.Or(broke, z3.And(reach, zero, z3.Not(skip)))
+            admitted[p] = z3.And(reach, got.fits)
+            seated = seated + z3.If(admitted[p], 1, 0)
+            taken = z3.If(z3.And(reach, z3.Not(got.unsafe)), got.chunk, 0)
+            chunk[p] = chunk[p] + taken
+            unsafe = z3.Or(unsafe, z3.And(reach, got.unsafe))
+            left = left - taken
+        mine = [[rank[i] == p for p in range(k)] for i in range(k)]
+        got_chunk = [_pick(mine[i], chunk) for i in range(k)]
+        got_admitted = [_pick(mine[i], admitted) for i in range(k)]
+        target = self._arrange(state, got_chunk, got_admitted)
+        unchanged = z3.And(z3.Not(unsafe), z3.Sum(got_chunk) == 0)
+        alone = [z3.And(phase[i] != FINISHED, self._alone(i, c[i], b).fits) for i in range(k)]
+        return StepTerms(
+            target,
+            unsafe,
+            unchanged,
+            z3.Or(*[ph != FINISHED for ph in phase]),
+            broke,
+            behind_fit,
+            z3.Or(*alone),
+        )
+
+    def _arrange(self, state: list[Any], chunk: list[Any], admitted: list[Any]) -> list[Any]:
+        """The next state: c += chunk, the phases, and the ranks sorted by (group, old rank),
+        group 0 the running list, 1 the admitted, 2 the waiting queue, 3 the finished
+        (``SchedulerStepModel.step`` and ``arrange``)."""
+        k = self.k
+        phase, c, rank = (state[j::3] for j in (_PHASE, _C, _RANK))
+        after = [c[i] + chunk[i] for i in range(k)]
+        keys = []
+        new_phase = []
+        for i in range(k):
+            finished = after[i] >= self.ends[i]
+            moved = z3.Or(phase[i] == RUNNING, admitted[i])
+            new_phase.append(z3.If(finished, FINISHED, z3.If(moved, RUNNING, phase[i])))
+            group = z3.If(finished, 3, z3.If(admitted[i], 1, z3.If(moved, 0, 2)))
+            keys.append(group * k + rank[i])
+        new_rank = [
+            z3.Sum([z3.If(keys[j] < keys[i], 1, 0) for j in range(k) if j != i]) for i in range(k)
+        ]
+        return [v for i in range(k) for v in (new_phase[i], after[i], new_rank[i])]
+
+    # -- the SymbolicModel interface --------------------------------------------------------------
+
+    def state(self, name: str) -> list[Any]:
+        return [
+            z3.Int(f"{name}_{part}{i}") for i in range(self.k) for part in ("phase", "c", "rank")
+        ]
+
+    def action(self, name: str) -> list[Any]:
+        return [z3.Int(name)]
+
+    def init(self, state: list[Any]) -> Any:
+        """Every request waiting at c0, in any arrival order."""
+        phase, c, rank = (state[j::3] for j in (_PHASE, _C, _RANK))
+        return z3.And(
+            *[ph == WAITING for ph in phase],
+            *[c[i] == self.starts[i] for i in range(self.k)],
+            *[z3.And(r >= 0, r < self.k) for r in rank],
+            z3.Distinct(*rank),
+        )
+
+    def guard(self, state: list[Any], action: list[Any]) -> Any:
+        """Any budget 1..M (SPEC S4 ``adversarial``)."""
+        return z3.And(action[0] >= 1, action[0] <= self.whole)
+
+    def next(self, state: list[Any], action: list[Any]) -> list[Any]:
+        return self.step(state, action).target
+
+    def follows(self, state: list[Any], action: list[Any]) -> Any:
+        """The search leads on: the step breaks no stage range, schedules something and
+        leaves some request unfinished (``Transitions.follow`` of the explicit model)."""
+        got = self.step(state, action)
+        phases = got.target[_PHASE::3]
+        return z3.And(
+            z3.Not(got.unsafe), z3.Not(got.unchanged), z3.Or(*[p != FINISHED for p in phases])
+        )
+
+    def violation(self, pid: str, state: list[Any], action: list[Any]) -> Any:
+        """The transition breaks ``pid`` (:mod:`chunkproof.spec.system_properties`)."""
+        got = self.step(state, action)
+        if pid == "P0":
+            return got.unsafe
+        if pid == "S-LIVE":
+            return z3.And(got.unchanged, got.unfinished, action[0] == self.whole)
+        if pid == "HOL":
+            return z3.And(z3.Not(got.unsafe), got.broke, got.behind_fit)
+        if pid == "STARVE":
+            return z3.And(got.unchanged, got.alone_fit)
+        raise ConfigError(f"the scheduler step judges {', '.join(self.properties)}, not {pid}")
+
+    # -- reading a solver model -------------------------------------------------------------------
+
+    def instance(self, model: z3.ModelRef) -> tuple[Config, ...]:
+        """The requests of a solver model, each a full configuration."""
+        return tuple(
+            Config(**self.request.concrete(cast(z3.ModelRef, _Renamed(model, self.renaming[i]))))
+            for i in range(self.k)
+        )
+
+
+class _Renamed:
+    """A solver model read as one request's: a term of the template request is evaluated as
+    request i's (for :meth:`SymbolicRequest.concrete`)."""
+
+    def __init__(self, model: z3.ModelRef, pairs: list[tuple[Any, Any]]) -> None:
+        self.model, self.pairs = model, pairs
+
+    def eval(self, term: Any, model_completion: bool = False) -> Any:
+        renamed = z3.substitute(term, *self.pairs) if self.pairs else term
+        return self.model.eval(renamed, model_completion=model_completion)
+
+
+def _per_request(name: str) -> bool:
+    """A symbol belongs to one request: one of :data:`REQUEST_FIELDS`, or an input the ranges
+    do not name (``external``, an encoder item's start or length)."""
+    return name in REQUEST_FIELDS or name not in INPUT_NAMES
+
+
+def _check_threshold(policy: Policy, constraint: Any, threshold: Any) -> None:
+    """The explicit model's refusal: under C8-C9 a threshold > 0 is not modelled."""
+    if int(policy.composition[1:]) < 8:
+        return
+    solver = z3.Solver()
+    solver.add(constraint, threshold > 0)
+    if solver.check() != z3.unsat:
+        raise ConfigError("scheduler step: a threshold under C8-C9 is not modelled")
+
+
+def _pick(here: Sequence[Any], values: Sequence[Any]) -> Any:
+    """The value of the one index where ``here`` holds."""
+    chosen = _term(values[-1])
+    for cond, value in zip(reversed(here[:-1]), reversed(values[:-1]), strict=True):
+        chosen = z3.If(cond, _term(value), chosen)
+    return chosen
+
+
+def _term(value: Any) -> Any:
+    if isinstance(value, z3.ExprRef):
+        return value
+    if isinstance(value, bool):
+        return z3.BoolVal(value)
+    return z3.IntVal(value)

@@ -1,0 +1,126 @@
+"""One instance of the scheduler-step model along given budgets (issue 11 item 2): the trace a
+multi-request counterexample records (:mod:`chunkproof.model.system_counterexample`), and its
+replay.
+
+Each step is the model's own Next, :meth:`~chunkproof.spec.scheduler_step.SchedulerStepModel.
+step`, on the one global state reached so far (no symmetry reduction: every request keeps its
+label). Per request it records the list it was in and its place, and, where a loop reached it,
+the SPEC C stage values of its step at the budget that loop offered it, from the policy's
+concrete stages (:func:`chunkproof.model.step.step`, SPEC S3); per step, the properties the
+model finds broken on the transition. Replay recomputes all of it and compares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from chunkproof.model.config import Config
+from chunkproof.model.policy import Policy
+from chunkproof.model.step import step
+from chunkproof.model.system_counterexample import RequestStep, SystemCounterexample, SystemStep
+from chunkproof.spec.scheduler_step import (
+    FIELDS,
+    PHASE_NAMES,
+    WAITING,
+    SchedulerStepModel,
+    make_scheduler_batch,
+)
+
+
+def arrival_order(instance: tuple[Config, ...], labels: Sequence[int]) -> tuple[int, ...]:
+    """The labels of an initial queue whose rows name a request by the least label of an equal
+    configuration (symmetry reduction): equal requests are interchangeable, so the k-th
+    occurrence of a class takes the k-th label of that configuration."""
+    free: dict[Config, list[int]] = {}
+    for label, cfg in enumerate(instance):
+        free.setdefault(cfg, []).append(label)
+    return tuple(free[instance[label]].pop(0) for label in labels)
+
+
+def run_steps(
+    policy: Policy,
+    instance: tuple[Config, ...],
+    arrival: Sequence[int],
+    budgets: Sequence[int],
+    max_seqs: int,
+) -> tuple[SystemStep, ...]:
+    """The steps of ``instance`` from Init with the waiting queue ``arrival`` (labels), offered
+    ``budgets`` in order (module docstring). The run ends early where the model's search
+    would stop (a step that breaks P0, or after which every request has finished)."""
+    model = SchedulerStepModel(policy, [instance], symmetry=False, max_seqs=max_seqs)
+    batch = make_scheduler_batch([instance])
+    label = np.array([arrival], dtype=np.int64)
+    phase = np.full(label.shape, WAITING, dtype=np.int64)
+    starts = np.array([[instance[i].start for i in arrival]], dtype=np.int64)
+    row = model.arrange(batch, np.zeros(1, dtype=np.int64), label, phase, starts, phase)[0]
+    steps = []
+    for budget in budgets:
+        moved = model.step(batch, row[None, :], np.zeros(1, dtype=np.int64), np.array([budget]))
+        breaks = tuple(pid for pid in model.properties if moved.bad[pid][0])
+        steps.append(SystemStep(budget, _requests(policy, instance, row, moved.record), breaks))
+        if not moved.follow[0]:
+            break
+        row = moved.target[0]
+    return tuple(steps)
+
+
+def _requests(
+    policy: Policy, instance: tuple[Config, ...], row: np.ndarray, record: dict[str, np.ndarray]
+) -> tuple[RequestStep, ...]:
+    """Each request's part in one step, in label order: from the state row its list, place
+    and c; from the step's record the budget it was offered (0: not reached) and its chunk."""
+    parts: dict[int, RequestStep] = {}
+    places = [0] * len(PHASE_NAMES)
+    for p in range(len(instance)):
+        label, phase, c = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+        offered = int(record[f"offered{p}"][0])
+        stages = step(policy, instance[label], c, offered) if offered > 0 else None
+        scheduled = int(record[f"chunk{p}"][0]) > 0
+        parts[label] = RequestStep(PHASE_NAMES[phase], places[phase], c, scheduled, stages)
+        places[phase] += 1
+    return tuple(parts[label] for label in range(len(instance)))
+
+
+def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
+    """Re-run ``cx``'s budgets on ``policy``; ``None`` when every step is as recorded and the
+    last one still breaks the property, else the first difference."""
+    budgets = [s.budget for s in cx.steps]
+    top = cx.budget_model().high
+    if any(not 1 <= b <= top for b in budgets):
+        return f"a recorded budget lies outside the budget model's 1..{top}"
+    replayed = run_steps(policy, cx.requests, cx.arrival, budgets, cx.max_seqs)
+    for index, (recorded, actual) in enumerate(zip(cx.steps, replayed, strict=False)):
+        if len(recorded.requests) != len(actual.requests):
+            return (
+                f"step {index}: {len(recorded.requests)} requests recorded, not {len(cx.requests)}"
+            )
+        for label, (mine, theirs) in enumerate(
+            zip(recorded.requests, actual.requests, strict=True)
+        ):
+            if mine != _same_crash(mine, theirs):
+                return (
+                    f"step {index} (budget {recorded.budget}), request #{label}: recorded "
+                    f"{mine.to_dict()}, replayed {theirs.to_dict()}"
+                )
+        if recorded.breaks != actual.breaks:
+            return (
+                f"step {index} (budget {recorded.budget}): recorded breaking "
+                f"{list(recorded.breaks)}, replayed {list(actual.breaks)}"
+            )
+    if len(replayed) < len(cx.steps):
+        return f"the replay stops after step {len(replayed) - 1}: the rest cannot be taken"
+    if cx.property not in replayed[-1].breaks:
+        return f"the last step no longer breaks {cx.property}"
+    return None
+
+
+def _same_crash(recorded: RequestStep, actual: RequestStep) -> RequestStep:
+    """``actual`` with the recorded crash text where both steps crash: the built-in and the
+    source form of one release name the same failing check differently (SPEC P0)."""
+    mine, theirs = recorded.stages, actual.stages
+    if mine is None or theirs is None or mine.crash is None or theirs.crash is None:
+        return actual
+    return replace(actual, stages=replace(theirs, crash=mine.crash))

@@ -1,0 +1,137 @@
+"""The scheduler step over 2-3 requests, searched by Z3 (issue 11 item 2: "Z3 does bounded
+search for 2-3 requests"): :class:`~chunkproof.spec.scheduler_step_symbolic.
+SymbolicSchedulerStep` under :func:`~chunkproof.checker.system_prove.prove_system`, against the
+explorer on :class:`~chunkproof.spec.scheduler_step.SchedulerStepModel`.
+
+The engines must agree: on a range the explorer checks exhaustively, a bounded search as deep
+as the explorer's reachable diameter finds a violation exactly where the explorer does (and
+the solver's trace replays on the explicit model), and where the explorer says PROVED it finds
+none, which it reports as BOUNDED, never PROVED.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import z3
+from cli_helpers import Cli
+
+from chunkproof.checker.defaults import user_space
+from chunkproof.checker.explorer import explore_batch
+from chunkproof.checker.report import PROVED, VIOLATED
+from chunkproof.checker.system import explore_system
+from chunkproof.checker.system_counterexamples import build
+from chunkproof.checker.system_prove import BOUNDED, prove_system, replayed
+from chunkproof.checker.traces import ModelMismatch
+from chunkproof.model.builtin import get_builtin
+from chunkproof.proofs.bounded import SolverTrace, bounded_search
+from chunkproof.spec.request_symbolic import cells
+from chunkproof.spec.scheduler_step import SchedulerStepModel, request_sets
+from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep
+from chunkproof.spec.scheduler_trace import replay
+from chunkproof.spec.space import Space
+
+HOL_RANGE = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3-4", "max_sched": "8"}
+"""README's HOL example: 0.33's split zero at the head of the queue."""
+
+RESERVATION = {"block": "2", "lookahead": "3", "drop": "off", "prompt": "3,6", "max_sched": "4"}
+"""A reservation zero: it breaks the waiting loop up to 0.32, 0.33 skips the request."""
+
+
+def space_of(texts: dict[str, str]) -> Space:
+    return user_space(texts, None, production=False)
+
+
+def diameter(name: str, space: Space, k: int) -> int:
+    """The explorer's largest BFS depth over every instance: a bounded search this deep covers
+    every transition it judges."""
+    policy = get_builtin(name)
+    model = SchedulerStepModel(policy, request_sets(policy, list(space.configs()), k))
+    return max(int(explore_batch(model, batch).depth.max()) for batch in model.batches())
+
+
+def test_hol_is_found_and_replays(tmp_path: Path) -> None:
+    """The README's HOL range: the solver finds HOL (and STARVE) at the least total T, its
+    trace replays step for step, and the file it writes replays too."""
+    policy = get_builtin("vllm-0.33")
+    space = space_of(HOL_RANGE)
+    proofs, info = prove_system(policy, space, 2, depth=2)
+    status = {p.property: p.status for p in proofs}
+    assert status == {"P0": BOUNDED, "S-LIVE": BOUNDED, "HOL": VIOLATED, "STARVE": VIOLATED}
+    hol = next(p for p in proofs if p.property == "HOL")
+    example = hol.example()
+    assert example is not None and example.witness is not None
+    assert sorted(cfg.T for cfg in example.instance) == [3, 4]
+    assert "--budget 3-->" in example.trace[0]
+    cx = build(policy, example.witness, "HOL", info["max_seqs"], {})
+    assert replay(policy, cx) is None
+
+
+def test_three_requests_find_hol() -> None:
+    proofs, _ = prove_system(get_builtin("vllm-0.33"), space_of(HOL_RANGE), 3, depth=1)
+    assert {p.property: p.status for p in proofs}["HOL"] == VIOLATED
+
+
+@pytest.mark.parametrize(
+    ("name", "texts", "k"),
+    [
+        ("vllm-0.33", HOL_RANGE, 2),
+        ("vllm-0.33", {**HOL_RANGE, "prompt": "3-6", "start": "0,block", "max_sched": "6"}, 2),
+        ("vllm-0.33", RESERVATION, 2),
+        ("vllm-0.32", RESERVATION, 2),
+        ("vllm-0.32", {**RESERVATION, "prompt": "2-4", "max_sched": "2"}, 2),  # M < L
+        ("vllm-0.28", {**RESERVATION, "lookahead": "0,2", "prompt": "3-4", "max_sched": "3"}, 2),
+        ("vllm-0.33", HOL_RANGE, 3),
+    ],
+)
+def test_engines_agree(name: str, texts: dict[str, str], k: int) -> None:
+    """Per property: explorer VIOLATED iff the bounded search at the explorer's diameter finds
+    a (replayed) violation; explorer PROVED iff it finds none, which is BOUNDED, not PROVED."""
+    policy, space = get_builtin(name), space_of(texts)
+    explored, _ = explore_system(policy, space, k)
+    depth = max(diameter(name, space, k), 1)
+    proofs, _ = prove_system(policy, space, k, depth=depth)
+    expected = {v.property: BOUNDED if v.status == PROVED else v.status for v in explored}
+    assert {p.property: p.status for p in proofs} == expected
+
+
+def test_a_trace_that_does_not_replay_is_an_error() -> None:
+    """A symbolic step that breaks on 0.33's reservation zero (as 0.32 does) finds HOL, and
+    the replay on 0.33's explicit step refuses it: a mismatch, never a verdict."""
+    policy = get_builtin("vllm-0.33")
+    (cell,) = cells(space_of(RESERVATION))
+    model = SymbolicSchedulerStep(policy, cell, 2)
+    model.skips = False
+    found = bounded_search(model, "HOL", 2, [z3.Sum(model.tokens)], 60_000)
+    assert isinstance(found, SolverTrace)
+    with pytest.raises(ModelMismatch):
+        replayed(model, "HOL", found)
+
+
+def test_cli(tmp_path: Path, cli: Cli) -> None:
+    out = tmp_path / "out"
+    args = ["system", "vllm-0.33", "--prove", "--depth", "2", "--out", str(out)]
+    args += [f"--{k.replace('_', '-')}={v}" for k, v in HOL_RANGE.items()]
+    run = cli(*args)
+    assert run.code == 1
+    assert "HOL      VIOLATED" in run.out and "P0       BOUNDED" in run.out
+    assert "no violation within 2 steps: not a proof" in run.out
+    assert (out / "vllm-0.33" / "system-HOL.json").exists()
+    run = cli(*args, "--json")
+    assert run.code == 1
+    document = run.json()
+    verdicts = {v["property"]: v for v in document["verdicts"]}
+    assert verdicts["HOL"]["status"] == VIOLATED and verdicts["P0"]["status"] == BOUNDED
+    assert document["searched"]["depth"] == 2
+    assert verdicts["HOL"]["example_cell"]["block"] == 4
+
+
+def test_a_search_that_finds_nothing_exits_unknown(tmp_path: Path, cli: Cli) -> None:
+    """No violation within the depth is BOUNDED, not PROVED: exit 3 (SPEC CLI), never 0
+    (block-aligned prompts: no zero at the head of the queue)."""
+    aligned = {**HOL_RANGE, "prompt": "4,8"}
+    args = ["system", "vllm-0.33", "--prove", "--depth", "2", "--out", str(tmp_path), "--json"]
+    run = cli(*args, *[f"--{k.replace('_', '-')}={v}" for k, v in aligned.items()])
+    assert {v["status"] for v in run.json()["verdicts"]} == {BOUNDED}
+    assert run.code == 3
