@@ -126,7 +126,8 @@ def _set_count(policy: Policy, configs: list[Config], k: int) -> int:
     return sum(math.comb(size + k - 1, k) for size in groups.values())
 
 
-def _describe(group: tuple[Config, ...]) -> str:
+def describe_instance(group: tuple[Config, ...]) -> str:
+    """The requests of an instance, each as ``#label: its configuration``."""
     return "; ".join(f"#{label}: {cfg.describe()}" for label, cfg in enumerate(group))
 
 
@@ -169,7 +170,12 @@ def explore_system(
                 if pid not in smallest or rank < smallest[pid][0]:
                     transition = int(found[inst])
                     trace = _trace(explored, transition)
-                    smallest[pid] = (rank, _describe(group), trace, _witness(explored, transition))
+                    smallest[pid] = (
+                        rank,
+                        describe_instance(group),
+                        trace,
+                        _witness(explored, transition),
+                    )
     verdicts = []
     for pid in model.properties:
         status = EMPTY if not sets else VIOLATED if violating[pid] else PROVED

@@ -36,6 +36,7 @@ import z3
 
 from chunkproof.checker.output import RunFolder
 from chunkproof.checker.report import EMPTY, UNKNOWN, VIOLATED
+from chunkproof.checker.system import describe_instance
 from chunkproof.checker.system_counterexamples import Witness, build, save
 from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.config import Config
@@ -111,7 +112,7 @@ class SystemProof:
                 }
                 for r in self.cells
             ],
-            "example": _describe(example.instance) if example else None,
+            "example": describe_instance(example.instance) if example else None,
             "example_cell": example.cell.describe() if example else None,
             "trace": list(example.trace) if example else [],
             "counterexample": self.counterexample,
@@ -278,10 +279,6 @@ def _trace(
     return tuple(lines)
 
 
-def _describe(group: tuple[Config, ...]) -> str:
-    return "; ".join(f"#{label}: {cfg.describe()}" for label, cfg in enumerate(group))
-
-
 def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
     """The verdicts as text: one line per property, then per cell its status, and the
     violating instance of least total T with its fixed cell inputs and trace."""
@@ -302,7 +299,7 @@ def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
             lines.append(f"      cell {fixed}: {r.status} ({r.method}: {r.detail})")
         example = proof.example()
         if example is not None:
-            lines.append(f"      smallest found: {_describe(example.instance)}")
+            lines.append(f"      smallest found: {describe_instance(example.instance)}")
             lines.extend(f"        {line}" for line in example.trace)
             lines.append("      (replayed on the explicit model: the same states, the same break)")
         if proof.counterexample is not None:
