@@ -49,7 +49,7 @@ from chunkproof.checker.report import (
 )
 from chunkproof.checker.repro import SOURCE_VARIABLE, write_repro
 from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
-from chunkproof.checker.system import explore_system
+from chunkproof.checker.system import explore_system, threshold_words
 from chunkproof.checker.system_picture import save_system_picture
 from chunkproof.checker.system_prove import DEFAULT_DEPTH, prove_system, report_lines
 from chunkproof.checker.system_repro import any_repro_source
@@ -1020,7 +1020,8 @@ def _cmd_system(args: argparse.Namespace) -> int:
     print(f"range (each configuration one request): {_range_words(space.describe())}")
     print(
         f"{info['instances']} instances of {info['requests']} requests (max_num_seqs "
-        f"{info['max_seqs']}, every budget 1..M per step), {info['states']} global states"
+        f"{info['max_seqs']}, every budget 1..M per step{threshold_words(info)}), "
+        f"{info['states']} global states"
         f"{'' if info['symmetry'] else ' (no symmetry reduction)'} in {info['seconds']} s"
     )
     print()

@@ -38,6 +38,7 @@ from chunkproof.spec.scheduler_step import (
     describe_state,
     engine_settings,
     request_sets,
+    threshold_rule,
 )
 from chunkproof.spec.space import Space
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
@@ -131,6 +132,12 @@ def describe_instance(group: tuple[Config, ...]) -> str:
     return "; ".join(f"#{label}: {cfg.describe()}" for label, cfg in enumerate(group))
 
 
+def threshold_words(info: dict[str, Any]) -> str:
+    """The threshold rule of a run's ``info`` for its engine line (``"; ..."``), if it has one
+    (:func:`~chunkproof.spec.scheduler_step.threshold_rule`)."""
+    return f"; {info['threshold']}" if info.get("threshold") else ""
+
+
 def explore_system(
     policy: Policy,
     space: Space,
@@ -192,6 +199,7 @@ def explore_system(
     info = {
         "requests": requests,
         "max_seqs": max_seqs,
+        "threshold": threshold_rule(policy, any(g[0].threshold > 0 for g in sets)),
         "symmetry": symmetry,
         "request_configurations": len(configs),
         "instances": len(sets),

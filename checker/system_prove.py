@@ -36,7 +36,7 @@ import z3
 
 from chunkproof.checker.output import RunFolder
 from chunkproof.checker.report import EMPTY, UNKNOWN, VIOLATED
-from chunkproof.checker.system import describe_instance
+from chunkproof.checker.system import describe_instance, threshold_words
 from chunkproof.checker.system_counterexamples import Witness, build, save
 from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.config import Config
@@ -52,6 +52,7 @@ from chunkproof.spec.scheduler_step import (
     SchedulerStepModel,
     describe_state,
     make_scheduler_batch,
+    threshold_rule,
 )
 from chunkproof.spec.scheduler_step_symbolic import SYMBOLIC_REQUESTS, SymbolicSchedulerStep
 from chunkproof.spec.scheduler_trace import run_steps
@@ -139,8 +140,10 @@ def prove_system(
     found = cells(space)
     proofs: dict[str, SystemProof] = {}
     judged = 0
+    positive = False
     for cell in found:
         model = SymbolicSchedulerStep(policy, cell, requests, max_seqs)
+        positive |= model.threshold_positive
         for pid in model.properties:
             proofs.setdefault(pid, SystemProof(pid, EMPTY, depth))
         scope = solving.check_formula(model.constraint, timeout_ms)
@@ -163,6 +166,7 @@ def prove_system(
     info = {
         "requests": requests,
         "max_seqs": max_seqs,
+        "threshold": threshold_rule(policy, positive),
         "depth": depth,
         "cells": len(found),
         "cells_with_requests": judged,
@@ -285,8 +289,8 @@ def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
     lines = [
         f"{info['cells_with_requests']} of {info['cells']} cells hold requests; "
         f"{info['requests']} requests per instance (max_num_seqs {info['max_seqs']}, every "
-        f"budget 1..M per step), bounded search to {info['depth']} steps in "
-        f"{info['seconds']} s",
+        f"budget 1..M per step{threshold_words(info)}), bounded search to {info['depth']} "
+        f"steps in {info['seconds']} s",
         "",
     ]
     for proof in proofs:

@@ -13,7 +13,8 @@
   :data:`RUNNING`, :data:`WAITING` or :data:`FINISHED`, c its computed tokens. A request is
   finished when c >= E (SPEC S2) and then leaves both lists: its decode steps are part of the
   load the adversarial budget stands for.
-* Init: every arrival order of the k requests, all waiting at c0 (FCFS: the order is the queue).
+* Init: every arrival order of the k requests, all waiting at c0 (FCFS: the order is the queue;
+  a priority heap, with no arrivals or preemption, is one fixed order of them too).
 * Actions: the token budget b the step is offered, any of 1..M (SPEC S4 ``adversarial``: the
   rest of M went to other requests' decodes). Judgement call: with b fixed at M the step is a
   function of the state, and a request behind a zero that a smaller budget causes could never
@@ -23,7 +24,13 @@
   vectorised_stages`) at (c, token_budget) and token_budget -= n; n = 0 is ``continue``. The
   loop stops when token_budget is 0. Then the waiting loop visits the waiting requests in
   queue order while token_budget > 0 and the running list has fewer than ``max_seqs``
-  requests (no preemption: the model has no KV allocation to fail). A request admitted at c0
+  requests (no preemption: the model has no KV allocation to fail). Each request is offered
+  the budget left, capped from C8 (0.31) by the per-step threshold theta_eff (history note 6,
+  running loop step 2): theta when more than one request is eligible, else 0 (off). The
+  eligible requests are the instance's unfinished ones, plus one when b < M (the rest of M
+  went to another request's decode); more would change nothing, as theta_eff is theta from
+  two on. ``long_prefill_token_threshold_adaptive`` (a floor M // eligible on theta_eff) is
+  fixed off: the reports name it. A request admitted at c0
   with n > 0 joins the end of the running list; a zero **breaks** the loop (head-of-line
   blocking) in every release, except that from 0.33 (C9) a zero after the split (from the
   encoder cap or the reservation) is ``skip_request`` + ``continue``: the request stays at its
@@ -52,6 +59,7 @@ import numpy as np
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
+from chunkproof.model.stages import cap_lone_request, cap_static_threshold
 from chunkproof.model.step import stage_order, vectorised_stages
 from chunkproof.spec import system_properties as sysprops
 from chunkproof.spec.interface import Transitions
@@ -108,13 +116,15 @@ def request_sets(policy: Policy, configs: Sequence[Config], k: int) -> list[tupl
 class SchedulerBatch:
     """Instances evaluated together. ``requests`` holds their configurations flattened, row
     ``instance * k + label``; ``klass`` maps such a row to the least label of an equal
-    configuration of the instance; ``whole`` is M per instance, ``radix`` bounds every c."""
+    configuration of the instance; ``whole`` is M and ``theta`` the static threshold per
+    instance, ``radix`` bounds every c."""
 
     instances: list[tuple[Config, ...]]
     k: int
     requests: Batch
     klass: np.ndarray
     whole: np.ndarray
+    theta: np.ndarray
     radix: int
 
     def __len__(self) -> int:
@@ -132,10 +142,11 @@ def make_scheduler_batch(instances: list[tuple[Config, ...]]) -> SchedulerBatch:
     flat = [cfg for group in instances for cfg in group]
     klass = np.array([group.index(cfg) for group in instances for cfg in group], dtype=np.int64)
     whole = np.array([group[0].max_sched for group in instances], dtype=np.int64)
+    theta = np.array([group[0].threshold for group in instances], dtype=np.int64)
     radix = max(cfg.tokens for cfg in flat) + 1
     if len(instances) * (k * len(PHASE_NAMES) * radix) ** k >= 1 << 62:
         raise ConfigError("scheduler step: too many instances or tokens for an int64 key")
-    return SchedulerBatch(instances, k, make_batch(flat, None), klass, whole, radix)
+    return SchedulerBatch(instances, k, make_batch(flat, None), klass, whole, theta, radix)
 
 
 @dataclass
@@ -162,6 +173,11 @@ class SchedulerStepModel:
     def __post_init__(self) -> None:
         for group in self.instances:
             _check_instance(self.policy, group)
+
+    @property
+    def per_step_theta(self) -> bool:
+        """Whether the policy's cap is C8-C9's per-step threshold (:func:`per_step_theta`)."""
+        return per_step_theta(self.policy)
 
     @property
     def skips(self) -> bool:
@@ -231,7 +247,9 @@ class SchedulerStepModel:
     def stages(
         self, batch: SchedulerBatch, rows: np.ndarray, c: np.ndarray, budget: np.ndarray
     ) -> Stages:
-        """The policy's stages for the requests ``rows`` at (c, budget) (SPEC S3)."""
+        """The policy's stages for the requests ``rows`` at (c, budget) (SPEC S3), ``budget``
+        the budget left capped by theta_eff (:meth:`Lanes.offer`: the cap stage is then
+        min(T - c, theta_eff, left), history note 6)."""
         size = len(rows)
         if not size:
             empty = np.zeros(0, dtype=np.int64)
@@ -253,6 +271,8 @@ class SchedulerStepModel:
     ) -> Transitions:
         """The transitions (states[source], budget): Next and every property."""
         lanes = Lanes.of(batch, states[source], budget)
+        if self.per_step_theta:
+            lanes.theta = theta_per_step(batch, lanes)
         self.running_loop(batch, lanes)
         self.waiting_loop(batch, lanes)
         c = lanes.c + lanes.chunk
@@ -289,7 +309,7 @@ class SchedulerStepModel:
         for p in range(batch.k):
             sel = np.flatnonzero((lanes.phase[:, p] == RUNNING) & (lanes.left > 0))
             lanes.schedule(
-                sel, p, self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.left[sel])
+                sel, p, self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.offer(sel))
             )
 
     def waiting_loop(self, batch: SchedulerBatch, lanes: Lanes) -> None:
@@ -302,7 +322,7 @@ class SchedulerStepModel:
             reach = waiting & ~lanes.broke & (lanes.left > 0) & (seated < self.max_seqs)
             probe = waiting & lanes.broke
             sel = np.flatnonzero(reach | probe)
-            got = self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.left[sel])
+            got = self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.offer(sel))
             behind = probe[sel]
             lanes.behind_fit[sel[behind]] |= ~got.unsafe[behind] & (got.chunk[behind] > 0)
             tried, got = sel[~behind], _subset(got, ~behind)
@@ -320,7 +340,8 @@ class SchedulerStepModel:
         fit = np.zeros(len(unchanged), dtype=bool)
         for p in range(batch.k):
             sel = np.flatnonzero(unchanged & (lanes.phase[:, p] != FINISHED))
-            got = self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.budget[sel])
+            offered = lanes.cap(sel, lanes.budget[sel])
+            got = self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], offered)
             fit[sel] |= ~got.unsafe & (got.chunk > 0)
         return fit
 
@@ -331,7 +352,8 @@ class Lanes:
     columns (label, phase, c per position), and what the step has done so far: the chunk each
     position got, the budget left, the budget each position was offered (0: not reached), the
     positions the waiting loop admitted, whether it broke
-    and whether a request behind the break would have fit, and where P0 broke."""
+    and whether a request behind the break would have fit, and where P0 broke; ``theta`` is
+    the step's theta_eff per lane (0: no cap)."""
 
     inst: np.ndarray
     budget: np.ndarray
@@ -346,13 +368,14 @@ class Lanes:
     broke: np.ndarray
     behind_fit: np.ndarray
     unsafe: np.ndarray
+    theta: np.ndarray
 
     @classmethod
     def of(cls, batch: SchedulerBatch, states: np.ndarray, budget: np.ndarray) -> Lanes:
         size = len(states)
         inst = states[:, 0]
         label, phase, c = (states[:, 1 + j :: FIELDS] for j in range(FIELDS))
-        flags = [np.zeros(size, dtype=bool) for _ in range(3)]
+        broke, behind_fit, unsafe = (np.zeros(size, dtype=bool) for _ in range(3))
         return cls(
             inst,
             budget,
@@ -364,17 +387,54 @@ class Lanes:
             budget.copy(),
             np.zeros_like(c),
             np.zeros(c.shape, dtype=bool),
-            *flags,
+            broke,
+            behind_fit,
+            unsafe,
+            np.zeros(size, dtype=np.int64),
         )
 
+    def cap(self, sel: np.ndarray, budget: np.ndarray) -> np.ndarray:
+        """``budget`` of lanes ``sel`` capped by their theta_eff (none where it is 0)."""
+        theta = self.theta[sel]
+        capped: np.ndarray = np.where(theta > 0, np.minimum(budget, theta), budget)
+        return capped
+
+    def offer(self, sel: np.ndarray) -> np.ndarray:
+        """What lanes ``sel`` offer the next request: the budget left, capped by theta_eff."""
+        return self.cap(sel, self.left[sel])
+
     def schedule(self, sel: np.ndarray, p: int, got: Stages) -> None:
-        """Position ``p`` of lanes ``sel`` was offered the budget left and took its chunk (none
-        where P0 broke): token_budget -= n."""
-        self.offered[sel, p] = self.left[sel]
+        """Position ``p`` of lanes ``sel`` was offered the budget left (capped by theta_eff)
+        and took its chunk (none where P0 broke): token_budget -= n."""
+        self.offered[sel, p] = self.offer(sel)
         taken = np.where(got.unsafe, 0, got.chunk)
         self.chunk[sel, p] = taken
         self.left[sel] -= taken
         self.unsafe[sel] |= got.unsafe
+
+
+def per_step_theta(policy: Policy) -> bool:
+    """Whether ``policy``'s cap is the per-step threshold of C8-C9
+    (:func:`~chunkproof.model.stages.cap_lone_request`: the one-request form, theta_eff 0)."""
+    cap = policy.stage("cap")
+    return cap is not None and cap.source is None and cap.function is cap_lone_request
+
+
+def threshold_rule(policy: Policy, positive: bool) -> str | None:
+    """How the step caps a request by the threshold, when it is C8-C9's per-step theta_eff and
+    some instance has a threshold > 0 (``positive``): the reports name it, with the adaptive
+    floor the model fixes off; ``None`` otherwise."""
+    if not (positive and per_step_theta(policy)):
+        return None
+    return "threshold per step: theta from 2 eligible requests, else off; adaptive floor off"
+
+
+def theta_per_step(batch: SchedulerBatch, lanes: Lanes) -> np.ndarray:
+    """theta_eff per lane (C8-C9, history note 6): the static theta when more than one
+    request is eligible (the instance's unfinished requests, plus one when b < M), else 0."""
+    eligible = (lanes.phase != FINISHED).sum(axis=1) + (lanes.budget < batch.whole[lanes.inst])
+    theta: np.ndarray = np.where(eligible >= 2, batch.theta[lanes.inst], 0)
+    return theta
 
 
 def _subset(got: Stages, mask: np.ndarray) -> Stages:
@@ -383,14 +443,26 @@ def _subset(got: Stages, mask: np.ndarray) -> Stages:
 
 def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:
     """An instance the model covers: its requests share the engine's settings and one
-    :func:`batch_key`, and under C8-C9 have no threshold (the per-step theta of several
-    requests is not modelled: the policy's cap is the one-request cap)."""
+    :func:`batch_key`; under C8-C9 a threshold needs the release's per-step cap (a cap the
+    model does not know could read the eligible requests in any way)."""
     if len({engine_settings(cfg) for cfg in group}) != 1:
         raise ConfigError("scheduler step: the requests of an instance must share the engine")
     if len({batch_key(cfg) for cfg in group}) != 1:
         raise ConfigError("scheduler step: the requests must carry as many encoder items")
-    if int(policy.composition[1:]) >= 8 and group[0].threshold > 0:
-        raise ConfigError("scheduler step: a threshold under C8-C9 is not modelled")
+    if group[0].threshold > 0:
+        check_threshold_cap(policy)
+
+
+def check_threshold_cap(policy: Policy) -> None:
+    """Under C8-C9 a threshold > 0 needs the release's threshold cap (static or per step): a
+    cap of the policy's own code could read the eligible requests in any way."""
+    cap = policy.stage("cap")
+    known = cap is not None and cap.function in (cap_lone_request, cap_static_threshold)
+    if int(policy.composition[1:]) >= 8 and not known:
+        raise ConfigError(
+            "scheduler step: a threshold under C8-C9 needs the release's threshold cap; "
+            "this policy's cap is its own code"
+        )
 
 
 def describe_state(batch: SchedulerBatch, row: np.ndarray) -> str:

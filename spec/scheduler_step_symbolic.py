@@ -19,7 +19,9 @@ requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicMo
   ``FINISHED``), its c, and its rank: its position in the explicit model's row (the running
   list in order, then the waiting queue in order, then the finished requests).
 * Init: every arrival order (the ranks any permutation), every request waiting at c0.
-* Action: the budget b offered to the step, 1..M.
+* Action: the budget b offered to the step, 1..M. From C8 each request is offered the budget
+  left capped by theta_eff, as in the explicit model
+  (:func:`~chunkproof.spec.scheduler_step.theta_per_step`).
 * Next: :meth:`~chunkproof.spec.scheduler_step.SchedulerStepModel.step`,
   ``running_loop`` and ``waiting_loop`` step for step (the zero rules of history note 6: the
   running loop's ``continue``, the waiting loop's ``break``, from C9 the ``skip`` of a zero
@@ -51,6 +53,8 @@ from chunkproof.spec.scheduler_step import (
     SCHEDULER_PROPERTIES,
     WAITING,
     SchedulerStepModel,
+    check_threshold_cap,
+    per_step_theta,
 )
 from chunkproof.spec.space import INPUT_NAMES
 
@@ -113,7 +117,11 @@ class SymbolicSchedulerStep:
         self.ends = [self.of(i, self.request.end) for i in range(k)]
         self.tokens = [self.of(i, view.tokens) for i in range(k)]
         self._steps: dict[tuple[int, ...], StepTerms] = {}
-        _check_threshold(policy, self.constraint, _term(view.threshold))
+        self.theta = _term(view.threshold) if per_step_theta(policy) else None
+        self.threshold_positive = not _never_positive(self.constraint, _term(view.threshold))
+        """Whether some configuration of the cell has a threshold > 0."""
+        if self.threshold_positive:
+            check_threshold_cap(policy)
 
     def of(self, i: int, value: Any) -> Any:
         """A term of the template request as request ``i``'s (its own constants renamed)."""
@@ -159,8 +167,9 @@ class SymbolicSchedulerStep:
         chunk = [z3.IntVal(0)] * k
         left: Any = b
         unsafe: Any = z3.BoolVal(False)
+        offer = self._offer(phase, b)
         for p in range(k):  # running_loop
-            got = self._at(here[p], _pick(here[p], c), left)
+            got = self._at(here[p], _pick(here[p], c), offer(left))
             sel = z3.And(_pick(here[p], phase) == RUNNING, left > 0)
             chunk[p] = z3.If(z3.And(sel, z3.Not(got.unsafe)), got.chunk, 0)
             unsafe = z3.Or(unsafe, z3.And(sel, got.unsafe))
@@ -170,7 +179,7 @@ class SymbolicSchedulerStep:
         broke: Any = z3.BoolVal(False)
         behind_fit: Any = z3.BoolVal(False)
         for p in range(k):  # waiting_loop
-            got = self._at(here[p], _pick(here[p], c), left)
+            got = self._at(here[p], _pick(here[p], c), offer(left))
             waiting = _pick(here[p], phase) == WAITING
             reach = z3.And(waiting, z3.Not(broke), left > 0, seated < self.max_seqs)
             behind_fit = z3.Or(behind_fit, z3.And(waiting, broke, got.fits))
@@ -188,7 +197,9 @@ class SymbolicSchedulerStep:
         got_admitted = [_pick(mine[i], admitted) for i in range(k)]
         target = self._arrange(state, got_chunk, got_admitted)
         unchanged = z3.And(z3.Not(unsafe), z3.Sum(got_chunk) == 0)
-        alone = [z3.And(phase[i] != FINISHED, self._alone(i, c[i], b).fits) for i in range(k)]
+        alone = [
+            z3.And(phase[i] != FINISHED, self._alone(i, c[i], offer(b)).fits) for i in range(k)
+        ]
         return StepTerms(
             target,
             unsafe,
@@ -198,6 +209,18 @@ class SymbolicSchedulerStep:
             behind_fit,
             z3.Or(*alone),
         )
+
+    def _offer(self, phase: list[Any], b: Any) -> Any:
+        """What a position is offered from the budget left: the budget left, capped from C8 by
+        theta_eff (:func:`~chunkproof.spec.scheduler_step.theta_per_step`: theta when the
+        unfinished requests, plus one when b < M, are two or more)."""
+        if self.theta is None:
+            return lambda left: left
+        eligible = z3.Sum([z3.If(ph != FINISHED, 1, 0) for ph in phase]) + z3.If(
+            b < self.whole, 1, 0
+        )
+        theta = z3.If(eligible >= 2, self.theta, 0)
+        return lambda left: z3.If(z3.And(theta > 0, left > theta), theta, left)
 
     def _arrange(self, state: list[Any], chunk: list[Any], admitted: list[Any]) -> list[Any]:
         """The next state: c += chunk, the phases, and the ranks sorted by (group, old rank),
@@ -296,14 +319,11 @@ def _per_request(name: str) -> bool:
     return name in REQUEST_FIELDS or name not in INPUT_NAMES
 
 
-def _check_threshold(policy: Policy, constraint: Any, threshold: Any) -> None:
-    """The explicit model's refusal: under C8-C9 a threshold > 0 is not modelled."""
-    if int(policy.composition[1:]) < 8:
-        return
+def _never_positive(constraint: Any, threshold: Any) -> bool:
+    """Whether no configuration of the cell has a threshold > 0."""
     solver = z3.Solver()
     solver.add(constraint, threshold > 0)
-    if solver.check() != z3.unsat:
-        raise ConfigError("scheduler step: a threshold under C8-C9 is not modelled")
+    return bool(solver.check() == z3.unsat)
 
 
 def _pick(here: Sequence[Any], values: Sequence[Any]) -> Any:

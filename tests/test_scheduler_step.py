@@ -8,6 +8,7 @@ and :func:`chunkproof.model.step.step`, the policy's concrete stages.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from chunkproof.checker.defaults import system_space
 from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
+from chunkproof.model.errors import ConfigError
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
 from chunkproof.spec.scheduler_step import (
@@ -354,3 +356,64 @@ def test_the_system_command_reports_the_abstraction(cli: Cli) -> None:
     assert found["violated_in_both"] == {"P1": 4, "P4": 4}
     text = cli("system", "vllm-0.33", "--abstraction").out
     assert "violated in only the scheduler step (S4 unsound): none" in text
+
+
+# -- (d) the per-step threshold of C8-C9 ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["vllm-0.32", "vllm-0.33"])
+def test_the_per_step_threshold_caps_each_request_only_when_two_are_eligible(name: str) -> None:
+    """History note 6: from 0.31 theta_eff is theta when more than one request is eligible, else
+    0. Two waiting requests (T=20, B=4, theta=5, M=12) offered 12: each is offered at most 5,
+    which the split floors to 4. Once the other has finished, the request offered the whole
+    budget is alone and takes 12; offered 11, another request took the rest (a decode), so
+    theta caps it again. In 0.30 (static theta) it is capped alone too."""
+    policy = get_builtin(name)
+    long, short = (
+        Config(block=4, prompt=20, max_sched=12, threshold=5),
+        Config(block=4, prompt=3, max_sched=12, threshold=5),
+    )
+    assert [step(policy, long, 0, b).chunk for b in (12, 11, 5)] == [12, 8, 4]
+    both = one(SchedulerStepModel(policy, [(long, long)]))
+    assert transitions_from(both, [(0, WAITING, 0), (0, WAITING, 0)])[12] == [
+        (0, RUNNING, 4),
+        (0, RUNNING, 4),
+    ]
+    mixed = one(SchedulerStepModel(policy, [(long, short)]))
+    label = {cfg: i for i, cfg in enumerate(mixed.batch.instances[0])}
+    alone = [(label[long], WAITING, 0), (label[short], FINISHED, 3)]
+    after = transitions_from(mixed, alone)
+    assert after[12][0] == (label[long], RUNNING, 12)
+    assert after[11][0] == (label[long], RUNNING, 4)
+    static = one(SchedulerStepModel(get_builtin("vllm-0.30"), [(long, short)]))
+    assert transitions_from(static, alone)[12][0] == (label[long], RUNNING, 4)
+
+
+def test_a_threshold_with_a_cap_of_its_own_code_is_refused() -> None:
+    """Under C8-C9 a cap the model does not know could read the eligible requests any way."""
+    policy = get_builtin("vllm-0.33")
+    cap = policy.stage("cap")
+    assert cap is not None
+    own = replace(
+        policy,
+        stages=tuple(
+            replace(s, function=lambda cfg, c, n: min(n, cfg.tokens - c)) if s.name == "cap" else s
+            for s in policy.stages
+        ),
+    )
+    cfg = Config(block=4, prompt=12, max_sched=8, threshold=5)
+    with pytest.raises(ConfigError, match="needs the release's threshold cap"):
+        SchedulerStepModel(own, [(cfg, cfg)])
+    SchedulerStepModel(own, [(replace(cfg, threshold=0),) * 2])
+
+
+def test_the_system_report_names_the_threshold_rule(cli: Cli) -> None:
+    """The per-step threshold and its fixed adaptive floor are named where a threshold is on,
+    and only there (0.30's static threshold has no such rule)."""
+    texts = ["--block", "4", "--lookahead", "0", "--drop", "off", "--prompt", "3,20"]
+    texts += ["--max-sched", "12"]
+    rule = "threshold per step: theta from 2 eligible requests, else off; adaptive floor off"
+    assert rule in cli("system", "vllm-0.33", *texts, "--threshold", "0,5").out
+    assert rule in cli("system", "vllm-0.33", *texts, "--threshold", "5", "--prove").out
+    assert rule not in cli("system", "vllm-0.33", *texts, "--threshold", "0").out
+    assert rule not in cli("system", "vllm-0.30", *texts, "--threshold", "5").out

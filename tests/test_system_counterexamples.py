@@ -221,3 +221,23 @@ def test_the_waiting_loops_rule_is_the_files_policys(files: dict[str, Path]) -> 
         text = system_repro_source(cx, f"{name}.json")
         assert rule in text and f"budget={cx.steps[0].budget}," in text
         assert f"ARRIVAL = {list(cx.arrival)}" in text
+
+
+@pytest.mark.fidelity
+def test_a_repro_under_the_per_step_threshold(cli: Cli, tmp_path: Path) -> None:
+    """A 0.33 file with theta = 5: its repro caps each request by theta_eff as the model does
+    (THETA_PER_STEP; 0.30's static theta is the cap stage's own, so 0 there) and fails on the
+    real code naming the property."""
+    argv = [*SPLIT_ZERO[:4], "--drop", "off", "--prompt", "3-20", "--threshold", "5"]
+    for policy, theta in (("vllm-0.33", 5), ("vllm-0.30", 0)):
+        out = tmp_path / policy
+        assert main(["system", policy, *argv, "--max-sched", "12", "--out", str(out)]) == 1
+        found = out / policy / "system-HOL.json"
+        cx = load_any(found)
+        assert isinstance(cx, SystemCounterexample)
+        assert f"THETA_PER_STEP = {theta}\n" in system_repro_source(cx, found.name)
+    test_file = generate_repro(
+        cli, tmp_path / "vllm-0.33" / "vllm-0.33" / "system-HOL.json", tmp_path
+    )
+    status, output = run_repro(test_file, release_root("0.33.0"), blocking_packages(tmp_path / "b"))
+    assert status == 1 and "AssertionError: HOL: step" in output, output

@@ -27,7 +27,12 @@ from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.builtin import get_builtin
 from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.spec.request_symbolic import cells
-from chunkproof.spec.scheduler_step import SchedulerStepModel, request_sets
+from chunkproof.spec.scheduler_step import (
+    FINISHED,
+    WAITING,
+    SchedulerStepModel,
+    request_sets,
+)
 from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep
 from chunkproof.spec.scheduler_trace import replay
 from chunkproof.spec.space import Space
@@ -37,6 +42,10 @@ HOL_RANGE = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3-4", "ma
 
 RESERVATION = {"block": "2", "lookahead": "3", "drop": "off", "prompt": "3,6", "max_sched": "4"}
 """A reservation zero: it breaks the waiting loop up to 0.32, 0.33 skips the request."""
+
+THETA = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3,20", "max_sched": "12"}
+THETA |= {"threshold": "0,5"}
+"""C8-C9's per-step threshold: each request capped at 5 while two are eligible."""
 
 
 def space_of(texts: dict[str, str]) -> Space:
@@ -83,6 +92,8 @@ def test_three_requests_find_hol() -> None:
         ("vllm-0.32", {**RESERVATION, "prompt": "2-4", "max_sched": "2"}, 2),  # M < L
         ("vllm-0.28", {**RESERVATION, "lookahead": "0,2", "prompt": "3-4", "max_sched": "3"}, 2),
         ("vllm-0.33", HOL_RANGE, 3),
+        ("vllm-0.32", THETA, 2),  # theta_eff: theta with two eligible requests, else off
+        ("vllm-0.33", THETA, 2),
     ],
 )
 def test_engines_agree(name: str, texts: dict[str, str], k: int) -> None:
@@ -135,3 +146,30 @@ def test_a_search_that_finds_nothing_exits_unknown(tmp_path: Path, cli: Cli) -> 
     run = cli(*args, *[f"--{k.replace('_', '-')}={v}" for k, v in aligned.items()])
     assert {v["status"] for v in run.json()["verdicts"]} == {BOUNDED}
     assert run.code == 3
+
+
+@pytest.mark.parametrize("name", ["vllm-0.32", "vllm-0.33"])
+def test_the_symbolic_step_caps_with_the_per_step_threshold(name: str) -> None:
+    """The explicit model's theta_eff test (tests/test_scheduler_step.py), step for step on the
+    symbolic form: request 0 (T=20) and request 1 (T=3), B=4, theta=5, M=12."""
+    policy = get_builtin(name)
+    texts = {**THETA, "threshold": "5"}
+    (cell,) = cells(space_of(texts))
+    model = SymbolicSchedulerStep(policy, cell, 2)
+    named = {str(p): p for p in model.parameters}
+
+    def next_c(state: list[tuple[int, int, int]], budget: int) -> list[int]:
+        """c of each request after one step from (phase, c, rank) per request."""
+        s, a = model.state("s"), model.action("a")
+        solver = z3.Solver()
+        solver.add(model.constraint, named["prompt#0"] == 20, named["prompt#1"] == 3)
+        solver.add(*[v == x for v, x in zip(s, [x for part in state for x in part], strict=True)])
+        solver.add(a[0] == budget)
+        target = model.next(s, a)
+        assert solver.check() == z3.sat
+        found = solver.model()
+        return [found.eval(target[3 * i + 1]).as_long() for i in range(2)]
+
+    assert next_c([(WAITING, 0, 0), (WAITING, 0, 1)], 12) == [4, 3]
+    assert next_c([(WAITING, 0, 1), (FINISHED, 3, 0)], 12) == [12, 3]
+    assert next_c([(WAITING, 0, 1), (FINISHED, 3, 0)], 11) == [4, 3]
