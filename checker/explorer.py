@@ -29,6 +29,9 @@ from chunkproof.spec.interface import ExplicitModel, Transitions
 
 NO_WITNESS = -1
 
+DENSE_KEYS = 1 << 26
+"""Visited keys below this are kept as a bitmap (64 MB at most), above it as a sorted array."""
+
 
 @dataclass
 class Explored:
@@ -69,14 +72,15 @@ class Explored:
 
 def explore_batch(model: ExplicitModel, batch: Any) -> Explored:
     """Breadth-first search of every instance of ``batch`` (module docstring)."""
-    states = model.initial(batch)
-    keys = model.key(batch, states)
-    order = np.argsort(keys, kind="stable")
-    visited_keys, visited_index = keys[order], order
-    parent = np.full(len(states), -1, dtype=np.int64)
-    via = np.zeros(len(states), dtype=np.int64)
-    depth = np.zeros(len(states), dtype=np.int64)
-    frontier = np.arange(len(states))
+    frontier_states = model.initial(batch)
+    frontier_keys = model.key(batch, frontier_states)
+    visited = VisitedKeys(frontier_keys)
+    count = len(frontier_states)
+    frontier = np.arange(count)
+    states, keys = [frontier_states], [frontier_keys]
+    parent = [np.full(count, -1, dtype=np.int64)]
+    via = [np.zeros(count, dtype=np.int64)]
+    depth = [np.zeros(count, dtype=np.int64)]
     levels: list[Transitions] = []
     witness: dict[str, np.ndarray] = {
         pid: np.full(len(batch), NO_WITNESS, dtype=np.int64) for pid in model.properties
@@ -85,38 +89,77 @@ def explore_batch(model: ExplicitModel, batch: Any) -> Explored:
     offset = 0
     level = 0
     while len(frontier):
-        steps = model.successors(batch, states[frontier])
-        steps.source = frontier[steps.source]
-        inst = states[steps.source, 0]
+        steps = model.successors(batch, frontier_states)
+        local = steps.source
+        steps.source = frontier[local]
+        inst = frontier_states[local, 0]
         for pid in model.properties:
             mask = steps.bad.get(pid)
             if mask is None or not mask.any():
                 continue
             hits = np.flatnonzero(mask)
             np.add.at(violating[pid], inst[hits], steps.weight[hits])
-            _first_witness(witness[pid], inst, hits, offset, keys[steps.source], steps.action)
+            _first_witness(witness[pid], inst, hits, offset, frontier_keys[local], steps.action)
         levels.append(steps)
         offset += len(steps.source)
         targets = steps.target[steps.follow]
-        sources = steps.source[steps.follow]
-        actions = steps.action[steps.follow]
         target_keys = model.key(batch, targets)
         unique, first = np.unique(target_keys, return_index=True)
-        known = _contains(visited_keys, unique)
-        new_keys, new_first = unique[~known], first[~known]
-        new_index = np.arange(len(states), len(states) + len(new_keys))
-        states = np.concatenate([states, targets[new_first]])
-        keys = np.concatenate([keys, new_keys])
-        parent = np.concatenate([parent, sources[new_first]])
-        via = np.concatenate([via, actions[new_first]])
+        fresh = ~visited.contains(unique)
+        new_keys, new_first = unique[fresh], first[fresh]
+        visited.add(new_keys)
         level += 1
-        depth = np.concatenate([depth, np.full(len(new_keys), level, dtype=np.int64)])
-        merged = np.concatenate([visited_keys, new_keys])
-        order = np.argsort(merged, kind="stable")
-        visited_keys = merged[order]
-        visited_index = np.concatenate([visited_index, new_index])[order]
-        frontier = new_index
-    return Explored(batch, states, parent, via, depth, _concatenate(levels), witness, violating)
+        frontier_states, frontier_keys = targets[new_first], new_keys
+        frontier = np.arange(count, count + len(new_keys))
+        count += len(new_keys)
+        states.append(frontier_states)
+        keys.append(new_keys)
+        parent.append(steps.source[steps.follow][new_first])
+        via.append(steps.action[steps.follow][new_first])
+        depth.append(np.full(len(new_keys), level, dtype=np.int64))
+    return Explored(
+        batch,
+        np.concatenate(states),
+        np.concatenate(parent),
+        np.concatenate(via),
+        np.concatenate(depth),
+        _concatenate(levels),
+        witness,
+        violating,
+    )
+
+
+class VisitedKeys:
+    """The keys of the visited states: a bitmap while every key is in [0, :data:`DENSE_KEYS`)
+    (one byte per possible key), else a sorted array."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.seen: np.ndarray | None = np.zeros(0, dtype=bool)
+        self.sorted = np.zeros(0, dtype=np.int64)
+        self.add(keys)
+
+    def contains(self, keys: np.ndarray) -> np.ndarray:
+        if self.seen is not None:
+            inside = keys < len(self.seen)
+            found = np.zeros(len(keys), dtype=bool)
+            found[inside] = self.seen[keys[inside]]
+            return found
+        return _contains(self.sorted, keys)
+
+    def add(self, keys: np.ndarray) -> None:
+        """Record ``keys`` (not yet visited)."""
+        if self.seen is not None and len(keys) and not 0 <= keys.min() <= keys.max() < DENSE_KEYS:
+            self.sorted = np.sort(np.flatnonzero(self.seen))
+            self.seen = None
+        if self.seen is None:
+            merged = np.concatenate([self.sorted, keys])
+            self.sorted = merged[np.argsort(merged, kind="stable")]
+            return
+        if len(keys) and int(keys.max()) >= len(self.seen):
+            grown = np.zeros(max(2 * len(self.seen), int(keys.max()) + 1), dtype=bool)
+            grown[: len(self.seen)] = self.seen
+            self.seen = grown
+        self.seen[keys] = True
 
 
 def _first_witness(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import math
@@ -199,18 +198,20 @@ class Config:
         """``replace(max_sched=m)`` without re-validating fields it cannot affect (hot path)."""
         if not isinstance(m, int) or m < 1:
             raise ConfigError(f"--max-sched must be a positive integer, got {m!r}")
-        clone = copy.copy(self)
-        object.__setattr__(clone, "max_sched", m)
+        clone = object.__new__(Config)
+        clone.__dict__.update(self.__dict__)  # the fields and prefill_end, which M leaves as is
+        clone.__dict__["max_sched"] = m
         return clone
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, resolved (the full config of a counterexample file, SPEC C); the
         encoder fields only when one is set (:data:`ENCODER_FIELDS`), so a configuration
         without encoder inputs reads and writes exactly as before they existed."""
+        encoder = self.has_encoder_fields
         return {
             name: getattr(self, name)
             for name in _FIELD_NAMES
-            if name not in ENCODER_FIELDS or self.has_encoder_fields
+            if encoder or name not in ENCODER_FIELDS
         }
 
     @property

@@ -17,7 +17,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -89,30 +90,26 @@ def _lanes(value: Any, index: np.ndarray) -> Any:
     return value[index] if isinstance(value, np.ndarray) else value
 
 
-def _column(values: list[Any]) -> Any:
+def _column(values: Sequence[Any]) -> Any:
     """One field over a batch: a plain value when every configuration shares it."""
-    if all(v == values[0] for v in values):
+    if values.count(values[0]) == len(values):
         return values[0]
     return np.asarray(values, dtype=np.int64)
 
 
 def make_batch(configs: list[Config], budget: tuple[int, int] | None) -> Batch:
     """A batch of ``configs`` (they must agree on :func:`batch_key`). Without encoder items
-    its fields are exactly those of :meth:`Config.to_dict`; with them every configuration
-    names the encoder fields."""
-    encoder = bool(configs[0].items)
-    dicts = [
-        {
-            **cfg.to_dict(),
-            **({name: getattr(cfg, name) for name in ENCODER_FIELDS} if encoder else {}),
-            "speculative": cfg.lookahead >= 1,
-        }
-        for cfg in configs
-    ]
-    fields: dict[str, Any] = {}
-    for name in dicts[0]:
-        values = [int(d[name]) if name == "items" else d[name] for d in dicts]
-        fields[name] = _column(values)
+    its fields are those of the first configuration's :meth:`Config.to_dict`; with them every
+    configuration names the encoder fields."""
+    names = list(configs[0].to_dict())
+    if configs[0].items:
+        names += [name for name in ENCODER_FIELDS if name not in names]
+    rows = map(operator.attrgetter(*names), configs)
+    columns = dict(zip(names, zip(*rows, strict=True), strict=True))
+    if "items" in columns:
+        columns["items"] = tuple(int(items) for items in columns["items"])
+    columns["speculative"] = tuple(cfg.lookahead >= 1 for cfg in configs)
+    fields = {name: _column(values) for name, values in columns.items()}
     count = len(configs[0].items)
     items = tuple(
         (
@@ -121,14 +118,21 @@ def make_batch(configs: list[Config], budget: tuple[int, int] | None) -> Batch:
         )
         for i in range(count)
     )
-    bounds = np.array([budget_bounds(cfg, budget) for cfg in configs], dtype=np.int64)
+    max_sched, tokens, start, prompt = (
+        np.asarray(columns[name], dtype=np.int64)
+        for name in ("max_sched", "tokens", "start", "prompt")
+    )
+    low, top = budget if budget is not None else (1, None)
+    high = np.minimum(max_sched, tokens - start)  # budget_bounds, over the batch
+    if top is not None:
+        high = np.minimum(high, top)
     return Batch(
         configs,
         fields,
-        bounds[:, 0],
-        bounds[:, 1],
-        np.array([cfg.start for cfg in configs], dtype=np.int64),
-        np.array([cfg.prefill_end for cfg in configs], dtype=np.int64),
+        np.full(len(configs), low, dtype=np.int64),
+        high,
+        start,
+        np.maximum(prompt, tokens - 1),  # prefill_end
         items,
     )
 
@@ -173,19 +177,19 @@ class RequestModel:
     def batches(self) -> Iterator[Batch]:
         """The configurations of the space that are offered some budget, grouped by
         :func:`batch_key`, at most about :data:`BATCH_LANES` table lanes per batch."""
-        groups: dict[tuple[Any, ...], list[Config]] = {}
+        groups: dict[tuple[Any, ...], list[tuple[Config, int]]] = {}
         self.unoffered = 0
         for cfg in self.space.configs():
             low, high = budget_bounds(cfg, self.space.budget)
             if low <= high:
-                groups.setdefault(batch_key(cfg), []).append(cfg)
+                size = cfg.prefill_end * max(high, 1)
+                groups.setdefault(batch_key(cfg), []).append((cfg, size))
             else:  # the range's budgets offer this configuration none
                 self.unoffered += 1
-        for configs in groups.values():
+        for sized in groups.values():
             batch: list[Config] = []
             lanes = 0
-            for cfg in configs:
-                size = cfg.prefill_end * max(budget_bounds(cfg, self.space.budget)[1], 1)
+            for cfg, size in sized:
                 if batch and lanes + size > BATCH_LANES:
                     yield make_batch(batch, self.space.budget)
                     batch, lanes = [], 0
@@ -353,10 +357,16 @@ def _constant_runs(batch: Batch, inst: np.ndarray, c: np.ndarray, steps: Transit
     width = int(max((batch.high - batch.low).max() + 1, 1))
     offset = int(batch.start.min())
     depth = int(batch.end.max()) - offset + 1
-    nxt = np.full((len(batch), depth, width), -1, dtype=np.int64)
-    ok = steps.bad["P0"] == 0
-    column = steps.action - batch.low[inst]
-    nxt[inst[ok], (c - offset)[ok], column[ok]] = (c + steps.record["chunk"])[ok]
+
+    def key(inst: np.ndarray, c: np.ndarray, column: np.ndarray) -> np.ndarray:
+        found: np.ndarray = (inst * depth + (c - offset)) * width + column
+        return found
+
+    # The transitions as a sorted table: key (instance, c, b - low) -> next c (-1: P0 broke).
+    keys = key(inst, c, steps.action - batch.low[inst])
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    nxt = np.where(steps.bad["P0"] == 0, c + steps.record["chunk"], -1)[order]
     rows = np.repeat(np.arange(len(batch)), width)
     cols = np.tile(np.arange(width), len(batch))
     valid = cols <= (batch.high - batch.low)[rows]
@@ -365,7 +375,10 @@ def _constant_runs(batch: Batch, inst: np.ndarray, c: np.ndarray, steps: Transit
     live = valid & (here < batch.end[rows])
     stuck = np.zeros(len(rows), dtype=bool)
     while live.any():
-        following = nxt[rows[live], here[live] - offset, cols[live]]
+        wanted = key(rows[live], here[live], cols[live])
+        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+        assert (keys[at] == wanted).all(), "a const(b) run left the reachable states"
+        following = nxt[at]
         moved = following > here[live]
         idx = np.flatnonzero(live)
         stuck[idx[~moved]] = True

@@ -723,7 +723,7 @@ class Space:
                     base = make_config(family, values[0])
                 except ConfigError:
                     continue
-                key = tuple(sorted(family.items()))
+                key = tuple(family.items())  # in INPUT_NAMES order in every grid
                 for m in values:
                     if (key, m) not in seen:
                         seen.add((key, m))

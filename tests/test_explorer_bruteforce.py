@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from chunkproof.checker.explorer import NO_WITNESS, explore_batch
+from chunkproof.checker.explorer import NO_WITNESS, VisitedKeys, explore_batch
 from chunkproof.checker.traces import stage_values
 from chunkproof.model.builtin import builtin_policies
 from chunkproof.model.config import Config, Items
@@ -147,3 +148,26 @@ def test_explorer_equals_brute_force_on_real_0_33_0_code(cfg: Config | None) -> 
     assume(cfg is not None)
     assert cfg is not None
     _check(resolve_policy("vllm==0.33.0"), cfg, "strict")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.integers(0, 1 << 27) | st.integers(0, 300), min_size=0, max_size=20),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_visited_set_equals_a_python_set(levels: list[list[int]]) -> None:
+    """The explorer's visited keys (a bitmap below DENSE_KEYS, a sorted array once a key is
+    beyond it) answer membership as a plain set does, level by level."""
+    first = np.unique(np.array(levels[0], dtype=np.int64))
+    visited, seen = VisitedKeys(first), set(first.tolist())
+    for level in levels[1:]:
+        keys = np.unique(np.array(level, dtype=np.int64))
+        assert visited.contains(keys).tolist() == [k in seen for k in keys.tolist()]
+        fresh = keys[~visited.contains(keys)]
+        visited.add(fresh)
+        seen |= set(fresh.tolist())
+    probe = np.arange(0, 400, dtype=np.int64)
+    assert visited.contains(probe).tolist() == [k in seen for k in probe.tolist()]
