@@ -11,14 +11,17 @@ the composition table a release's composition name or split variant for its neig
 that list, in (file, line, column) order, ``--count`` of them.
 
 Each mutant is applied to a scratch copy of the package (the working tree is never touched)
-and the test selection (:data:`SELECTION`) runs on it in a fresh interpreter with the copy
+and the test selection (:data:`SELECTION`, or with ``--quick`` :data:`QUICK`, the model's own
+tests without the release fidelity tests) runs on it in a fresh interpreter with the copy
 first on ``PYTHONPATH``; the mutant is *killed* when the run fails (or times out), *survives*
 when it passes. Before the catalogue, the unmutated copy must
 pass and a canary mutant (``fl`` that does not floor) must be killed, so a report cannot be
-vacuous. Printed: every surviving mutant (file:line, the change) and the kill rate, as a ratio
-of the mutants run.
+vacuous. A mutant shown equivalent to the original (:data:`EQUIVALENT`, each with the reason)
+is not run and not counted. Printed: every surviving mutant (file:line, the change) and the
+kill rate, as a ratio of the mutants run; ``--strict`` exits 1 when one survives (the subset
+``.ci/run`` runs).
 
-    python bench/mutation.py [--count 60] [--timeout 600] [--list]
+    python bench/mutation.py [--count 60] [--quick] [--strict] [--timeout 600] [--list]
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ SELECTION = (
 """The tests run on each mutant: the model's own tests, and the fidelity tests against the real
 release methods (they read the releases from the user cache, which a first run of the test
 suite fills; about 5 minutes per surviving mutant on two cores)."""
+QUICK = SELECTION[:7]
+"""``--quick``: the model's own tests, without replay, the prover and the fidelity tests (about
+a minute per surviving mutant)."""
 SWAPS = {
     "<": "<=",
     "<=": "<",
@@ -84,6 +90,15 @@ CANARY = ("model/arith.py", "    return x // m * m\n", "    return x\n")
 """A mutant every run must kill: ``fl`` stops flooring."""
 
 
+EQUIVALENT = {
+    "model/arith.py: and s < p < e :: 6 '<' -> '<='": (
+        "s < p follows from the conjunct before it, s + h <= p, as h >= 1 (SPEC S1)"
+    ),
+}
+"""Mutants shown equivalent, by :meth:`Mutant.key` (the line's text, not its number), with the
+reason; they are not run."""
+
+
 @dataclass(frozen=True)
 class Mutant:
     """One token of ``path`` (line, column) replaced: ``old`` becomes ``new``."""
@@ -96,6 +111,13 @@ class Mutant:
 
     def describe(self) -> str:
         return f"{self.path}:{self.line}: {self.old!r} -> {self.new!r}"
+
+    def key(self) -> str:
+        """The mutant by its line's text and the token's column in it (for :data:`EQUIVALENT`,
+        which edits above the line leave valid)."""
+        row = (ROOT / self.path).read_text().splitlines()[self.line - 1]
+        indent = len(row) - len(row.lstrip())
+        return f"{self.path}: {row.strip()} :: {self.column - indent} {self.old!r} -> {self.new!r}"
 
     def apply(self, text: str) -> str:
         lines = text.splitlines(keepends=True)
@@ -147,10 +169,10 @@ def catalogue(count: int) -> list[Mutant]:
     return [every[int(i * step)] for i in range(count)]
 
 
-def run_tests(package: Path, timeout: int) -> bool:
-    """Whether the selection passes on the package copy at ``package / "chunkproof"``."""
+def run_tests(package: Path, timeout: int, selection: tuple[str, ...]) -> bool:
+    """Whether ``selection`` passes on the package copy at ``package / "chunkproof"``."""
     env = {**os.environ, "PYTHONPATH": str(package)}
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *SELECTION]
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *selection]
     try:
         result = subprocess.run(
             command,
@@ -165,13 +187,15 @@ def run_tests(package: Path, timeout: int) -> bool:
     return result.returncode == 0
 
 
-def with_change(copy: Path, path: str, text: str, package: Path, timeout: int) -> bool:
-    """Run the selection with ``path`` of the copy replaced by ``text``; restore it after."""
+def with_change(
+    copy: Path, path: str, text: str, package: Path, timeout: int, selection: tuple[str, ...]
+) -> bool:
+    """Run ``selection`` with ``path`` of the copy replaced by ``text``; restore it after."""
     target = copy / path
     original = target.read_text()
     target.write_text(text)
     try:
-        return run_tests(package, timeout)
+        return run_tests(package, timeout, selection)
     finally:
         target.write_text(original)
 
@@ -181,29 +205,39 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=60, help="mutants to run (60)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per test run")
     parser.add_argument("--list", action="store_true", help="print the catalogue and stop")
+    parser.add_argument("--quick", action="store_true", help="the quick selection (QUICK)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 if a mutant survives")
     args = parser.parse_args()
+    selection = QUICK if args.quick else SELECTION
     mutants = catalogue(args.count)
     if args.list:
         for mutant in mutants:
-            print(mutant.describe())
+            reason = EQUIVALENT.get(mutant.key())
+            print(mutant.describe() + (f" (equivalent: {reason})" if reason else ""))
         return
+    equivalent = [m for m in mutants if m.key() in EQUIVALENT]
+    mutants = [m for m in mutants if m.key() not in EQUIVALENT]
     with tempfile.TemporaryDirectory(prefix="chunkproof-mutation-") as scratch:
         package = Path(scratch)
         copy = package / "chunkproof"
         shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "chunkproof-out*"))
         started = time.perf_counter()
-        if not run_tests(package, args.timeout):
+        if not run_tests(package, args.timeout, selection):
             sys.exit("the unmutated copy fails the selection: fix the tests first")
         baseline = time.perf_counter() - started
         path, old, new = CANARY
         text = (copy / path).read_text()
-        if with_change(copy, path, text.replace(old, new, 1), package, args.timeout):
+        if with_change(copy, path, text.replace(old, new, 1), package, args.timeout, selection):
             sys.exit("the canary mutant survives: the copy is not the code under test")
-        print(f"{len(mutants)} mutants; the selection takes {baseline:.0f} s unmutated")
+        print(
+            f"{len(mutants)} mutants ({len(equivalent)} more shown equivalent, not run); "
+            f"the selection takes {baseline:.0f} s unmutated"
+        )
         survivors = []
         for index, mutant in enumerate(mutants, 1):
             text = (copy / mutant.path).read_text()
-            survived = with_change(copy, mutant.path, mutant.apply(text), package, args.timeout)
+            changed = mutant.apply(text)
+            survived = with_change(copy, mutant.path, changed, package, args.timeout, selection)
             print(f"[{index}/{len(mutants)}] {'SURVIVED' if survived else 'killed'}: "
                   f"{mutant.describe()}", flush=True)  # fmt: skip
             if survived:
@@ -212,6 +246,10 @@ def main() -> None:
     print(f"killed {killed} of {len(mutants)}: kill rate {killed / len(mutants):.2f}")
     for mutant in survivors:
         print(f"  survived: {mutant.describe()}")
+    for mutant in equivalent:
+        print(f"  equivalent: {mutant.describe()}: {EQUIVALENT[mutant.key()]}")
+    if args.strict and survivors:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

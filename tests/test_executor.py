@@ -53,7 +53,11 @@ def without_paths(value: Any) -> Any:
     """``value`` without timings and the paths of the files a run wrote."""
     if isinstance(value, dict):
         dropped = ("seconds", "files", "counterexample", "picture")
-        return {k: without_paths(v) for k, v in value.items() if k not in dropped}
+        return {
+            k: without_paths(v)
+            for k, v in value.items()
+            if k not in dropped and not k.startswith("seconds_")
+        }
     if isinstance(value, list):
         return [without_paths(v) for v in value]
     return value

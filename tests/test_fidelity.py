@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from boundary_steps import BOUNDARY_STEPS
 from cli_helpers import Cli
 
 from chunkproof.model.arith import ck30, ck32, ck33, valid
-from chunkproof.model.builtin import builtin_policies, policy_for_release
+from chunkproof.model.builtin import builtin_policies, get_builtin, policy_for_release
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError, PolicyError
 from chunkproof.model.extraction import (
@@ -842,3 +843,14 @@ def test_failing_download_is_one_line_error(
     assert str(info.value).startswith("cannot download vllm==0.0.1: ")
     assert "\n" not in str(info.value)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("name", "fields", "c", "budget", "chunk"), BOUNDARY_STEPS)
+def test_boundary_steps_are_the_releases(
+    name: str, fields: dict[str, int], c: int, budget: int, chunk: int
+) -> None:
+    """The known answers at the edges of a rule (tests/boundary_steps.py) are those of the
+    release's own methods, interpreted from its source."""
+    builtin = get_builtin(name)
+    real = resolve_policy(f"vllm=={builtin.releases[0]}")
+    assert step(real, Config(**fields), c, budget).chunk == chunk

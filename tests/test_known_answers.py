@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from boundary_steps import BOUNDARY_STEPS
 from cli_helpers import Cli
+
+from chunkproof.model.builtin import get_builtin
+from chunkproof.model.config import Config
+from chunkproof.model.step import step
 
 
 def _trace(cli: Cli, policy: str, *flags: str) -> Any:
@@ -194,9 +199,16 @@ def test_default_check_finds_the_fix_stuck_at_a_partial_tail_in_the_window(
     assert run.code == 1
     (verdict,) = run.json()["verdicts"]
     assert verdict["status"] == "VIOLATED"
-    assert verdict["figure"]["explorer"] is None or "P1" == verdict["property"]
     assert "prover: VIOLATED" in verdict["summary"]
+    assert verdict["figure"]["prover"]["violated_cells"]
 
 
 def _load(path: str) -> Any:
     return json.loads(Path(path).read_text())
+
+
+@pytest.mark.parametrize(("name", "fields", "c", "budget", "chunk"), BOUNDARY_STEPS)
+def test_boundary_steps(name: str, fields: dict[str, int], c: int, budget: int, chunk: int) -> None:
+    policy, cfg = get_builtin(name), Config(**fields)
+    assert policy.accepts(cfg) is None
+    assert step(policy, cfg, c, budget).chunk == chunk

@@ -1,0 +1,14 @@
+"""Known single steps at the edges of a rule (mutation testing, issue 12 item 3)."""
+
+BOUNDARY_STEPS = [
+    # V1: a chunk ending exactly at lambda = fl(P, B) = 8 is kept whole (only an end below
+    # lambda is floored), here from an admission at c0 = 2 off the block grid.
+    ("vllm-0.15", {"block": 4, "prompt": 10, "start": 2, "max_sched": 16}, 2, 6, 6),
+    # V7+: a junction J = 40 inside the chunk [16, 48) from c = 16 > 0 stops it at
+    # c + fl(J - c, B) = 32, the last block boundary before J.
+    ("vllm-0.30", {"block": 16, "prompt": 64, "junction": 40, "max_sched": 64}, 16, 32, 16),
+]
+"""Single steps at the edges of a rule, which the random fidelity inputs seldom reach: (policy,
+configuration, c, budget, chunk). Each chunk is that of the release's own code
+(``tests/test_fidelity.py::test_boundary_steps_are_the_releases``), and
+``tests/test_known_answers.py`` checks the built-in policies give it."""
