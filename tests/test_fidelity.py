@@ -847,7 +847,7 @@ def test_failing_download_is_one_line_error(
 
 @pytest.mark.parametrize(("name", "fields", "c", "budget", "chunk"), BOUNDARY_STEPS)
 def test_boundary_steps_are_the_releases(
-    name: str, fields: dict[str, int], c: int, budget: int, chunk: int
+    name: str, fields: dict[str, Any], c: int, budget: int, chunk: int
 ) -> None:
     """The known answers at the edges of a rule (tests/boundary_steps.py) are those of the
     release's own methods, interpreted from its source."""

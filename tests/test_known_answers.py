@@ -208,7 +208,7 @@ def _load(path: str) -> Any:
 
 
 @pytest.mark.parametrize(("name", "fields", "c", "budget", "chunk"), BOUNDARY_STEPS)
-def test_boundary_steps(name: str, fields: dict[str, int], c: int, budget: int, chunk: int) -> None:
+def test_boundary_steps(name: str, fields: dict[str, Any], c: int, budget: int, chunk: int) -> None:
     policy, cfg = get_builtin(name), Config(**fields)
     assert policy.accepts(cfg) is None
     assert step(policy, cfg, c, budget).chunk == chunk
