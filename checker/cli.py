@@ -39,6 +39,7 @@ from chunkproof.checker.progress import Progress
 from chunkproof.checker.ranges import add_range_flags, budget_range, range_texts, trace_items
 from chunkproof.checker.report import (
     EMPTY,
+    PROVED,
     VIOLATED,
     Verdict,
     combine,
@@ -51,7 +52,12 @@ from chunkproof.checker.repro import SOURCE_VARIABLE, write_repro
 from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
 from chunkproof.checker.system import explore_system, threshold_words
 from chunkproof.checker.system_picture import save_system_picture
-from chunkproof.checker.system_prove import DEFAULT_DEPTH, prove_system, report_lines
+from chunkproof.checker.system_prove import (
+    DEFAULT_DEPTH,
+    TIMEOUT_MS,
+    prove_system,
+    report_lines,
+)
 from chunkproof.checker.system_repro import any_repro_source
 from chunkproof.checker.traces import violates
 from chunkproof.model.builtin import ALIASES, builtin_policies
@@ -927,6 +933,17 @@ def _add_system_parser(sub: Any) -> None:
         default=DEFAULT_DEPTH,
         help=f"--prove: steps of the bounded search ({DEFAULT_DEPTH})",
     )
+    p.add_argument(
+        "--unbounded",
+        action="store_true",
+        help="--prove: then Spacer on each cell the bounded search leaves open, in a child "
+        "process killed at --timeout: PROVED with a re-checked certificate",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_positive,
+        help=f"--prove: seconds per solver query ({TIMEOUT_MS // 1000})",
+    )
     add_range_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument(
@@ -939,10 +956,12 @@ def _add_system_parser(sub: Any) -> None:
 
 def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) -> int:
     """``chunkproof system --prove``: :func:`~chunkproof.checker.system_prove.prove_system`;
-    exit 1 if a property is violated, 2 if no cell holds requests, else 3: a bounded search
-    that finds nothing is not a proof (SPEC CLI: unknown or incomplete)."""
+    exit 1 if a property is violated, 2 if no cell holds requests, 0 if every property is
+    PROVED (``--unbounded``), else 3: a bounded search that finds nothing is not a proof (SPEC
+    CLI: unknown or incomplete)."""
     if args.abstraction:
         raise ChunkproofError("--abstraction: not with --prove")
+    timeout = TIMEOUT_MS // 1000 if args.timeout is None else args.timeout
     with run_folder(args.out) as out:
         proofs, info = prove_system(
             policy,
@@ -950,7 +969,9 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
             args.requests,
             args.depth,
             args.max_seqs,
+            timeout * 1000,
             out=out,
+            unbounded=args.unbounded,
         )
     statuses = {p.status for p in proofs}
     code = (
@@ -958,6 +979,8 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
         if EMPTY in statuses
         else EXIT_VIOLATED
         if VIOLATED in statuses
+        else EXIT_OK
+        if statuses == {PROVED}
         else EXIT_UNKNOWN
     )
     if args.json:
@@ -992,6 +1015,8 @@ def _cmd_system(args: argparse.Namespace) -> int:
     space = user_space(texts, None, production=False) if texts else system_space()
     if args.prove:
         return _cmd_system_prove(args, policy, space)
+    if args.unbounded or args.timeout is not None:
+        raise ChunkproofError("--unbounded and --timeout: only with --prove")
     _check_size(space)
     with run_folder(args.out) as out:
         verdicts, info = explore_system(

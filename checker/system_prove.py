@@ -16,26 +16,33 @@ STARVE):
    is then VIOLATED, with the instance, the trace and, with a run folder, a multi-request
    counterexample file.
 3. No violation within ``depth`` steps is not a proof: the cell is BOUNDED at that depth.
-   (Nothing here says PROVED: Spacer, :func:`~chunkproof.proofs.chc.reachable_violation`,
-   overran its own timeout on this model and cannot be interrupted, so it is not asked.)
-4. A timeout is UNKNOWN.
+   With ``unbounded`` it is then asked of Spacer (:func:`~chunkproof.proofs.chc.
+   reachable_violation`) in a child process killed at the timeout
+   (:func:`~chunkproof.proofs.isolated.call`: Spacer overran its own timeout on this model,
+   and a call in progress cannot be interrupted). Spacer's unsat is PROVED only once its
+   inductive invariant is written as a certificate and re-checked in a fresh context
+   (:mod:`~chunkproof.proofs.certificate`); its sat is VIOLATED, without a trace (one deeper
+   than ``depth``); anything else leaves the cell BOUNDED.
+4. A timeout of the bounded search is UNKNOWN.
 
 Over the cells a property is VIOLATED if some cell violates it (the least total T is shown),
-UNKNOWN if some cell is undecided, BOUNDED otherwise (with the depth), and EMPTY when no cell
-holds a request set.
+UNKNOWN if some cell is undecided, BOUNDED if some cell is only bounded (with the depth),
+PROVED when every cell holding a request set is, and EMPTY when no cell holds one.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import z3
 
 from chunkproof.checker.output import RunFolder
-from chunkproof.checker.report import EMPTY, UNKNOWN, VIOLATED
+from chunkproof.checker.report import EMPTY, PROVED, UNKNOWN, VIOLATED
 from chunkproof.checker.system import describe_instance, threshold_words
 from chunkproof.checker.system_counterexamples import Witness, build, save
 from chunkproof.checker.traces import ModelMismatch
@@ -43,8 +50,9 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.system_counterexample import SystemStep
-from chunkproof.proofs import solving
+from chunkproof.proofs import certificate, isolated, solving
 from chunkproof.proofs.bounded import SolverTrace, bounded_search, shallow_violation
+from chunkproof.proofs.chc import reachable_violation
 from chunkproof.spec.request_symbolic import Cell, cells
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
@@ -95,7 +103,7 @@ class SystemProof:
 
     def example(self) -> CellResult | None:
         """The violating cell result of least total T."""
-        found = [c for c in self.cells if c.status == VIOLATED]
+        found = [c for c in self.cells if c.status == VIOLATED and c.witness is not None]
         return min(found, key=lambda c: sum(cfg.tokens for cfg in c.instance), default=None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -129,9 +137,11 @@ def prove_system(
     max_seqs: int = MAX_SEQS,
     timeout_ms: int = TIMEOUT_MS,
     out: RunFolder | None = None,
+    unbounded: bool = False,
 ) -> tuple[list[SystemProof], dict[str, Any]]:
     """Every property on every cell of ``space`` (module docstring); with ``out``, each
-    violated property's counterexample file and picture."""
+    violated property's counterexample file and picture, and the certificates of the cells
+    Spacer proves (``unbounded``)."""
     if requests not in SYMBOLIC_REQUESTS:
         raise ChunkproofError(f"--prove: --requests must be one of {SYMBOLIC_REQUESTS}")
     if depth < 1:
@@ -141,7 +151,8 @@ def prove_system(
     proofs: dict[str, SystemProof] = {}
     judged = 0
     positive = False
-    for cell in found:
+    folder = _certificate_folder(policy, out) if unbounded else None
+    for index, cell in enumerate(found):
         model = SymbolicSchedulerStep(policy, cell, requests, max_seqs)
         positive |= model.threshold_positive
         for pid in model.properties:
@@ -155,6 +166,11 @@ def prove_system(
                 result = CellResult(cell, pid, UNKNOWN, "scope", "the scope is undecided")
             else:
                 result = _judge(model, pid, depth, timeout_ms)
+            if folder is not None and result.status == BOUNDED:
+                path = folder / f"cell-{index}-{pid}.smt2"
+                result = _unbounded(model, pid, result, path, timeout_ms, depth)
+                if result.status == PROVED and out is not None:
+                    out.record(path)
             proofs[pid].cells.append(result)
     for proof in proofs.values():
         proof.status = _overall([r.status for r in proof.cells])
@@ -170,6 +186,8 @@ def prove_system(
         "depth": depth,
         "cells": len(found),
         "cells_with_requests": judged,
+        "unbounded": unbounded,
+        "timeout_seconds": timeout_ms / 1000,
         "seconds": round(time.monotonic() - started, 3),
     }
     return list(proofs.values()), info
@@ -178,10 +196,67 @@ def prove_system(
 def _overall(statuses: list[str]) -> str:
     if not statuses:
         return EMPTY
-    for status in (VIOLATED, UNKNOWN):
+    for status in (VIOLATED, UNKNOWN, BOUNDED):
         if status in statuses:
             return status
-    return BOUNDED
+    return PROVED
+
+
+def _spacer_words(info: dict[str, Any]) -> str:
+    """The Spacer pass of a run's ``info``, for its header line."""
+    if not info.get("unbounded"):
+        return ""
+    return f", then Spacer on each bounded cell (killed after {info['timeout_seconds']:g} s)"
+
+
+def _certificate_folder(policy: Policy, out: RunFolder | None) -> Path:
+    """Where Spacer's certificates go: the run folder's, else a scratch folder (they are
+    still written and re-checked: the re-check reads them)."""
+    if out is not None:
+        return out.certificates(policy.file_stem)
+    return Path(tempfile.mkdtemp(prefix="chunkproof-certificates-"))
+
+
+def _unbounded(
+    model: SymbolicSchedulerStep,
+    pid: str,
+    bounded: CellResult,
+    path: Path,
+    timeout_ms: int,
+    depth: int,
+) -> CellResult:
+    """Step 3 of the module docstring: Spacer on a BOUNDED cell, in a child killed at the
+    timeout; PROVED only with a re-checked certificate."""
+    header = f"{pid} on the scheduler step of {model.policy.name}, cell {model.cell.describe()}"
+
+    def attempt() -> str:
+        found = reachable_violation(model, pid, True, timeout_ms)
+        if found.status == "unsat" and found.invariant is not None:
+            certificate.write(path, model, pid, found.invariant, f"{header} (spacer)")
+        return found.status
+
+    status = isolated.call(attempt, timeout_ms / 1000)
+    cell = model.cell
+    if status == "unsat":
+        results = certificate.recheck(path, timeout_ms)
+        if certificate.holds(results):
+            return CellResult(cell, pid, PROVED, "spacer", f"certificate {path.name} re-checked")
+        path.unlink(missing_ok=True)
+        return CellResult(
+            cell, pid, UNKNOWN, "spacer", f"the invariant did not re-check: {results}"
+        )
+    if status == "sat":
+        return CellResult(
+            cell,
+            pid,
+            VIOLATED,
+            "spacer",
+            f"a reachable state violates it, deeper than the {depth} steps searched (raise "
+            "--depth for a replayed trace)",
+        )
+    return CellResult(
+        cell, pid, BOUNDED, bounded.method, f"{bounded.detail}; Spacer undecided in the timeout"
+    )
 
 
 def _judge(
@@ -290,7 +365,7 @@ def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
         f"{info['cells_with_requests']} of {info['cells']} cells hold requests; "
         f"{info['requests']} requests per instance (max_num_seqs {info['max_seqs']}, every "
         f"budget 1..M per step{threshold_words(info)}), bounded search to {info['depth']} "
-        f"steps in {info['seconds']} s",
+        f"steps{_spacer_words(info)} in {info['seconds']} s",
         "",
     ]
     for proof in proofs:

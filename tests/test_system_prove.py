@@ -11,6 +11,7 @@ none, which it reports as BOUNDED, never PROVED.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,16 @@ from cli_helpers import Cli
 
 from chunkproof.checker.defaults import user_space
 from chunkproof.checker.explorer import explore_batch
+from chunkproof.checker.output import run_folder
 from chunkproof.checker.report import PROVED, VIOLATED
 from chunkproof.checker.system import explore_system
 from chunkproof.checker.system_counterexamples import build
 from chunkproof.checker.system_prove import BOUNDED, prove_system, replayed
 from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.builtin import get_builtin
+from chunkproof.proofs import isolated
 from chunkproof.proofs.bounded import SolverTrace, bounded_search
+from chunkproof.proofs.certificate import holds, recheck
 from chunkproof.spec.request_symbolic import cells
 from chunkproof.spec.scheduler_step import (
     FINISHED,
@@ -173,3 +177,37 @@ def test_the_symbolic_step_caps_with_the_per_step_threshold(name: str) -> None:
     assert next_c([(WAITING, 0, 0), (WAITING, 0, 1)], 12) == [4, 3]
     assert next_c([(WAITING, 0, 1), (FINISHED, 3, 0)], 12) == [12, 3]
     assert next_c([(WAITING, 0, 1), (FINISHED, 3, 0)], 11) == [4, 3]
+
+
+def test_spacer_proves_p0_with_a_certificate_and_is_killed_at_its_timeout(tmp_path: Path) -> None:
+    """``unbounded``: on the README's HOL range Spacer proves P0 (its invariant written as a
+    certificate and re-checked), leaves S-LIVE open, which stays BOUNDED once the child is
+    killed at the timeout, and changes nothing where the bounded search found a violation."""
+    with run_folder(tmp_path) as out:
+        proofs, info = prove_system(
+            get_builtin("vllm-0.33"), space_of(HOL_RANGE), 2, 4, timeout_ms=20_000, out=out,
+            unbounded=True,
+        )  # fmt: skip
+    status = {p.property: p.status for p in proofs}
+    assert status == {"P0": PROVED, "S-LIVE": BOUNDED, "HOL": VIOLATED, "STARVE": VIOLATED}
+    (p0,) = next(p for p in proofs if p.property == "P0").cells
+    assert p0.method == "spacer" and "re-checked" in p0.detail
+    (certificate,) = [Path(f) for f in out.written if str(f).endswith(".smt2")]
+    assert certificate.exists()
+    assert holds(recheck(certificate))
+    (live,) = next(p for p in proofs if p.property == "S-LIVE").cells
+    assert "Spacer undecided" in live.detail
+    assert info["seconds"] < 120
+
+
+def test_a_solver_call_in_a_child_is_killed_at_its_deadline() -> None:
+    started = time.monotonic()
+    assert isolated.call(lambda: time.sleep(600), 0.2) is None
+    assert time.monotonic() - started < 10
+    assert isolated.call(lambda: 6 * 7, 5) == 42
+    assert isolated.call(lambda: 1 // 0, 5) is None
+
+
+def test_unbounded_needs_prove(cli: Cli) -> None:
+    run = cli("system", "vllm-0.33", "--unbounded")
+    assert run.code == 2 and run.err.count("\n") == 1 and "only with --prove" in run.err
