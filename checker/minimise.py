@@ -65,7 +65,7 @@ def minimal_for_cell(
         return None, f"no violation within {DEPTHS[-1]} steps"
     cfg = Config(**model.concrete(found.model))
     how = (
-        "T is the minimum over traces of any length (Spacer: no smaller T violates)"
+        "in its cell, T is the minimum over traces of any length (Spacer: no smaller T violates)"
         if certified == "unsat"
         else f"T is the minimum over traces of up to {found.depth} steps (Spacer: {certified})"
     )

@@ -292,6 +292,8 @@ def _minimal(
             f"; T is minimal in its cell only: {undecided} other violated cell(s) could not be "
             "searched for a smaller one within the timeout"
         )
+    elif ordered:
+        how += f"; none of the {len(ordered)} other violated cells holds a smaller T (Spacer)"
     return best, how
 
 

@@ -426,6 +426,7 @@ def test_minimality_across_cells_is_claimed_only_when_searched(
     (verdict,) = searched.json()["verdicts"]
     assert verdict["figure"]["violated_cells"] and "cell only" not in verdict["summary"]
     assert len(verdict["figure"]["violated_cells"]) == 2
+    assert "none of the 1 other violated cells holds a smaller T (Spacer)" in verdict["summary"]
 
     monkeypatch.setattr(minimise, "violation_below", lambda *args: "unknown")
     undecided = cli(*argv, "--out", str(tmp_path / "b"))
