@@ -11,17 +11,18 @@ the composition table a release's composition name or split variant for its neig
 that list, in (file, line, column) order, ``--count`` of them.
 
 Each mutant is applied to a scratch copy of the package (the working tree is never touched)
-and the test selection (:data:`SELECTION`, or with ``--quick`` :data:`QUICK`, the model's own
-tests without the release fidelity tests) runs on it in a fresh interpreter with the copy
-first on ``PYTHONPATH``; the mutant is *killed* when the run fails (or times out), *survives*
-when it passes. Before the catalogue, the unmutated copy must
+and the test selection (:data:`SELECTION`, or with ``--quick`` only :data:`QUICK`, the model's
+own tests without the release fidelity tests) runs on it in a fresh interpreter with the copy
+first on ``PYTHONPATH``, in two stages: :data:`QUICK` first, then, if it passes, the rest of
+the selection; the mutant is *killed* when a stage fails (or times out), *survives* when the
+whole selection passes. Before the catalogue, the unmutated copy must
 pass and a canary mutant (``fl`` that does not floor) must be killed, so a report cannot be
 vacuous. A mutant shown equivalent to the original (:data:`EQUIVALENT`, each with the reason)
 is not run and not counted. Printed: every surviving mutant (file:line, the change) and the
 kill rate, as a ratio of the mutants run; ``--strict`` exits 1 when one survives (the subset
 ``.ci/run`` runs).
 
-    python bench/mutation.py [--count 60] [--quick] [--strict] [--timeout 600] [--list]
+    python bench/mutation.py [--count 60] [--quick] [--strict] [--start I] [--timeout 600] [--list]
 """
 
 from __future__ import annotations
@@ -190,12 +191,14 @@ def run_tests(package: Path, timeout: int, selection: tuple[str, ...]) -> bool:
 def with_change(
     copy: Path, path: str, text: str, package: Path, timeout: int, selection: tuple[str, ...]
 ) -> bool:
-    """Run ``selection`` with ``path`` of the copy replaced by ``text``; restore it after."""
+    """Run ``selection`` in its stages (module docstring) with ``path`` of the copy replaced by
+    ``text``; restore it after. Whether every stage passes."""
     target = copy / path
     original = target.read_text()
     target.write_text(text)
+    stages = [QUICK, tuple(s for s in selection if s not in QUICK)]
     try:
-        return run_tests(package, timeout, selection)
+        return all(run_tests(package, timeout, stage) for stage in stages if stage)
     finally:
         target.write_text(original)
 
@@ -207,6 +210,9 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="print the catalogue and stop")
     parser.add_argument("--quick", action="store_true", help="the quick selection (QUICK)")
     parser.add_argument("--strict", action="store_true", help="exit 1 if a mutant survives")
+    parser.add_argument(
+        "--start", type=int, default=1, help="begin at this mutant of the list (resume a run)"
+    )
     args = parser.parse_args()
     selection = QUICK if args.quick else SELECTION
     mutants = catalogue(args.count)
@@ -235,6 +241,8 @@ def main() -> None:
         )
         survivors = []
         for index, mutant in enumerate(mutants, 1):
+            if index < args.start:
+                continue
             text = (copy / mutant.path).read_text()
             changed = mutant.apply(text)
             survived = with_change(copy, mutant.path, changed, package, args.timeout, selection)
@@ -242,8 +250,9 @@ def main() -> None:
                   f"{mutant.describe()}", flush=True)  # fmt: skip
             if survived:
                 survivors.append(mutant)
-    killed = len(mutants) - len(survivors)
-    print(f"killed {killed} of {len(mutants)}: kill rate {killed / len(mutants):.2f}")
+    ran = len(mutants) - (args.start - 1)
+    killed = ran - len(survivors)
+    print(f"killed {killed} of {ran} run: kill rate {killed / max(ran, 1):.2f}")
     for mutant in survivors:
         print(f"  survived: {mutant.describe()}")
     for mutant in equivalent:

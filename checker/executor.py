@@ -158,7 +158,8 @@ def _run_remote(function: Callable[..., Any], digest: str, shared: bytes, item: 
 
 
 class ExecutorError(ChunkproofError):
-    """The cluster lost a task (a worker died, the connection closed): one line, exit 3."""
+    """The cluster lost a task (a worker died, the connection closed), or a task failed on a
+    worker with an error of its machine (a file it could not write): one line, exit 3."""
 
     exit_code = EXIT_UNKNOWN
 
@@ -192,7 +193,12 @@ class DaskExecutor:
             for future in futures:
                 yield future.result()
         except (OSError, TimeoutError, CancelledError, KilledWorker) as exc:
-            raise ExecutorError(f"the Dask cluster failed, the run is incomplete: {exc}") from None
+            where = (
+                "a task failed on a Dask worker"
+                if getattr(future, "status", None) == "error"
+                else "the Dask cluster failed"
+            )
+            raise ExecutorError(f"{where}, the run is incomplete: {exc}") from None
         finally:
             self.client.cancel([*futures, stored])
 

@@ -149,3 +149,28 @@ def test_a_task_the_cluster_loses_is_an_incomplete_run() -> None:
     with pytest.raises(executor.ExecutorError, match="the run is incomplete") as caught:
         list(executor.DaskExecutor(Client()).map(len, (), [1, 2]))
     assert caught.value.exit_code == 3
+
+
+def test_an_os_error_inside_a_task_is_named_as_the_tasks() -> None:
+    """An OSError a task raises on its worker (a certificate it cannot write) is the task's
+    failure, not the cluster's: one line, exit 3."""
+
+    class Failed:
+        status = "error"
+
+        def result(self) -> None:
+            raise PermissionError("[Errno 13] Permission denied: 'certificates/P1.smt2'")
+
+    class Client:
+        def scatter(self, data: list[bytes], **kwargs: Any) -> list[str]:
+            return ["stored"]
+
+        def submit(self, *args: Any, **kwargs: Any) -> Failed:
+            return Failed()
+
+        def cancel(self, futures: list[Any]) -> None:
+            pass
+
+    with pytest.raises(executor.ExecutorError, match="a task failed on a Dask worker") as caught:
+        list(executor.DaskExecutor(Client()).map(len, (), [1]))
+    assert "Permission denied" in str(caught.value) and caught.value.exit_code == 3
