@@ -152,6 +152,10 @@ ARRIVAL = [1, 0]  # the waiting queue at Init (FCFS), by request label
 MAX_NUM_SEQS = 256  # max_num_seqs: the most requests the running list holds
 WHOLE_BUDGET = 8  # M = max_num_batched_tokens: the most tokens one step can offer
 SKIPS = True  # C9: a waiting request's zero after the split skips it (skip_request)
+# From C8 (0.31) a request is offered the budget left capped by theta_eff: THETA (the static
+# long_prefill_token_threshold) when two or more requests are eligible, else no cap; 0 here
+# when the policy has no per-step threshold or THETA is off. The adaptive floor is off.
+THETA_PER_STEP = 0
 
 
 class Step(NamedTuple):
@@ -188,12 +192,13 @@ class Recorded(NamedTuple):
 
 
 class Outcome(NamedTuple):
-    """One schedule() step run here: the budget, the steps of the requests the loops reached
-    (by label, in the order reached), the waiting request the loop broke at (None: no break),
-    the steps of the waiting requests behind it at the budget left, whether any request got a
-    chunk, and the lists and every request's c after the step."""
+    """One schedule() step run here: the budget and theta_eff, the steps of the requests the
+    loops reached (by label, in the order reached), the waiting request the loop broke at
+    (None: no break), the steps of the waiting requests behind it at the budget left, whether
+    any request got a chunk, and the lists and every request's c after the step."""
 
     budget: int
+    theta: int
     reached: dict[int, Step]
     broke_at: int | None
     behind: dict[int, Step]
@@ -246,21 +251,26 @@ def schedule(
     chunk to the end of the running list; a zero breaks the loop (SKIPS: a zero after the split
     skips the request, which keeps its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
-    reaches its E is done and leaves both lists."""
+    reaches its E is done and leaves both lists. Each request is offered the budget left
+    capped by theta_eff (THETA_PER_STEP)."""
+    eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
+    theta = THETA_PER_STEP if eligible >= 2 else 0
     left, reached = budget, {}
     for label in running:
         if left == 0:
             break
-        reached[label] = schedule_step(vllm, scheduler, c[label], left, label)
+        reached[label] = schedule_step(vllm, scheduler, c[label], offer(left, theta), label)
         left -= taken(reached[label])
     admitted, broke_at, behind = [], None, {}
     for label in waiting:
         if broke_at is not None:
-            behind[label] = schedule_step(vllm, scheduler, c[label], left, label)
+            behind[label] = schedule_step(vllm, scheduler, c[label], offer(left, theta), label)
             continue
         if left == 0 or len(running) + len(admitted) >= MAX_NUM_SEQS:
             break
-        step = reached[label] = schedule_step(vllm, scheduler, c[label], left, label)
+        step = reached[label] = schedule_step(
+            vllm, scheduler, c[label], offer(left, theta), label
+        )
         if taken(step) > 0:
             admitted.append(label)
             left -= step.chunk
@@ -271,6 +281,7 @@ def schedule(
         after[label] += taken(step)
     return Outcome(
         budget,
+        theta,
         reached,
         broke_at,
         behind,
@@ -279,6 +290,11 @@ def schedule(
         [label for label in waiting if label not in admitted],
         after,
     )
+
+
+def offer(left: int, theta: int) -> int:
+    """The budget left, capped by theta_eff ``theta`` (0: no cap)."""
+    return min(left, theta) if theta > 0 else left
 
 
 def taken(step: Step) -> int:
