@@ -29,8 +29,11 @@
   running loop step 2): theta when more than one request is eligible, else 0 (off). The
   eligible requests are the instance's unfinished ones, plus one when b < M (the rest of M
   went to another request's decode); more would change nothing, as theta_eff is theta from
-  two on. ``long_prefill_token_threshold_adaptive`` (a floor M // eligible on theta_eff) is
-  fixed off: the reports name it. A request admitted at c0
+  two on. One unfinished request offered M could also be capped at theta by other eligible
+  requests that take no budget (waiting ones): it is then offered what b = theta offers it,
+  a step the model has (with the same successor and stage values), so no verdict needs it.
+  ``long_prefill_token_threshold_adaptive`` (a floor M // eligible on theta_eff) is fixed
+  off: the reports name it. A request admitted at c0
   with n > 0 joins the end of the running list; a zero **breaks** the loop (head-of-line
   blocking) in every release, except that from 0.33 (C9) a zero after the split (from the
   encoder cap or the reservation) is ``skip_request`` + ``continue``: the request stays at its
