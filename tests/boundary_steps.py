@@ -4,6 +4,9 @@ BOUNDARY_STEPS = [
     # V1: a chunk ending exactly at lambda = fl(P, B) = 8 is kept whole (only an end below
     # lambda is floored), here from an admission at c0 = 2 off the block grid.
     ("vllm-0.15", {"block": 4, "prompt": 10, "start": 2, "max_sched": 16}, 2, 6, 6),
+    # V1: from c = lambda = 8 the final chunk [8, 10) is kept (the stop at lambda is strictly
+    # inside the chunk only).
+    ("vllm-0.15", {"block": 4, "prompt": 10, "max_sched": 16}, 8, 2, 2),
     # V7+: a junction J = 40 inside the chunk [16, 48) from c = 16 > 0 stops it at
     # c + fl(J - c, B) = 32, the last block boundary before J.
     ("vllm-0.30", {"block": 16, "prompt": 64, "junction": 40, "max_sched": 64}, 16, 32, 16),
