@@ -22,7 +22,8 @@ is not run and not counted. Printed: every surviving mutant (file:line, the chan
 kill rate, as a ratio of the mutants run; ``--strict`` exits 1 when one survives (the subset
 ``.ci/run`` runs).
 
-    python bench/mutation.py [--count 60] [--quick] [--strict] [--start I] [--timeout 600] [--list]
+    python bench/mutation.py [--count 60] [--quick] [--strict] [--start I] [--stop J]
+                             [--timeout 600] [--list]
 """
 
 from __future__ import annotations
@@ -213,6 +214,7 @@ def main() -> None:
     parser.add_argument(
         "--start", type=int, default=1, help="begin at this mutant of the list (resume a run)"
     )
+    parser.add_argument("--stop", type=int, help="end at this mutant of the list (split a run)")
     args = parser.parse_args()
     selection = QUICK if args.quick else SELECTION
     mutants = catalogue(args.count)
@@ -223,6 +225,7 @@ def main() -> None:
         return
     equivalent = [m for m in mutants if m.key() in EQUIVALENT]
     mutants = [m for m in mutants if m.key() not in EQUIVALENT]
+    stop = len(mutants) if args.stop is None else min(args.stop, len(mutants))
     with tempfile.TemporaryDirectory(prefix="chunkproof-mutation-") as scratch:
         package = Path(scratch)
         copy = package / "chunkproof"
@@ -241,7 +244,7 @@ def main() -> None:
         )
         survivors = []
         for index, mutant in enumerate(mutants, 1):
-            if index < args.start:
+            if not args.start <= index <= stop:
                 continue
             text = (copy / mutant.path).read_text()
             changed = mutant.apply(text)
@@ -250,7 +253,7 @@ def main() -> None:
                   f"{mutant.describe()}", flush=True)  # fmt: skip
             if survived:
                 survivors.append(mutant)
-    ran = len(mutants) - (args.start - 1)
+    ran = max(stop - args.start + 1, 0)
     killed = ran - len(survivors)
     print(f"killed {killed} of {ran} run: kill rate {killed / max(ran, 1):.2f}")
     for mutant in survivors:
