@@ -10,17 +10,16 @@ the composition table a release's composition name or split variant for its neig
 (``"C4"`` for ``"C5"``, ``split_v4`` for ``split_v5``); mutants are taken evenly spaced over
 that list, in (file, line, column) order, ``--count`` of them.
 
-Each mutant is applied to a scratch copy of the package (the working tree is never touched)
-and the test selection (:data:`SELECTION`, or with ``--quick`` only :data:`QUICK`, the model's
-own tests without the release fidelity tests) runs on it in a fresh interpreter with the copy
-first on ``PYTHONPATH``, in two stages: :data:`QUICK` first, then, if it passes, the rest of
-the selection; the mutant is *killed* when a stage fails (or times out), *survives* when the
-whole selection passes (a timeout is reported as such). Before the catalogue, the unmutated
-copy must
+Each mutant is applied to a scratch copy of the package (the working tree is never touched) and
+the test selection (:data:`SELECTION`, or with ``--quick`` only :data:`QUICK`, the model's own
+tests without the release fidelity tests) runs on it in a fresh interpreter with the copy first
+on ``PYTHONPATH``, in two stages: :data:`QUICK` first, then, if it passes, the rest of the
+selection; the mutant is *killed* when a stage fails (or times out), *survives* when the whole
+selection passes (a timeout is reported as such). Before the catalogue, the unmutated copy must
 pass and a canary mutant (``fl`` that does not floor) must be killed, so a report cannot be
-vacuous. A mutant shown equivalent to the original (:data:`EQUIVALENT`, each with the reason)
-is not run and not counted. Printed: every surviving mutant (file:line, the change) and the
-kill rate, as a ratio of the mutants run; ``--strict`` exits 1 when one survives (the subset
+vacuous. A mutant shown equivalent to the original (:data:`EQUIVALENT`, each with the reason) is
+not run and not counted. Printed: every surviving mutant (file:line, the change) and the kill
+rate, as a ratio of the mutants run; ``--strict`` exits 1 when one survives (the subset
 ``.ci/run`` runs).
 
     python bench/mutation.py [--count 60] [--quick] [--strict] [--start I] [--stop J]
