@@ -9,6 +9,8 @@ from cli_helpers import Cli
 
 from chunkproof.checker.search import Exploration, explore
 from chunkproof.model.builtin import get_builtin
+from chunkproof.model.config import Config
+from chunkproof.spec.properties import misaligned
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.space import Space, grid_from
 
@@ -89,3 +91,13 @@ def test_p5_verdicts_name_the_form_they_checked(window: str, cli: Cli, tmp_path:
         (verdict,) = cli(command, "lookahead-in-split", *argv).json()["verdicts"]
         assert verdict["summary"].startswith(f"{window} form: "), verdict
         assert verdict["range"]["window"] == window
+
+
+def test_p4_exempts_an_exact_junction_at_the_prompt_end() -> None:
+    """P4's exact-junction exemption covers J = P (the split stops there: rule 9, J <= P): a
+    resumed request (T = P + 2, E = 41) whose chunk [16, 40) ends at J = P off the grid is not
+    misaligned with the exact shared-prefix checkpoint, and is without it."""
+    cfg = Config(block=16, prompt=40, tokens=42, junction=40, exact_junction=True, max_sched=64)
+    assert cfg.prefill_end == 41
+    assert not misaligned(cfg, 16, 40)
+    assert misaligned(cfg.replace(exact_junction=False), 16, 40)
