@@ -217,6 +217,7 @@ def test_setup_properties() -> None:
         ({"prompt": 49, "block": 0}, "block"),
         ({"prompt": 49, "block": 16, "hash_block": 5}, "hash_block"),
         ({"prompt": 49, "block": 16, "sched_block": 24}, "sched_block"),
+        ({"prompt": 49, "block": 16, "sched_block": 0}, "sched_block"),
         ({"prompt": 49, "block": 16, "checkpoint_alignment": 0}, "checkpoint_alignment"),
         ({"prompt": 49, "block": 16, "retention": -1}, "retention"),
         ({"prompt": 49, "block": 16, "start": -1}, "start"),
@@ -225,6 +226,14 @@ def test_setup_properties() -> None:
 def test_setup_rejects_bad_input(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SlotSetup(**kwargs)
+
+
+def test_setup_accepts_the_least_values() -> None:
+    """The edges of slot note 6's "Input": a 1-token prompt, retention 0 (every segment
+    kept); a request starts at 0 unless told."""
+    assert oracle(SlotSetup(prompt=1, block=1), [1]).live == {1: 1}
+    assert SlotSetup(prompt=49, block=16, retention=0).retention == 0
+    assert SlotSetup(prompt=49, block=16).start == 0
 
 
 @pytest.mark.parametrize(
