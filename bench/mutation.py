@@ -101,6 +101,11 @@ EQUIVALENT = {
         "at c = J the stop is c + fl(0, B) = c, which stopmin ignores (only stops strictly "
         "inside (c, e) count), as it ignores the 0 of the original"
     ),
+    "spec/request_symbolic.py: for pattern, item in zip(self.cell.layout, self.view.mm_items, "
+    "strict=True): :: 70 'True' -> 'False'": (
+        "the view's items are built one per item of the cell's layout (SymbolicRequest's "
+        "constructor), so the two always have the same length and strict= never matters"
+    ),
 }
 """Mutants shown equivalent, by :meth:`Mutant.key` (the line's text, not its number), with the
 reason; they are not run."""
