@@ -10,7 +10,7 @@ from cli_helpers import Cli
 from chunkproof.checker.search import Exploration, explore
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
-from chunkproof.spec.properties import misaligned
+from chunkproof.spec.properties import in_window, in_window_relaxed, misaligned
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.space import Space, grid_from
 
@@ -101,3 +101,14 @@ def test_p4_exempts_an_exact_junction_at_the_prompt_end() -> None:
     assert cfg.prefill_end == 41
     assert not misaligned(cfg, 16, 40)
     assert misaligned(cfg.replace(exact_junction=False), 16, 40)
+
+
+def test_p5_relaxed_allows_only_an_aligned_window_end_short_of_the_request() -> None:
+    """P5 relaxed: an end inside the window (T - L, T) = (17, 20) is allowed only on a multiple
+    of B and when the chunk was cut short (n < T - c)."""
+    on_grid = Config(block=2, prompt=20, lookahead=3, max_sched=8)
+    off_grid = Config(block=4, prompt=20, lookahead=3, max_sched=8)
+    assert not in_window_relaxed(on_grid, 16, 2, 18)
+    assert in_window_relaxed(on_grid, 16, 4, 18)  # n = T - c: nothing cut it short
+    assert in_window_relaxed(off_grid, 16, 2, 18)
+    assert in_window(off_grid, 16, 2, 18) and not in_window(off_grid, 16, 4, 20)
