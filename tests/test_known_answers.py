@@ -212,3 +212,11 @@ def test_boundary_steps(name: str, fields: dict[str, Any], c: int, budget: int, 
     policy, cfg = get_builtin(name), Config(**fields)
     assert policy.accepts(cfg) is None
     assert step(policy, cfg, c, budget).chunk == chunk
+
+
+def test_lookahead_in_split_keeps_an_end_at_exactly_t_minus_l() -> None:
+    """SPEC V: the fix resolves ends strictly inside the window (T - L, T). T=4, B=2, L=2,
+    M=4: the split ends the first chunk at T - L = 2, which the fix keeps (the reservation
+    leaves it whole) rather than finishing the request."""
+    policy = get_builtin("lookahead-in-split")
+    assert step(policy, Config(block=2, prompt=4, lookahead=2, max_sched=4), 0, 4).chunk == 2

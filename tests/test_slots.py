@@ -32,6 +32,7 @@ from chunkproof.spec.slots import (
     crossing_claim,
     hit_unit,
     oracle,
+    reachable_column,
 )
 
 
@@ -462,3 +463,12 @@ def test_a_configuration_reaches_the_oracle_with_its_checkpoint_alignment() -> N
     assert SlotSetup.of(with_checkpoints).checkpoint_alignment == 1
     report = oracle(Config(block=4, prompt=5, max_sched=5), [5])
     assert (sorted(report.covered), report.resend_hit) == ([], 0)
+
+
+def test_no_column_is_reachable_under_drop_below_one_scheduling_block() -> None:
+    """Rule 9 with drop at N = S = B = 1: both replay boundaries, max(S*fl((N-1)/S) - S, 0)
+    and max(S*fl(N/S) - S, 0), are 0, which floors to no column (-1): column 0 is not
+    reachable."""
+    cfg = Config(block=1, prompt=1, lookahead=1, drop=True, max_sched=8)
+    assert reachable_column(cfg, -1)
+    assert not reachable_column(cfg, 0)
