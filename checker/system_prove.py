@@ -231,9 +231,12 @@ def _unbounded(
 
     def attempt() -> str:
         found = reachable_violation(model, pid, True, timeout_ms)
-        if found.status == "unsat" and found.invariant is not None:
-            certificate.write(path, model, pid, found.invariant, f"{header} (spacer)")
-        return found.status
+        if found.status != "unsat":
+            return found.status
+        if found.invariant is None:
+            return "unknown"
+        certificate.write(path, model, pid, found.invariant, f"{header} (spacer)")
+        return "unsat"
 
     status = isolated.call(attempt, timeout_ms / 1000)
     cell = model.cell

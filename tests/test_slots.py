@@ -472,3 +472,10 @@ def test_no_column_is_reachable_under_drop_below_one_scheduling_block() -> None:
     cfg = Config(block=1, prompt=1, lookahead=1, drop=True, max_sched=8)
     assert reachable_column(cfg, -1)
     assert not reachable_column(cfg, 0)
+
+
+def test_rule_7_keys_an_exact_junction_at_the_prompt_end() -> None:
+    """Rule 7 with fine hits and the exact shared-prefix checkpoint: a chunk ending on the
+    junction J keys it for start < J <= N, so J = N = 40 (off the 16-token grid) is keyed."""
+    setup = SlotSetup(prompt=40, block=16, hash_block=8, junction=40, exact_junction=True)
+    assert oracle(setup, [16, 40]).live == {16: 16, 40: 40}
