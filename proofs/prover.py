@@ -6,11 +6,14 @@ For each cell and property, in order:
    no configuration, so nothing is proved there.
 1. *Direct induction*: no state, reachable or not, violates the property for any action: the
    certificate of the invariant "true" re-checks.
-2. *Bounded model checking* at small depths (:data:`SHALLOW_DEPTHS`): a violation a few
-   steps from an initial state is VIOLATED at once.
-3. *Spacer* (CHC): no reachable state violates it; Spacer's cover is the invariant.
-4. Otherwise a reachable violation exists (VIOLATED); its minimal counterexample is found above
-   the engines (:mod:`chunkproof.checker.minimise`).
+2. *Spacer* (CHC): unsat is PROVED, Spacer's cover being the invariant; sat is VIOLATED (a
+   reachable state violates it; its minimal counterexample is found above the engines, in
+   :mod:`chunkproof.checker.minimise`).
+3. Only when Spacer is undecided, *bounded model checking* at small depths
+   (:data:`SHALLOW_DEPTHS`): a violation a few steps from an initial state is VIOLATED;
+   otherwise the cell is UNKNOWN. (Spacer goes first because it is faster here: on 50
+   (cell, property) pairs of ``lookahead-in-split``'s production range it decided all 50 in
+   11.7 s, where the 1- and 2-step unrollings took 52.9 s and left 19 undecided.)
 
 Every PROVED verdict has its invariant written as an SMT-LIB certificate and re-checked by a
 fresh solver (initiation, consecution, safety) before it is reported. A solver timeout is
@@ -36,8 +39,8 @@ PROVED, VIOLATED, UNKNOWN, EMPTY = "PROVED", "VIOLATED", "UNKNOWN", "EMPTY"
 
 SHALLOW_DEPTHS = (1, 2)
 SHALLOW_MS = 1_000
-"""Bounded model checking at these depths, each with this timeout, before Spacer: most
-violations are a few steps from an admission start."""
+"""Bounded model checking at these depths, each with this timeout, when Spacer is undecided:
+most violations are a few steps from an admission start."""
 
 
 @dataclass
@@ -106,9 +109,6 @@ def prove_cell(
     if proved:
         return done(PROVED, "induction", text, certificate_path)
     certificate_path.unlink(missing_ok=True)
-    for depth in SHALLOW_DEPTHS:
-        if shallow_violation(model, pid, depth, SHALLOW_MS) == "sat":
-            return done(VIOLATED, "bmc", f"a violation {depth} steps from an initial state")
     chc = reachable_violation(model, pid, True, timeout_ms)
     if chc.status == "unsat" and chc.invariant is not None:
         proved, text = _certify(
@@ -119,9 +119,12 @@ def prove_cell(
         certificate_path.unlink(missing_ok=True)
         return done(UNKNOWN, "spacer", f"Spacer's invariant did not re-check: {text}")
     certificate_path.unlink(missing_ok=True)
-    if chc.status == "unknown":
-        return done(UNKNOWN, "spacer", "Spacer gave up or timed out")
-    return done(VIOLATED, "spacer", "Spacer: a reachable state violates it")
+    if chc.status == "sat":
+        return done(VIOLATED, "spacer", "Spacer: a reachable state violates it")
+    for depth in SHALLOW_DEPTHS:
+        if shallow_violation(model, pid, depth, SHALLOW_MS) == "sat":
+            return done(VIOLATED, "bmc", f"a violation {depth} steps from an initial state")
+    return done(UNKNOWN, "spacer", "Spacer gave up or timed out")
 
 
 @dataclass(frozen=True)

@@ -473,6 +473,29 @@ def test_cli_spacer_timeout_is_unknown(
     assert not list(tmp_path.rglob("*.smt2"))  # no certificate left for an unproved cell
 
 
+def test_undecided_spacer_falls_back_to_shallow_bounded_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spacer goes first; when it gives up, the 1- and 2-step unrollings still find a shallow
+    violation (VIOLATED, method bmc, no certificate) and find none in a cell that holds (so
+    it stays UNKNOWN there, not PROVED)."""
+
+    def gave_up(*args: Any, **kwargs: Any) -> ChcResult:
+        return ChcResult("unknown", None, 0.0)
+
+    monkeypatch.setattr(prover, "reachable_violation", gave_up)
+    livelock = _model(
+        "vllm-0.33",
+        {"block": "4", "lookahead": "2", "drop": "off", "prompt": "1-16", "max_sched": "1-8"},
+    )
+    verdict = prove_cell(livelock, "cell", "P1", TIMEOUT_MS, tmp_path / "a.smt2")
+    assert (verdict.status, verdict.method) == (VIOLATED, "bmc")
+    assert verdict.certificate is None and not (tmp_path / "a.smt2").exists()
+    name, texts, pid = SPACER
+    verdict = prove_cell(_model(name, texts), "cell", pid, TIMEOUT_MS, tmp_path / "b.smt2")
+    assert verdict.status == UNKNOWN
+
+
 def test_tiny_timeout_is_unknown_not_violated(tmp_path: Path) -> None:
     """A 1 ms budget cannot prove the Spacer cell; it must say UNKNOWN, not guess."""
     name, texts, pid = SPACER
