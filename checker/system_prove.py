@@ -241,10 +241,9 @@ def _unbounded(
     status = isolated.call(attempt, timeout_ms / 1000)
     cell = model.cell
     if status == "unsat":
-        results = certificate.recheck(path, timeout_ms)
-        if certificate.holds(results):
+        confirmed, results = certificate.confirm(path, timeout_ms)
+        if confirmed:
             return CellResult(cell, pid, PROVED, "spacer", f"certificate {path.name} re-checked")
-        path.unlink(missing_ok=True)
         return CellResult(
             cell, pid, UNKNOWN, "spacer", f"the invariant did not re-check: {results}"
         )

@@ -101,3 +101,14 @@ def recheck(path: Path, timeout_ms: int = 20_000) -> dict[str, str]:
 def holds(results: dict[str, str]) -> bool:
     """All three obligations were checked, and each is unsat."""
     return set(results) == set(OBLIGATIONS) and all(r == "unsat" for r in results.values())
+
+
+def confirm(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
+    """Re-check the certificate at ``path`` (:func:`recheck`): whether it :func:`holds`, and
+    the results. A certificate that does not hold is removed, so that no file named as a
+    certificate stands beside a verdict that is not PROVED."""
+    results = recheck(path, timeout_ms)
+    confirmed = holds(results)
+    if not confirmed:
+        path.unlink(missing_ok=True)
+    return confirmed, results

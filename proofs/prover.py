@@ -64,10 +64,11 @@ def _certify(
     header: str,
     timeout_ms: int,
 ) -> tuple[bool, str]:
-    """Write the invariant's certificate and re-check it with a fresh solver."""
+    """Write the invariant's certificate and re-check it with a fresh solver (removed when it
+    does not hold)."""
     cert = certificate.write(path, model, pid, invariant, header)
-    results = certificate.recheck(path, timeout_ms)
-    return certificate.holds(results), f"invariant {cert.invariant}; re-check {results}"
+    confirmed, results = certificate.confirm(path, timeout_ms)
+    return confirmed, f"invariant {cert.invariant}; re-check {results}"
 
 
 def has_configuration(model: SymbolicModel, timeout_ms: int) -> str:
@@ -108,7 +109,6 @@ def prove_cell(
     )
     if proved:
         return done(PROVED, "induction", text, certificate_path)
-    certificate_path.unlink(missing_ok=True)
     chc = reachable_violation(model, pid, True, timeout_ms)
     if chc.status == "unsat" and chc.invariant is not None:
         proved, text = _certify(
@@ -116,9 +116,7 @@ def prove_cell(
         )
         if proved:
             return done(PROVED, "spacer", text, certificate_path)
-        certificate_path.unlink(missing_ok=True)
         return done(UNKNOWN, "spacer", f"Spacer's invariant did not re-check: {text}")
-    certificate_path.unlink(missing_ok=True)
     if chc.status == "sat":
         return done(VIOLATED, "spacer", "Spacer: a reachable state violates it")
     for depth in SHALLOW_DEPTHS:

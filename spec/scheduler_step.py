@@ -178,11 +178,6 @@ class SchedulerStepModel:
             _check_instance(self.policy, group)
 
     @property
-    def per_step_theta(self) -> bool:
-        """Whether the policy's cap is C8-C9's per-step threshold (:func:`per_step_theta`)."""
-        return per_step_theta(self.policy)
-
-    @property
     def skips(self) -> bool:
         """Whether a waiting request's zero after the split is ``skip_request`` + ``continue``
         rather than ``break`` (C9, 0.33; history note 6)."""
@@ -274,7 +269,7 @@ class SchedulerStepModel:
     ) -> Transitions:
         """The transitions (states[source], budget): Next and every property."""
         lanes = Lanes.of(batch, states[source], budget)
-        if self.per_step_theta:
+        if per_step_theta(self.policy):
             lanes.theta = theta_per_step(batch, lanes)
         self.running_loop(batch, lanes)
         self.waiting_loop(batch, lanes)

@@ -226,6 +226,15 @@ def test_tampered_certificate_fails(proved: Path, tamper: str) -> None:
     assert not certificate.holds(certificate.recheck(proved, TIMEOUT_MS))
 
 
+def test_confirm_keeps_a_holding_certificate_and_removes_a_tampered_one(proved: Path) -> None:
+    """What both provers call on a certificate: it stays only if it holds."""
+    assert certificate.confirm(proved, TIMEOUT_MS)[0] and proved.is_file()
+    proved.write_text(_drop_safety(proved.read_text()))
+    confirmed, results = certificate.confirm(proved, TIMEOUT_MS)
+    assert not confirmed and "safety" not in results
+    assert not proved.exists()
+
+
 @pytest.mark.parametrize(
     ("invariant", "broken"),
     [
