@@ -102,6 +102,12 @@ EQUIVALENT = {
         "at c = J the stop is c + fl(0, B) = c, which stopmin ignores (only stops strictly "
         "inside (c, e) count), as it ignores the 0 of the original"
     ),
+    "model/stages.py: if refused < 0: :: 13 '0' -> '1'": (
+        "it differs only when the first refused item starts at 0, and no call refuses that "
+        "item: it is tested only at admission (at c > 0 the call tests items from c on), "
+        "first and with nothing held (held_embeds is 0 at c0), and it fits the cache and the "
+        "budget alone (items_fit_encoder)"
+    ),
     "spec/request_symbolic.py: for pattern, item in zip(self.cell.layout, self.view.mm_items, "
     "strict=True): :: 70 'True' -> 'False'": (
         "the view's items are built one per item of the cell's layout (SymbolicRequest's "

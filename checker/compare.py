@@ -34,7 +34,7 @@ n = min(T - c, ..., b)).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -668,7 +668,7 @@ def _tally_kinds(
     tally: BehaviourTally,
     runs: PairedRuns,
     valid: np.ndarray,
-    cfgs: list[Config],
+    cfgs: Sequence[Config],
     budgets: np.ndarray,
     order: _Order,
 ) -> None:
@@ -725,7 +725,7 @@ def _tally_cost(
 
 @dataclass(frozen=True)
 class _CostAdder:
-    cfgs: list[Config]
+    cfgs: Sequence[Config]
     budgets: np.ndarray
     ideal: np.ndarray
     order: _Order

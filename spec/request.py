@@ -21,7 +21,7 @@ import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -49,11 +49,20 @@ def batch_key(cfg: Config) -> tuple[Any, ...]:
     return (cfg.lookahead >= 1, cfg.checkpoint_alignment, cfg.retention, len(cfg.items))
 
 
-def budget_bounds(cfg: Config, budget: tuple[int, int] | None) -> tuple[int, int]:
+def budget_bounds(
+    cfg: Config, budget: tuple[int, int] | None, max_sched: int | None = None
+) -> tuple[int, int]:
     """Offered budgets [low, high] for ``cfg`` (SPEC S4: adversarial(1..M), narrowed by the
-    range's ``--budget``); high is capped at T - c0 (module docstring)."""
-    low, high = budget if budget is not None else (1, cfg.max_sched)
-    return low, min(high, cfg.max_sched, cfg.T - cfg.start)
+    range's ``--budget``); high is capped at T - c0 (module docstring). With ``max_sched``,
+    for ``cfg`` at that M instead of its own."""
+    m = cfg.max_sched if max_sched is None else max_sched
+    low, high = budget if budget is not None else (1, m)
+    return low, min(high, m, cfg.T - cfg.start)
+
+
+def _offered(cfg: Config, m: int, budget: tuple[int, int] | None) -> bool:
+    low, high = budget_bounds(cfg, budget, m)
+    return low <= high
 
 
 @dataclass
@@ -61,7 +70,7 @@ class Batch:
     """Configurations evaluated together: their fields (plain when shared, else arrays), and
     their budget bounds."""
 
-    configs: list[Config]
+    configs: Sequence[Config]
     fields: dict[str, Any]
     low: np.ndarray
     high: np.ndarray
@@ -97,41 +106,85 @@ def _column(values: Sequence[Any]) -> Any:
     return np.asarray(values, dtype=np.int64)
 
 
-def make_batch(configs: list[Config], budget: tuple[int, int] | None) -> Batch:
-    """A batch of ``configs`` (they must agree on :func:`batch_key`). Without encoder items
-    its fields are those of the first configuration's :meth:`Config.to_dict`; with them every
-    configuration names the encoder fields."""
-    names = list(configs[0].to_dict())
-    if configs[0].items:
+class FamilyConfigs(Sequence[Config]):
+    """A batch's configurations, made when asked for: instance i is the configuration
+    ``bases[owner[i]]`` with M = ``ms[i]`` (a batch of 250,000 configurations comes from a
+    few tens of thousands of families that differ in M only)."""
+
+    def __init__(self, bases: list[Config], owner: np.ndarray, ms: np.ndarray) -> None:
+        self.bases, self.owner, self.ms = bases, owner, ms
+
+    def __len__(self) -> int:
+        return len(self.ms)
+
+    @overload
+    def __getitem__(self, index: int) -> Config: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Config]: ...
+
+    def __getitem__(self, index: int | slice) -> Config | Sequence[Config]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.bases[int(self.owner[index])].replace(max_sched=int(self.ms[index]))
+
+
+def make_batch(configs: Sequence[Config], budget: tuple[int, int] | None) -> Batch:
+    """A batch of ``configs`` (they must agree on :func:`batch_key`)."""
+    return family_batch([(cfg, [cfg.max_sched]) for cfg in configs], budget)
+
+
+def family_batch(
+    families: Sequence[tuple[Config, list[int]]], budget: tuple[int, int] | None
+) -> Batch:
+    """A batch of every configuration of ``families`` (a configuration and the values of M
+    it takes, in order; they must agree on :func:`batch_key`), read from the family
+    configurations once each. Without encoder items its fields are those of the first
+    configuration's :meth:`Config.to_dict`; with them every configuration names the encoder
+    fields."""
+    bases = [base for base, _ in families]
+    counts = np.fromiter((len(ms) for _, ms in families), dtype=np.int64, count=len(bases))
+    owner = np.repeat(np.arange(len(bases)), counts)
+    ms = np.fromiter((m for _, values in families for m in values), dtype=np.int64)
+    names = list(bases[0].to_dict())
+    if bases[0].items:
         names += [name for name in ENCODER_FIELDS if name not in names]
-    rows = map(operator.attrgetter(*names), configs)
+    rows = map(operator.attrgetter(*names), bases)
     columns = dict(zip(names, zip(*rows, strict=True), strict=True))
     if "items" in columns:
         columns["items"] = tuple(int(items) for items in columns["items"])
-    columns["speculative"] = tuple(cfg.lookahead >= 1 for cfg in configs)
-    fields = {name: _column(values) for name, values in columns.items()}
-    count = len(configs[0].items)
+    columns["speculative"] = tuple(base.lookahead >= 1 for base in bases)
+
+    def column(values: Sequence[Any]) -> Any:
+        shared = _column(values)
+        return shared[owner] if isinstance(shared, np.ndarray) else shared
+
+    fields = {
+        name: _column(ms.tolist()) if name == "max_sched" else column(values)
+        for name, values in columns.items()
+    }
+    count = len(bases[0].items)
     items = tuple(
         (
-            _column([cfg.items[i][0] for cfg in configs]),
-            _column([cfg.items[i][1] for cfg in configs]),
+            column([base.items[i][0] for base in bases]),
+            column([base.items[i][1] for base in bases]),
         )
         for i in range(count)
     )
-    max_sched, tokens, start, prompt = (
-        np.asarray(columns[name], dtype=np.int64)
-        for name in ("max_sched", "tokens", "start", "prompt")
+    tokens, start, prompt = (
+        np.broadcast_to(np.asarray(fields[name], dtype=np.int64), ms.shape)
+        for name in ("tokens", "start", "prompt")
     )
     low, top = budget if budget is not None else (1, None)
-    high = np.minimum(max_sched, tokens - start)  # budget_bounds, over the batch
+    high = np.minimum(ms, tokens - start)  # budget_bounds, over the batch
     if top is not None:
         high = np.minimum(high, top)
     return Batch(
-        configs,
+        FamilyConfigs(bases, owner, ms),
         fields,
-        np.full(len(configs), low, dtype=np.int64),
+        np.full(len(ms), low, dtype=np.int64),
         high,
-        start,
+        start.copy(),
         np.maximum(prompt, tokens - 1),  # prefill_end
         items,
     )
@@ -177,26 +230,29 @@ class RequestModel:
     def batches(self) -> Iterator[Batch]:
         """The configurations of the space that are offered some budget, grouped by
         :func:`batch_key`, at most about :data:`BATCH_LANES` table lanes per batch."""
-        groups: dict[tuple[Any, ...], list[tuple[Config, int]]] = {}
+        groups: dict[tuple[Any, ...], list[tuple[Config, list[int]]]] = {}
         self.unoffered = 0
-        for cfg in self.space.configs():
-            low, high = budget_bounds(cfg, self.space.budget)
-            if low <= high:
-                size = cfg.prefill_end * max(high, 1)
-                groups.setdefault(batch_key(cfg), []).append((cfg, size))
-            else:  # the range's budgets offer this configuration none
-                self.unoffered += 1
-        for sized in groups.values():
-            batch: list[Config] = []
+        for base, ms in self.space.config_families():
+            offered = [m for m in ms if _offered(base, m, self.space.budget)]
+            self.unoffered += len(ms) - len(offered)  # the range's budgets offer these none
+            if offered:
+                groups.setdefault(batch_key(base), []).append((base, offered))
+        for families in groups.values():
+            batch: list[tuple[Config, list[int]]] = []
             lanes = 0
-            for cfg, size in sized:
-                if batch and lanes + size > BATCH_LANES:
-                    yield make_batch(batch, self.space.budget)
-                    batch, lanes = [], 0
-                batch.append(cfg)
-                lanes += size
+            for base, ms in families:
+                end, cap = base.prefill_end, budget_bounds(base, self.space.budget, max(ms))[1]
+                for m in ms:
+                    size = end * max(min(cap, m), 1)  # budget_bounds at M = m: min(cap, m)
+                    if batch and lanes + size > BATCH_LANES:
+                        yield family_batch(batch, self.space.budget)
+                        batch, lanes = [], 0
+                    if not batch or batch[-1][0] is not base:
+                        batch.append((base, []))
+                    batch[-1][1].append(m)
+                    lanes += size
             if batch:
-                yield make_batch(batch, self.space.budget)
+                yield family_batch(batch, self.space.budget)
 
     def initial(self, batch: Batch) -> np.ndarray:
         """Init: (instance, c0) for every instance."""

@@ -715,7 +715,15 @@ class Space:
 
     def configs(self) -> Iterator[Config]:
         """Every configuration of every grid (duplicates across grids are kept once)."""
-        seen: set[tuple[Any, ...]] = set()
+        for base, ms in self.config_families():
+            for m in ms:
+                yield base.replace(max_sched=m)
+
+    def config_families(self) -> Iterator[tuple[Config, list[int]]]:
+        """The configurations of :meth:`configs`, in its order, grouped by family: a
+        configuration of the family and the values of M it takes (the family's other
+        fields are shared; a configuration another grid yielded before is left out)."""
+        seen: dict[tuple[Any, ...], set[int]] = {}
         for grid in self.grids:
             for family in grid.families():
                 values = list(grid.sets["max_sched"].values(family))
@@ -723,11 +731,12 @@ class Space:
                     base = make_config(family, values[0])
                 except ConfigError:
                     continue
-                key = tuple(family.items())  # in INPUT_NAMES order in every grid
-                for m in values:
-                    if (key, m) not in seen:
-                        seen.add((key, m))
-                        yield base.replace(max_sched=m)
+                # the family's fields in INPUT_NAMES order, the same in every grid
+                done = seen.setdefault(tuple(family.items()), set())
+                ms = [m for m in values if m not in done]
+                done.update(ms)
+                if ms:
+                    yield base, ms
 
     def describe(self) -> dict[str, Any]:
         """Every input of every grid with its range or fixed value (SPEC CLI ``range``)."""
