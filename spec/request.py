@@ -60,11 +60,6 @@ def budget_bounds(
     return low, min(high, m, cfg.T - cfg.start)
 
 
-def _offered(cfg: Config, m: int, budget: tuple[int, int] | None) -> bool:
-    low, high = budget_bounds(cfg, budget, m)
-    return low <= high
-
-
 @dataclass
 class Batch:
     """Configurations evaluated together: their fields (plain when shared, else arrays), and
@@ -230,20 +225,21 @@ class RequestModel:
     def batches(self) -> Iterator[Batch]:
         """The configurations of the space that are offered some budget, grouped by
         :func:`batch_key`, at most about :data:`BATCH_LANES` table lanes per batch."""
-        groups: dict[tuple[Any, ...], list[tuple[Config, list[int]]]] = {}
+        groups: dict[tuple[Any, ...], list[tuple[Config, list[int], int]]] = {}
         self.unoffered = 0
         for base, ms in self.space.config_families():
-            offered = [m for m in ms if _offered(base, m, self.space.budget)]
+            # budget_bounds at M = m: [low, min(cap, m)], as m <= max(ms)
+            low, cap = budget_bounds(base, self.space.budget, max(ms))
+            offered = [m for m in ms if low <= min(cap, m)]
             self.unoffered += len(ms) - len(offered)  # the range's budgets offer these none
             if offered:
-                groups.setdefault(batch_key(base), []).append((base, offered))
+                groups.setdefault(batch_key(base), []).append((base, offered, cap))
         for families in groups.values():
             batch: list[tuple[Config, list[int]]] = []
             lanes = 0
-            for base, ms in families:
-                end, cap = base.prefill_end, budget_bounds(base, self.space.budget, max(ms))[1]
+            for base, ms, cap in families:
                 for m in ms:
-                    size = end * max(min(cap, m), 1)  # budget_bounds at M = m: min(cap, m)
+                    size = base.prefill_end * max(min(cap, m), 1)
                     if batch and lanes + size > BATCH_LANES:
                         yield family_batch(batch, self.space.budget)
                         batch, lanes = [], 0

@@ -13,12 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from chunkproof.checker.defaults import small_space
 from chunkproof.checker.explorer import NO_WITNESS, VisitedKeys, explore_batch
 from chunkproof.checker.traces import stage_values
-from chunkproof.model.builtin import builtin_policies
+from chunkproof.model.builtin import builtin_policies, get_builtin
 from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.loading import resolve_policy
@@ -171,3 +173,43 @@ def test_the_visited_set_equals_a_python_set(levels: list[list[int]]) -> None:
         seen |= set(fresh.tolist())
     probe = np.arange(0, 400, dtype=np.int64)
     assert visited.contains(probe).tolist() == [k in seen for k in probe.tolist()]
+
+
+@pytest.mark.parametrize("budget", [None, (2, 5)])
+def test_batches_hold_their_configurations(budget: tuple[int, int] | None) -> None:
+    """The explorer's batches (built once per family of configurations that differ in M
+    only) hold, lane by lane, what their configurations say: every field, the encoder items,
+    the budget bounds, c0 and E; and together every offered configuration of the space once
+    (the default grids: encoder items and every further input included)."""
+    policy = get_builtin("vllm-latest")
+    space = Space(small_space(policy).grids, budget)
+    model = RequestModel(policy, space)
+
+    def lanes(value: object, size: int) -> list[int]:
+        return np.broadcast_to(np.asarray(value), (size,)).tolist()
+
+    def own(cfg: Config, name: str) -> int:
+        if name == "speculative":
+            return int(cfg.lookahead >= 1)
+        return int(getattr(cfg, name))
+
+    seen = []
+    for batch in model.batches():
+        configs = list(batch.configs)
+        size = len(configs)
+        for name, value in batch.fields.items():
+            assert lanes(value, size) == [own(cfg, name) for cfg in configs], name
+        for i, pair in enumerate(batch.items):
+            for part, value in enumerate(pair):
+                assert lanes(value, size) == [cfg.items[i][part] for cfg in configs]
+        bounds = [budget_bounds(cfg, budget) for cfg in configs]
+        assert batch.low.tolist() == [low for low, _ in bounds]
+        assert batch.high.tolist() == [high for _, high in bounds]
+        assert batch.start.tolist() == [cfg.start for cfg in configs]
+        assert batch.end.tolist() == [cfg.prefill_end for cfg in configs]
+        seen += configs
+    every = list(space.configs())
+    offered = [c for c in every if budget_bounds(c, budget)[0] <= budget_bounds(c, budget)[1]]
+    assert sorted(map(repr, seen)) == sorted(map(repr, offered))
+    assert model.unoffered == len(every) - len(offered)
+    assert budget is None or model.unoffered > 0
