@@ -186,7 +186,8 @@ def test_batches_hold_their_configurations(budget: tuple[int, int] | None) -> No
     model = RequestModel(policy, space)
 
     def lanes(value: object, size: int) -> list[int]:
-        return np.broadcast_to(np.asarray(value), (size,)).tolist()
+        values: list[int] = np.broadcast_to(np.asarray(value), (size,)).tolist()
+        return values
 
     def own(cfg: Config, name: str) -> int:
         if name == "speculative":
