@@ -220,3 +220,25 @@ def test_lookahead_in_split_keeps_an_end_at_exactly_t_minus_l() -> None:
     leaves it whole) rather than finishing the request."""
     policy = get_builtin("lookahead-in-split")
     assert step(policy, Config(block=2, prompt=4, lookahead=2, max_sched=4), 0, 4).chunk == 2
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["vllm-0.15", "vllm-0.17", "vllm-0.23", "vllm-0.24", "vllm-0.25", "vllm-0.26", "vllm-0.27",
+     "vllm-0.28"],
+)  # fmt: skip
+def test_releases_before_0_29_ignore_internal_checkpoints(name: str) -> None:
+    """Internal prefill checkpoints K arrive in 0.29 (V6): an earlier release refuses K at
+    start-up and its code never reads it, so its built-in step gives the same chunk with K on
+    as off (what ``explore`` reports for the refused configurations)."""
+    policy = get_builtin(name)
+    compared = 0
+    for block, prompt, max_sched in ((4, 13, 3), (4, 16, 8), (8, 21, 5), (8, 40, 16)):
+        off = Config(block=block, prompt=prompt, max_sched=max_sched)
+        on = off.replace(checkpoints=True)
+        assert policy.accepts(on) is not None
+        for c in range(off.prefill_end):
+            for budget in range(1, max_sched + 1):
+                assert step(policy, on, c, budget).chunk == step(policy, off, c, budget).chunk
+                compared += 1
+    assert compared > 300
