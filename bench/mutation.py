@@ -64,10 +64,12 @@ SELECTION = (
     "tests/test_prover.py",
     "tests/test_fidelity.py",
     "tests/test_encoder_fidelity.py::test_encoder_step_matches_real_method",
+    "tests/test_scheduler_step.py",
 )
-"""The tests run on each mutant: the model's own tests, and the fidelity tests against the real
+"""The tests run on each mutant: the model's own tests, the fidelity tests against the real
 release methods (they read the releases from the user cache, which a first run of the test
-suite fills; about 5 minutes per surviving mutant on two cores)."""
+suite fills) and the scheduler step, whose loops the composition table decides; about 5
+minutes per surviving mutant on two cores."""
 QUICK = SELECTION[:7]
 """``--quick``: the model's own tests, without replay, the prover and the fidelity tests (about
 a minute per surviving mutant)."""
