@@ -6,12 +6,15 @@ both engines, which know nothing of each other.
    unrolled 1, 2, 4, 8 steps, a violation at the last state, minimising T, then M and theta.
 2. The minimum is certified for traces of any length: Spacer is asked for a reachable violation
    with a smaller T; unsat proves T minimal.
-3. At that T, with every other symbolic input as the solver found it, the explorer enumerates
-   every M of the range up to the solver's, exhaustively, and returns the smallest M with its
-   BFS-shortest trace, rebuilt by the concrete policy. When that is too large, Spacer finds the
-   smallest M by bisection (each answer holds for traces of any length) and the explorer takes
-   the shortest trace at that one M. If a query times out, the solver's own trace is replayed
-   instead, and the result says which dimensions were minimised within the bounded search only.
+3. At that T, with every other symbolic input as the solver found it except the flags (D, K,
+   S: both values where the cell has both), the explorer enumerates every M of the range up to
+   the solver's, exhaustively, and returns the least counterexample in SPEC C's order (the
+   smallest M, its BFS-shortest trace, then the flags), rebuilt by the concrete policy; so the
+   result does not depend on which model the solver happened to return. When that is too
+   large, Spacer finds the smallest M by bisection (each answer holds for traces of any length)
+   and the explorer takes the shortest trace at that one M. If a query times out, the solver's
+   own trace is replayed instead, and the result says which dimensions were minimised within
+   the bounded search only.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.chc import reachable_violation
 from chunkproof.spec.request import RequestModel, budget_bounds
 from chunkproof.spec.request_symbolic import SymbolicRequest
-from chunkproof.spec.space import Bools, Ints, Junctions, Retentions, Space, Starts, TermSet
+from chunkproof.spec.space import Ints, Junctions, Retentions, Space, Starts, TermSet
 
 DEPTHS = (1, 2, 4, 8)
 EXPLORER_LANES = 30_000_000
@@ -117,7 +120,8 @@ def _explore_at(
 ) -> Counterexample | None:
     """The explorer's minimal counterexample at ``cfg`` over the M values ``ms``, or None when
     that is too large to enumerate."""
-    if not ms or cfg.prefill_end * min(max(ms), cfg.T) * len(ms) > EXPLORER_LANES:
+    flags = 1 << sum(isinstance(value, bool) for value in cfg.to_dict().values())
+    if not ms or cfg.prefill_end * min(max(ms), cfg.T) * len(ms) * flags > EXPLORER_LANES:
         return None
     grid = model.cell.grid.narrowed(_fixed(cfg.to_dict()) | {"max_sched": Ints(_runs(ms))})
     explicit = RequestModel(model.policy, Space((grid,), model.budget), model.window)
@@ -126,14 +130,17 @@ def _explore_at(
 
 
 def _fixed(fields: dict[str, Any]) -> dict[str, Any]:
-    """Value sets fixing every input but M at ``fields``' values."""
+    """Value sets fixing every input but M and the flags at ``fields``' values. The flags
+    (D, K, S) keep the cell's own sets: the explorer then takes the least of them in SPEC C's
+    order, where the solver's model would hold whichever value it happened to find (which
+    differs between processes)."""
     out: dict[str, Any] = {}
     for name, value in fields.items():
-        if name in ("max_sched", "sched_block", "partial_hits", "external"):
+        if name in ("max_sched", "sched_block", "partial_hits", "external") or isinstance(
+            value, bool
+        ):
             continue
-        if isinstance(value, bool):
-            out[name] = Bools((value,))
-        elif name == "start":
+        if name == "start":
             out[name] = Starts((), Ints(((value, value),))) if value else Starts(("0",))
         elif name == "junction":
             out[name] = Junctions((), Ints(((value, value),))) if value else Junctions(("0",))
