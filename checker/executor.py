@@ -10,11 +10,14 @@ bytes and loads them with :func:`safe_loads`, which admits only chunkproof's own
 functions, numpy arrays, syntax tree nodes and a few standard data types. A policy read from a
 user's file travels as what chunkproof built from it, validated syntax trees that only the
 subset interpreter runs (:mod:`chunkproof.model.subset`): a worker never imports or executes
-the user's file, and needs neither it nor vLLM's source, only the same chunkproof installed.
+the user's file, and needs neither it nor vLLM's source, only the same chunkproof installed
+(checked: each task carries the digest of the client's modules, which a worker with other
+modules refuses).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import multiprocessing
@@ -24,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from chunkproof.model.errors import EXIT_UNKNOWN, ChunkproofError
@@ -145,10 +149,32 @@ def safe_loads(data: bytes) -> Any:
 
 
 _LOADED: dict[str, tuple[Any, ...]] = {}
+PACKAGES = ("", "model", "spec", "proofs", "checker")
+"""chunkproof's packages, as folders of its root (pyproject.toml)."""
 
 
-def _run_remote(function: Callable[..., Any], digest: str, shared: bytes, item: bytes) -> Any:
-    """On a Dask worker: ``function(*shared, item)``, ``shared`` loaded once per run."""
+@functools.cache
+def build() -> str:
+    """A digest of chunkproof's own modules (their paths and contents): a worker computes the
+    engines' results with the client's code only if its digest is the client's."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for package in PACKAGES:
+        for path in sorted((root / package).glob("*.py")):
+            digest.update(f"{package}/{path.name}".encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _run_remote(
+    function: Callable[..., Any], client_build: str, digest: str, shared: bytes, item: bytes
+) -> Any:
+    """On a Dask worker: ``function(*shared, item)``, ``shared`` loaded once per run; refused
+    when the worker's chunkproof is not the client's (:func:`build`)."""
+    if client_build != build():
+        raise ExecutorError(
+            "a Dask worker runs another chunkproof than this one (its modules differ): "
+            "install the same chunkproof on every worker"
+        )
     loaded = _LOADED.get(digest)
     if loaded is None:
         loaded = _LOADED[digest] = safe_loads(shared)
@@ -185,7 +211,14 @@ class DaskExecutor:
         (stored,) = self.client.scatter([payload], broadcast=True, hash=False)
         futures = [
             self.client.submit(
-                _run_remote, function, digest, stored, _dumps(item), pure=False, retries=0
+                _run_remote,
+                function,
+                build(),
+                digest,
+                stored,
+                _dumps(item),
+                pure=False,
+                retries=0,
             )
             for item in items
         ]

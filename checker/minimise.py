@@ -3,10 +3,12 @@ T, the explorer minimises M and the trace at that T (SPEC C). This orchestration
 both engines, which know nothing of each other.
 
 1. Bounded search (:func:`chunkproof.proofs.bounded.bounded_search`): the transition relation
-   unrolled 1, 2, 4, 8 steps, a violation at the last state, minimising T, then M and theta.
+   unrolled 1, 2, 4, 8 steps, a violation at the last state, minimising the cell's inputs in
+   SPEC C's order (T, L, M, then the other fields: :func:`_objectives`), so no
+   input is left to whichever model the solver returns.
 2. The minimum is certified for traces of any length: Spacer is asked for a reachable violation
    with a smaller T; unsat proves T minimal.
-3. At that T, with every other symbolic input as the solver found it except the flags (D, K,
+3. At that T, with every other symbolic input at the solver's minimum except the flags (D, K,
    S: both values where the cell has both), the explorer enumerates every M of the range up to
    the solver's, exhaustively, and returns the least counterexample in SPEC C's order (the
    smallest M, its BFS-shortest trace, then the flags), rebuilt by the concrete policy; so the
@@ -19,6 +21,7 @@ both engines, which know nothing of each other.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import z3
@@ -54,8 +57,7 @@ def minimal_for_cell(
     found: SolverTrace | None = None
     certified = "unknown"
     for depth in DEPTHS:
-        objectives = [t for t in (v.tokens, v.max_sched, v.threshold) if z3.is_expr(t)]
-        result = bounded_search(model, pid, depth, objectives, timeout_ms)
+        result = bounded_search(model, pid, depth, _objectives(model), timeout_ms)
         if result == "unknown":
             return None, f"the bounded search at depth {depth} timed out"
         if isinstance(result, SolverTrace):
@@ -70,8 +72,8 @@ def minimal_for_cell(
     how = (
         "in its cell, T is the minimum over traces of any length (Spacer: no smaller T violates)"
         if certified == "unsat"
-        else f"T is the minimum over traces of up to {found.depth} steps (Spacer: {certified})"
-    )
+        else f"T is the minimum over traces of {_steps(found.depth)} (Spacer: {certified})"
+    ) + f"; L and the inputs after M are the least at that T in {_steps(found.depth)}"
     ms = [m for m in _max_sched_values(model, cfg) if m <= cfg.max_sched]
     cx = _explore_at(model, pid, cfg, ms)
     if cx is not None:
@@ -85,8 +87,28 @@ def minimal_for_cell(
                 "that M (explorer)"
             )
     return _replayed(model, pid, cfg, found), (
-        how + f"; M and the trace length are minimal within {found.depth} steps only"
+        how + f"; M and the trace length are minimal in {_steps(found.depth)} only"
     )
+
+
+def _objectives(model: SymbolicRequest) -> list[Any]:
+    """The cell's integer inputs in SPEC C's order of minimisation: T, L, M (B is a cell
+    input), then the other configuration fields in their order, each encoder item's start and
+    length at the items' place. Minimised in this order, they leave the solver no choice, so
+    a counterexample does not depend on which model it happens to return."""
+    v = model.view
+    first = ("tokens", "lookahead", "max_sched")
+    terms = [getattr(v, name) for name in first]
+    for field in dataclasses.fields(Config):
+        if field.name == "items":
+            terms += [part for item in v.mm_items for part in (item.start, item.length)]
+        elif field.name in model.symbols and field.name not in first:
+            terms.append(getattr(v, field.name))
+    return [t for t in terms if z3.is_arith(t) and not z3.is_int_value(t)]
+
+
+def _steps(depth: int) -> str:
+    return "1 step" if depth == 1 else f"up to {depth} steps"
 
 
 def _value(trace: SolverTrace, term: Any) -> int:

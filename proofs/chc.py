@@ -57,30 +57,40 @@ def reachable_violation(
 def _attempt(
     model: SymbolicModel, pid: str, extra: Any, seed: int, timeout_ms: int
 ) -> tuple[str, Invariant | None]:
-    params = model.parameters
-    state, following, action = model.state("s"), model.state("s_next"), model.action("a")
-    sorts = [v.sort() for v in state] + [p.sort() for p in params]
-    reach = z3.Function("Reach", *sorts, z3.BoolSort())
-    fp = z3.Fixedpoint()
+    """One Spacer run, on a copy of the query in a fresh Z3 context: Spacer's path (and so its
+    run time and its invariant) depends on the order of the context's terms, so a query built
+    in the main context answers differently after whatever the process solved before."""
+    ctx = z3.Context()
+
+    def fresh(term: Any) -> Any:
+        return term.translate(ctx) if z3.is_expr(term) else z3.BoolVal(term, ctx)
+
+    params = [fresh(p) for p in model.parameters]
+    main_state, main_action = model.state("s"), model.action("a")
+    state, action = [fresh(v) for v in main_state], [fresh(v) for v in main_action]
+    following = [fresh(v) for v in model.state("s_next")]
+    reach = z3.Function("Reach", *[v.sort() for v in state + params], z3.BoolSort(ctx))
+    fp = z3.Fixedpoint(ctx=ctx)
     fp.set(engine="spacer", timeout=timeout_ms)
     fp.set("spacer.random_seed", seed)
     fp.register_relation(reach)
     fp.declare_var(*state, *following, *action, *params)
-    nxt = model.next(state, action)
-    moves = [model.guard(state, action), model.follows(state, action)]
-    fp.rule(reach(*state, *params), [model.constraint, model.init(state), extra])
+    nxt = [fresh(n) for n in model.next(main_state, main_action)]
+    guard = fresh(model.guard(main_state, main_action))
+    moves = [guard, fresh(model.follows(main_state, main_action))]
+    initial = [fresh(model.constraint), fresh(model.init(main_state)), fresh(extra)]
+    fp.rule(reach(*state, *params), initial)
     fp.rule(
         reach(*following, *params),
         [reach(*state, *params), *moves, *[f == n for f, n in zip(following, nxt, strict=True)]],
     )
-    query = z3.And(
-        reach(*state, *params), model.guard(state, action), model.violation(pid, state, action)
-    )
+    violation = fresh(model.violation(pid, main_state, main_action))
+    query = z3.And(reach(*state, *params), guard, violation)
     try:
         answer = fp.query(query)
     except z3.Z3Exception:  # Spacer reports its timeout as "canceled"
         return "unknown", None
     if answer == z3.unsat:
-        cover = fp.get_cover_delta(-1, reach)
-        return "unsat", lambda s: z3.substitute_vars(cover, *s, *params)
+        cover = fp.get_cover_delta(-1, reach).translate(z3.main_ctx())
+        return "unsat", lambda s: z3.substitute_vars(cover, *s, *model.parameters)
     return str(answer), None

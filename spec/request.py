@@ -56,8 +56,15 @@ def budget_bounds(
     range's ``--budget``); high is capped at T - c0 (module docstring). With ``max_sched``,
     for ``cfg`` at that M instead of its own."""
     m = cfg.max_sched if max_sched is None else max_sched
-    low, high = budget if budget is not None else (1, m)
-    return low, min(high, m, cfg.T - cfg.start)
+    low = budget[0] if budget is not None else 1
+    return low, int(highest_budget(m, cfg.T, cfg.start, budget))
+
+
+def highest_budget(max_sched: Any, tokens: Any, start: Any, budget: tuple[int, int] | None) -> Any:
+    """The high end of :func:`budget_bounds`: min(M, T - c0, the top of ``--budget``), for
+    plain integers or elementwise over a batch's arrays."""
+    high = np.minimum(max_sched, tokens - start)
+    return high if budget is None else np.minimum(high, budget[1])
 
 
 @dataclass
@@ -170,15 +177,12 @@ def family_batch(
         np.broadcast_to(np.asarray(fields[name], dtype=np.int64), ms.shape)
         for name in ("tokens", "start", "prompt")
     )
-    low, top = budget if budget is not None else (1, None)
-    high = np.minimum(ms, tokens - start)  # budget_bounds, over the batch
-    if top is not None:
-        high = np.minimum(high, top)
+    low = budget[0] if budget is not None else 1
     return Batch(
         FamilyConfigs(bases, owner, ms),
         fields,
         np.full(len(ms), low, dtype=np.int64),
-        high,
+        highest_budget(ms, tokens, start, budget),
         start.copy(),
         np.maximum(prompt, tokens - 1),  # prefill_end
         items,

@@ -174,3 +174,18 @@ def test_an_os_error_inside_a_task_is_named_as_the_tasks() -> None:
     with pytest.raises(executor.ExecutorError, match="a task failed on a Dask worker") as caught:
         list(executor.DaskExecutor(Client()).map(len, (), [1]))
     assert "Permission denied" in str(caught.value) and caught.value.exit_code == 3
+
+
+def test_a_worker_with_other_chunkproof_modules_refuses_its_tasks(
+    scheduler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task carries the digest of the client's chunkproof modules; a worker whose own
+    modules differ (another version, an edited checkout) refuses it: one line, exit 3, no
+    result computed by other code."""
+    address = "tcp://" + scheduler.removeprefix(executor.DASK_PREFIX)
+    with distributed.Client(address) as client:
+        assert list(executor.DaskExecutor(client).map(len, (), ["ab", "c"])) == [2, 1]
+        monkeypatch.setattr(executor, "build", lambda: "another build")
+        with pytest.raises(executor.ExecutorError, match="another chunkproof") as caught:
+            list(executor.DaskExecutor(client).map(len, (), ["ab"]))
+    assert caught.value.exit_code == 3

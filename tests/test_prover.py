@@ -423,6 +423,22 @@ def test_cli_vllm_033_minimal_livelock(cli: Cli, tmp_path: Path) -> None:
     assert replay.json()["reproduces"] is True
 
 
+def test_the_counterexample_takes_the_least_lookahead_at_the_least_prompt(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """SPEC C orders T, B, L, M: over L in 2-40, vllm-0.33's P4 counterexample of T=5 has
+    L=2 (a bounded search minimising T, M and theta only returned L=4, whichever its model
+    held), and its summary says how far the minimum of L is searched."""
+    run = cli(
+        "prove", "vllm-0.33", "--block", "4", "--prompt", "1-40", "--lookahead", "2-40",
+        "--max-sched", "1-64", "--property", "P4", "--json", "--out", str(tmp_path),
+    )  # fmt: skip
+    (verdict,) = run.json()["verdicts"]
+    cx = Counterexample.load(Path(verdict["counterexample"]))
+    assert (cx.config.tokens, cx.config.lookahead, cx.config.max_sched) == (5, 2, 4)
+    assert "L and the inputs after M are the least at that T" in verdict["summary"]
+
+
 def test_minimality_across_cells_is_claimed_only_when_searched(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
