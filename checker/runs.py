@@ -28,7 +28,6 @@ from chunkproof.checker.report import (
 )
 from chunkproof.checker.search import explore
 from chunkproof.model.counterexample import Counterexample
-from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.proofs import prover
 from chunkproof.spec.properties import WINDOW_FORMS
@@ -151,7 +150,6 @@ def prove_space(
     make = CellModel(policy, space.budget, run.window)
     settings = prover.Settings(make, CertificateName(space.grids), run.timeout_ms, certificates)
     results = prover.prove_range(settings, found, pids, as_executor(run.jobs).map, tick)
-    _check_certificates(results)
     proved_at = time.monotonic()
     empty_cells = {id(v.cell) for v in results if v.status == prover.EMPTY}
     verdicts = []
@@ -172,17 +170,6 @@ def prove_space(
         "seconds_minimising": round(verdicts_at - proved_at, 3),
     }
     return verdicts, info
-
-
-def _check_certificates(results: list[prover.CellVerdict]) -> None:
-    """Every certificate the workers wrote is on this machine (a remote Dask worker writes to
-    its own disk unless ``--out`` is on a filesystem they share)."""
-    missing = [v.certificate for v in results if v.certificate and not Path(v.certificate).exists()]
-    if missing:
-        raise ChunkproofError(
-            f"the workers wrote {len(missing)} certificates this machine cannot read (e.g. "
-            f"{missing[0]}): put --out on a filesystem the Dask workers share"
-        )
 
 
 def _scratch() -> Path:

@@ -56,6 +56,16 @@ def _lanes(*values: Value) -> bool:
     return True
 
 
+def _magnitude(value: Value) -> int:
+    """The largest magnitude among ``value``'s lanes (a bound for a product's: when the bounds'
+    product stays below :data:`LIMIT`, no lane's product can leave it)."""
+    if not _is_array(value):
+        return abs(int(value))
+    if not value.size:
+        return 0
+    return max(abs(int(value.max())), abs(int(value.min())))
+
+
 class NumpyDomain(FoldingLogic):
     """Lane-wise integer/boolean operations on NumPy arrays and Python scalars; records the
     lanes that crash (SPEC P0) in :attr:`crashed`."""
@@ -63,16 +73,20 @@ class NumpyDomain(FoldingLogic):
     def __init__(self) -> None:
         self.crashed: Value = False
         self.where: str | None = None
+        self._judged: tuple[Value, bool | None] = (None, None)
+        """The last array :meth:`truth` judged, and its answer: the interpreter asks about
+        the same live-lane mask before every statement (arrays are never changed in place)."""
 
     def truth(self, cond: Value) -> bool | None:
         if isinstance(cond, (bool, np.bool_)):
             return bool(cond)
         if _is_array(cond):
-            if cond.all():
-                return True
-            if not cond.any():
-                return False
-            return None
+            if cond is self._judged[0]:
+                return self._judged[1]
+            held = np.count_nonzero(cond)
+            answer = True if held == cond.size else (False if held == 0 else None)
+            self._judged = (cond, answer)
+            return answer
         return bool(cond)
 
     def number(self, value: Value) -> bool:
@@ -97,7 +111,7 @@ class NumpyDomain(FoldingLogic):
             # Lanes that are not live may divide by zero; their values are never selected.
             with np.errstate(divide="ignore", invalid="ignore"):
                 return _OPS[op](left, right)
-        if op == "*" and arrays:
+        if op == "*" and arrays and _magnitude(left) * _magnitude(right) >= LIMIT:
             bound = np.abs(np.asarray(left, dtype=np.float64)) * np.abs(
                 np.asarray(right, dtype=np.float64)
             )

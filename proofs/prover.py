@@ -17,11 +17,14 @@ For each cell and property, in order:
 
 Every PROVED verdict has its invariant written as an SMT-LIB certificate and re-checked by a
 fresh solver (initiation, consecution, safety) before it is reported. A solver timeout is
-UNKNOWN.
+UNKNOWN. A task proves in a scratch folder of the machine it runs on and returns its
+certificates' text, which :func:`prove_range` writes where the run keeps them: a worker on
+another machine needs no filesystem shared with the caller.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -54,6 +57,9 @@ class CellVerdict:
     seconds: float
     detail: str = ""
     certificate: str | None = None
+    certificate_text: str | None = None
+    """The certificate's contents, from a task (:func:`prove_task`), until the caller writes
+    them at ``certificate``."""
 
 
 def _certify(
@@ -145,15 +151,21 @@ executors); ``shared`` goes once to each worker."""
 
 
 def prove_task(settings: Settings, task: tuple[Any, tuple[str, ...]]) -> list[CellVerdict]:
-    """Every property of one cell, on one model (its translation is shared)."""
+    """Every property of one cell, on one model (its translation is shared), its certificates
+    written and re-checked in a scratch folder of this machine and returned as text (module
+    docstring)."""
     cell, pids = task
     model = settings.make_model(cell)
-    return [
-        prove_cell(
-            model, cell, pid, settings.timeout_ms, settings.certificates / settings.name(cell, pid)
-        )
-        for pid in pids
-    ]
+    verdicts = []
+    with tempfile.TemporaryDirectory(prefix="chunkproof-cell-") as scratch:
+        for pid in pids:
+            name = settings.name(cell, pid)
+            verdict = prove_cell(model, cell, pid, settings.timeout_ms, Path(scratch) / name)
+            if verdict.certificate is not None:
+                verdict.certificate_text = Path(verdict.certificate).read_text()
+                verdict.certificate = str(settings.certificates / name)
+            verdicts.append(verdict)
+    return verdicts
 
 
 def prove_range(
@@ -163,10 +175,15 @@ def prove_range(
     run: TaskMap,
     tick: Callable[[int, int], None] | None = None,
 ) -> list[CellVerdict]:
-    """Every (cell, property), one task per cell, the tasks run by ``run``."""
+    """Every (cell, property), one task per cell, the tasks run by ``run``; each certificate
+    written (atomically) in ``settings.certificates``."""
     tasks = [(c, pids) for c in cells]
     verdicts: list[CellVerdict] = []
     for done, found in enumerate(run(prove_task, (settings,), tasks), 1):
+        for verdict in found:
+            if verdict.certificate is not None and verdict.certificate_text is not None:
+                certificate.atomic_write(Path(verdict.certificate), verdict.certificate_text)
+                verdict.certificate_text = None
         verdicts.extend(found)
         if tick:
             tick(done, len(tasks))

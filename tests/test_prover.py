@@ -170,6 +170,31 @@ def proved(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     return Path(verdict.certificate)
 
 
+def test_a_task_returns_its_certificates_and_the_caller_writes_them(tmp_path: Path) -> None:
+    """A prover task (on a worker, maybe of another machine) proves in a scratch folder of its
+    own and returns each certificate's text: it writes nothing where the run keeps them;
+    prove_range writes the text there, and the file re-checks."""
+    name, texts, pid = SPACER
+    (cell,) = cells(Space((grid_from(texts),)))
+    folder = tmp_path / "certificates"
+    settings = prover.Settings(
+        lambda c: SymbolicRequest(get_builtin(name), c, None),
+        lambda c, p: f"{p}.smt2",
+        TIMEOUT_MS,
+        folder,
+    )
+    (returned,) = prover.prove_task(settings, (cell, (pid,)))
+    assert returned.status == PROVED and not folder.exists()
+    assert returned.certificate == str(folder / f"{pid}.smt2")
+    assert returned.certificate_text and returned.certificate_text.startswith("; chunkproof")
+    folder.mkdir()
+    (written,) = prover.prove_range(settings, [cell], (pid,), lambda f, shared, tasks: (
+        f(*shared, task) for task in tasks
+    ))  # fmt: skip
+    assert written.certificate_text is None and written.certificate is not None
+    assert certificate.holds(certificate.recheck(Path(written.certificate), TIMEOUT_MS))
+
+
 def test_certificate_rechecks(proved: Path) -> None:
     assert proved.is_file()
     results = certificate.recheck(proved, TIMEOUT_MS)
