@@ -1049,6 +1049,12 @@ def _cmd_system(args: argparse.Namespace) -> int:
         f"{info['states']} global states"
         f"{'' if info['symmetry'] else ' (no symmetry reduction)'} in {info['seconds']} s"
     )
+    if info["left_out"]:
+        print(
+            f"left out: {info['left_out']} set(s) of {info['requests']} requests in "
+            "which two or more requests carry encoder items (vLLM shares the encoder cache and "
+            "budget between them; the model gives each request its own)"
+        )
     print()
     for v in verdicts:
         count = f"  {v.violating} of {v.instances} instances" if v.status == VIOLATED else ""

@@ -121,8 +121,9 @@ def _witness(explored: Explored, transition: int) -> Witness:
 
 
 def _set_count(policy: Policy, configs: list[Config], k: int) -> int:
-    """How many instances :func:`request_sets` would build: multisets of k accepted
-    configurations sharing the engine's settings, counted per settings without building them."""
+    """How many multisets of k accepted configurations share the engine's settings, counted per
+    settings without building them: the instances :func:`request_sets` builds, and those it
+    leaves out because two or more of their requests carry encoder items."""
     groups = Counter(engine_settings(cfg) for cfg in configs if policy.accepts(cfg) is None)
     return sum(math.comb(size + k - 1, k) for size in groups.values())
 
@@ -203,6 +204,7 @@ def explore_system(
         "symmetry": symmetry,
         "request_configurations": len(configs),
         "instances": len(sets),
+        "left_out": count - len(sets),
         "states": states,
         "seconds": round(time.monotonic() - started, 3),
     }

@@ -7,7 +7,11 @@
   They share the engine's settings: every field but the per-request ones
   (:data:`REQUEST_FIELDS`: prompt, tokens, hits, junction, encoder items) is equal, and M =
   ``max_sched`` is the step's ``max_num_batched_tokens``. ``max_seqs`` is
-  ``max_num_seqs``, the most requests the running list holds.
+  ``max_num_seqs``, the most requests the running list holds. At most one request of an
+  instance carries encoder items (:func:`encoder_exact`): a request's encoder cache and
+  compute budget are its own here (its stages' state is a function of its c), which is vLLM's
+  step exactly when no other request uses them; vLLM shares both between requests, which the
+  model does not have, so instances with two such requests are left out (and counted).
 * State: vLLM's two lists, each in its order, then the finished requests: a row holds, per
   position, (label, phase, c), label the request's index in the instance, phase
   :data:`RUNNING`, :data:`WAITING` or :data:`FINISHED`, c its computed tokens. A request is
@@ -53,6 +57,7 @@ labels are kept and the finished requests sorted by label; the verdicts are the 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -100,19 +105,60 @@ FIELDS = 3
 
 
 def engine_settings(cfg: Config) -> tuple[object, ...]:
-    """The fields of ``cfg`` every request of an instance shares (not :data:`REQUEST_FIELDS`)."""
-    return tuple(v for k, v in cfg.to_dict().items() if k not in REQUEST_FIELDS)
+    """The fields of ``cfg`` every request of an instance shares (not :data:`REQUEST_FIELDS`),
+    as given (the encoder sizes too: 0 is vLLM's own size, whether or not ``cfg`` carries
+    items)."""
+    return tuple(
+        getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in REQUEST_FIELDS
+    )
+
+
+def encoder_exact(group: Sequence[Config]) -> bool:
+    """Whether the model's step is vLLM's for ``group`` as far as the encoder goes: at most one
+    request carries encoder items (module docstring)."""
+    return sum(1 for cfg in group if cfg.items) <= 1
 
 
 def request_sets(policy: Policy, configs: Sequence[Config], k: int) -> list[tuple[Config, ...]]:
-    """Every multiset of ``k`` of ``configs`` that one engine can run: the requests share the
-    engine's settings and ``policy`` accepts each of them (SPEC S1b)."""
+    """Every multiset of ``k`` of ``configs`` that one engine can run and the model covers: the
+    requests share the engine's settings, ``policy`` accepts each of them (SPEC S1b) and at
+    most one carries encoder items (:func:`encoder_exact`)."""
     accepted = [cfg for cfg in configs if policy.accepts(cfg) is None]
     return [
         group
         for group in itertools.combinations_with_replacement(accepted, k)
-        if len({engine_settings(cfg) for cfg in group}) == 1
+        if len({engine_settings(cfg) for cfg in group}) == 1 and encoder_exact(group)
     ]
+
+
+@dataclass
+class RequestRows:
+    """The requests of a batch's instances, row ``instance * k + label``, in parts that each
+    agree on :func:`batch_key` (a request with encoder items and one without cannot share a
+    :class:`Batch`: its items are a tuple of one length): row r is entry ``local[r]`` of
+    ``parts[part[r]]``; ``start`` and ``end`` are c0 and E per row."""
+
+    parts: list[Batch]
+    part: np.ndarray
+    local: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    @classmethod
+    def of(cls, configs: Sequence[Config]) -> RequestRows:
+        keys = [batch_key(cfg) for cfg in configs]
+        order = list(dict.fromkeys(keys))
+        part = np.array([order.index(key) for key in keys], dtype=np.int64)
+        local = np.zeros(len(configs), dtype=np.int64)
+        start, end = np.zeros_like(local), np.zeros_like(local)
+        parts = []
+        for index in range(len(order)):
+            rows = np.flatnonzero(part == index)
+            batch = make_batch([configs[int(r)] for r in rows], None)
+            local[rows] = np.arange(len(rows))
+            start[rows], end[rows] = batch.start, batch.end
+            parts.append(batch)
+        return cls(parts, part, local, start, end)
 
 
 @dataclass
@@ -124,7 +170,7 @@ class SchedulerBatch:
 
     instances: list[tuple[Config, ...]]
     k: int
-    requests: Batch
+    requests: RequestRows
     klass: np.ndarray
     whole: np.ndarray
     theta: np.ndarray
@@ -140,7 +186,7 @@ class SchedulerBatch:
 
 
 def make_scheduler_batch(instances: list[tuple[Config, ...]]) -> SchedulerBatch:
-    """A batch of ``instances`` (of one size k, their requests agreeing on :func:`batch_key`)."""
+    """A batch of ``instances`` (of one size k, sharing the engine's settings)."""
     k = len(instances[0])
     flat = [cfg for group in instances for cfg in group]
     klass = np.array([group.index(cfg) for group in instances for cfg in group], dtype=np.int64)
@@ -149,7 +195,7 @@ def make_scheduler_batch(instances: list[tuple[Config, ...]]) -> SchedulerBatch:
     radix = max(cfg.tokens for cfg in flat) + 1
     if len(instances) * (k * len(PHASE_NAMES) * radix) ** k >= 1 << 62:
         raise ConfigError("scheduler step: too many instances or tokens for an int64 key")
-    return SchedulerBatch(instances, k, make_batch(flat, None), klass, whole, theta, radix)
+    return SchedulerBatch(instances, k, RequestRows.of(flat), klass, whole, theta, radix)
 
 
 @dataclass
@@ -184,11 +230,12 @@ class SchedulerStepModel:
         return int(self.policy.composition[1:]) >= 9
 
     def batches(self) -> Iterator[SchedulerBatch]:
-        """The instances, grouped by size and :func:`batch_key`, at most
-        :data:`BATCH_INSTANCES` per batch."""
+        """The instances, grouped by size and their requests' :func:`batch_key` values, at
+        most :data:`BATCH_INSTANCES` per batch."""
         groups: dict[tuple[object, ...], list[tuple[Config, ...]]] = {}
         for group in self.instances:
-            groups.setdefault((len(group), batch_key(group[0])), []).append(group)
+            keys = tuple(sorted({batch_key(cfg) for cfg in group}))
+            groups.setdefault((len(group), keys), []).append(group)
         for same in groups.values():
             for first in range(0, len(same), BATCH_INSTANCES):
                 yield make_scheduler_batch(same[first : first + BATCH_INSTANCES])
@@ -248,21 +295,30 @@ class SchedulerStepModel:
         """The policy's stages for the requests ``rows`` at (c, budget) (SPEC S3), ``budget``
         the budget left capped by theta_eff (:meth:`Lanes.offer`: the cap stage is then
         min(T - c, theta_eff, left), history note 6)."""
-        size = len(rows)
-        if not size:
-            empty = np.zeros(0, dtype=np.int64)
-            return Stages(empty, empty, np.zeros(0, dtype=bool))
-        values = vectorised_stages(self.policy, batch.requests.view(rows), c, budget)
-        record = {
-            name: np.broadcast_to(np.asarray(values[name], dtype=np.int64), (size,))
-            for name in (*stage_order(self.policy), "chunk")
-        }
-        unsafe = np.broadcast_to(np.asarray(values["crashed"], dtype=bool), (size,)).copy()
-        previous = budget
-        for name in stage_order(self.policy):
-            unsafe |= (record[name] < 0) | (record[name] > previous)
-            previous = record[name]
-        return Stages(record["chunk"], record["split"], unsafe)
+        requests = batch.requests
+        got = Stages(*(np.zeros(len(rows), dtype=t) for t in (np.int64, np.int64, bool)))
+        for index, part in enumerate(requests.parts):
+            mine = np.flatnonzero(requests.part[rows] == index)
+            if not len(mine):
+                continue
+            view = part.view(requests.local[rows[mine]])
+            values = vectorised_stages(self.policy, view, c[mine], budget[mine])
+            record = {
+                name: np.broadcast_to(np.asarray(values[name], dtype=np.int64), (len(mine),))
+                for name in (*stage_order(self.policy), "chunk")
+            }
+            unsafe = np.broadcast_to(np.asarray(values["crashed"], dtype=bool), (len(mine),))
+            unsafe = unsafe.copy()
+            previous = budget[mine]
+            for name in stage_order(self.policy):
+                unsafe |= (record[name] < 0) | (record[name] > previous)
+                previous = record[name]
+            got.chunk[mine], got.split[mine], got.unsafe[mine] = (
+                record["chunk"],
+                record["split"],
+                unsafe,
+            )
+        return got
 
     def step(
         self, batch: SchedulerBatch, states: np.ndarray, source: np.ndarray, budget: np.ndarray
@@ -440,13 +496,17 @@ def _subset(got: Stages, mask: np.ndarray) -> Stages:
 
 
 def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:
-    """An instance the model covers: its requests share the engine's settings and one
-    :func:`batch_key`; under C8-C9 a threshold needs the release's per-step cap (a cap the
-    model does not know could read the eligible requests in any way)."""
+    """An instance the model covers: its requests share the engine's settings and at most one
+    carries encoder items (:func:`encoder_exact`); under C8-C9 a threshold needs the
+    release's per-step cap (a cap the model does not know could read the eligible requests in
+    any way)."""
     if len({engine_settings(cfg) for cfg in group}) != 1:
         raise ConfigError("scheduler step: the requests of an instance must share the engine")
-    if len({batch_key(cfg) for cfg in group}) != 1:
-        raise ConfigError("scheduler step: the requests must carry as many encoder items")
+    if not encoder_exact(group):
+        raise ConfigError(
+            "scheduler step: at most one request of an instance may carry encoder items (the "
+            "model gives each request its own encoder cache and budget; vLLM shares them)"
+        )
     if group[0].threshold > 0:
         check_threshold_cap(policy)
 

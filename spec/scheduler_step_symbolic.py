@@ -10,7 +10,10 @@ requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicMo
   (:data:`~chunkproof.spec.scheduler_step.REQUEST_FIELDS`: prompt, tokens, start, junction,
   items, ...) are its own Z3 constants, each request within the cell's grid and accepted by
   the release (SPEC S1b). Every configuration counts, the degenerate region of SPEC CLI too,
-  as in the explicit model. The K requests share the cell's grid and item pattern.
+  as in the explicit model. The K requests share the cell's grid and item pattern, which
+  must have no encoder items: K requests carrying items would each have their own encoder
+  cache and budget, which vLLM shares
+  (:func:`~chunkproof.spec.scheduler_step.encoder_exact`).
 * Policy: one :class:`~chunkproof.spec.request_symbolic.SymbolicRequest` translates the policy
   once; request i's stages are that translation with its constants renamed. The request at a
   position of a list is the one whose rank is that position: its inputs are chosen among the
@@ -102,6 +105,8 @@ class SymbolicSchedulerStep:
     def __init__(self, policy: Policy, cell: Cell, k: int, max_seqs: int = MAX_SEQS) -> None:
         if k not in SYMBOLIC_REQUESTS:
             raise ConfigError(f"the symbolic scheduler step covers {SYMBOLIC_REQUESTS} requests")
+        if cell.layout:
+            raise ConfigError("the symbolic scheduler step covers requests without encoder items")
         self.policy, self.cell, self.k, self.max_seqs = policy, cell, k, max_seqs
         self.properties = SCHEDULER_PROPERTIES
         self.skips = SchedulerStepModel(policy, ()).skips

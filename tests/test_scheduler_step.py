@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from chunkproof.checker.abstraction import check_abstraction
 from chunkproof.checker.defaults import system_space
 from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
 from chunkproof.model.builtin import get_builtin
-from chunkproof.model.config import Config
+from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
@@ -320,6 +321,51 @@ def test_system_command_without_the_break_has_no_hol(cli: Cli) -> None:
     assert run.code == 0, run.out
     statuses = {v["property"]: v["status"] for v in run.json()["verdicts"]}
     assert set(statuses.values()) == {"PROVED"}
+
+
+ITEMS_RANGE = ["--block", "4", "--lookahead", "0", "--drop", "off", "--prompt", "16",
+               "--max-sched", "6", "--items", "none;1+4,6+4"]  # fmt: skip
+"""#40707's request (two images the encoder cache holds one at a time) and a text request."""
+
+
+@pytest.mark.parametrize(("name", "live"), [("vllm-0.27", "VIOLATED"), ("vllm-0.28", "PROVED")])
+def test_a_request_with_encoder_items_runs_beside_a_text_request(
+    cli: Cli, tmp_path: Path, name: str, live: str
+) -> None:
+    """An instance mixes a request with encoder items and one without: #40707's livelock on
+    0.27 with a text request beside it (which finishes; the image request stays at c=4), gone
+    on 0.28, and the file replays. The set of two image requests is left out and counted:
+    the model gives each request its own encoder cache and budget, which vLLM shares."""
+    run = cli("system", name, *ITEMS_RANGE, "--json", "--out", str(tmp_path))
+    document = run.json()
+    assert (document["explored"]["instances"], document["explored"]["left_out"]) == (2, 1)
+    verdicts = {v["property"]: v for v in document["verdicts"]}
+    assert verdicts["S-LIVE"]["status"] == live
+    if live == "VIOLATED":
+        assert verdicts["S-LIVE"]["example"] == (
+            "#0: T=16 B=4 L=0 M=6; #1: T=16 B=4 L=0 M=6 items=1+4,6+4"
+        )
+        assert verdicts["S-LIVE"]["trace"][-1].startswith("running [#1(T=16, c=4)]; waiting []")
+        replay = cli("replay", verdicts["S-LIVE"]["counterexample"], "--json")
+        assert replay.code == 0 and replay.json()["reproduces"] is True
+
+
+def test_two_requests_with_encoder_items_are_not_an_instance() -> None:
+    """The explicit model refuses them, the symbolic one a cell with items; --prove leaves
+    such cells out and says so."""
+    item = Config(block=4, prompt=16, max_sched=6, items=Items(((1, 4), (6, 4))))
+    text = Config(block=4, prompt=16, max_sched=6)
+    policy = get_builtin("vllm-0.27")
+    SchedulerStepModel(policy, [(item, text)])
+    with pytest.raises(ConfigError, match="at most one request of an instance may carry"):
+        SchedulerStepModel(policy, [(item, item)])
+    assert request_sets(policy, [item, text], 2) == [(item, text), (text, text)]
+
+
+def test_prove_leaves_out_cells_whose_requests_carry_items(cli: Cli) -> None:
+    run = cli("system", "vllm-0.27", *ITEMS_RANGE, "--prove", "--depth", "1")
+    assert "left out: 1 cell(s) whose requests all carry encoder items" in run.out
+    assert "1 of 2 cells hold requests" in run.out
 
 
 def test_system_command_refuses_what_it_cannot_check(cli: Cli) -> None:
