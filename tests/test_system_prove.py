@@ -185,7 +185,7 @@ def test_spacer_proves_p0_with_a_certificate_and_is_killed_at_its_timeout(tmp_pa
     killed at the timeout, and changes nothing where the bounded search found a violation."""
     with run_folder(tmp_path) as out:
         proofs, info = prove_system(
-            get_builtin("vllm-0.33"), space_of(HOL_RANGE), 2, 4, timeout_ms=20_000, out=out,
+            get_builtin("vllm-0.33"), space_of(HOL_RANGE), 2, 4, timeout_ms=30_000, out=out,
             unbounded=True,
         )  # fmt: skip
     status = {p.property: p.status for p in proofs}
