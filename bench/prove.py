@@ -16,6 +16,9 @@ Measured (wall-clock seconds, ``time.perf_counter``), for one built-in policy (d
     M 1-8): explorer and prover verdicts for the same properties, which must agree, and the
     ratio prover seconds / explorer seconds (> 1: the prover is slower on a range the explorer
     can enumerate; the prover's point is the ranges the explorer cannot).
+(d) The minimal counterexample of vllm-0.33's livelock (P1, L = 3, D off) on the production
+    cells B = 16, 528 and 4416: the seconds spent minimising, and the counterexample's T and M
+    (the least M is 3 at every B). Target (issue 12): under 0.5 s each.
 
     python bench/prove.py [--policy vllm-latest] [--jobs 2] [--timeout 60]
 """
@@ -25,7 +28,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from chunkproof.checker.defaults import production_space, small_space
+from chunkproof.checker.defaults import production_space, small_space, user_space
 from chunkproof.checker.report import VIOLATED, Verdict
 from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
 from chunkproof.model.builtin import get_builtin
@@ -51,6 +54,8 @@ ONE_CELL = {
 """(b): one (B, L, D) point of the production range, every other input at its widest."""
 CLASSIC = {"block": "4,8", "lookahead": "0-3", "drop": "both", "prompt": "1-16", "max_sched": "1-8"}
 """(c): the classic small grid."""
+LIVELOCK_BLOCKS = (16, 528, 4416)
+"""(d): production block sizes, small to large."""
 
 
 def timed_prove(
@@ -107,6 +112,17 @@ def main() -> None:
     print(f"    ratio prover / explorer: {prove_s / explore_s:.2f}; verdicts agree: {agree}")
     if not agree:
         print(f"    explorer {statuses(mine)}\n    prover   {statuses(theirs)}")
+
+    livelock = get_builtin("vllm-0.33")
+    minimising = ProofRun(DEFAULT_WINDOW, args.timeout * 1000, 1, minimise=True)
+    print("(d) minimal counterexample, vllm-0.33 P1, L=3, D off, the production range:")
+    for block in LIVELOCK_BLOCKS:
+        texts = {"block": str(block), "lookahead": "3", "drop": "off"}
+        cell = user_space(texts, None, production=True)
+        (verdict,), info = prove_space(livelock, cell, ("P1",), minimising, None)
+        seconds = info["seconds_minimising"]
+        print(f"    B={block}: {seconds:.2f} s ({verdict.summary.split(':')[0]})")
+        print(f"    ratio to the 0.5 s target: {seconds / 0.5:.2f}")
 
 
 if __name__ == "__main__":

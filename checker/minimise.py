@@ -10,13 +10,14 @@ both engines, which know nothing of each other.
    with a smaller T; unsat proves T minimal.
 3. At that T, with every other symbolic input at the solver's minimum except the flags (D, K,
    S: both values where the cell has both), the explorer enumerates every M of the range up to
-   the solver's, exhaustively, and returns the least counterexample in SPEC C's order (the
-   smallest M, its BFS-shortest trace, then the flags), rebuilt by the concrete policy; so the
-   result does not depend on which model the solver happened to return. When that is too
-   large, Spacer finds the smallest M by bisection (each answer holds for traces of any length)
-   and the explorer takes the shortest trace at that one M. If a query times out, the solver's
-   own trace is replayed instead, and the result says which dimensions were minimised within
-   the bounded search only.
+   the solver's, exhaustively and in groups of ascending M until one holds a counterexample,
+   and returns the least counterexample in SPEC C's order (the smallest M, its BFS-shortest
+   trace, then the flags), rebuilt by the concrete policy; so the result does not depend on
+   which model the solver happened to return. When the Ms up to the least violating one are
+   too many to enumerate, Spacer finds the smallest M by bisection (each answer holds for
+   traces of any length) and the explorer takes the shortest trace at that one M. If a query
+   times out, the solver's own trace is replayed instead, and the result says which dimensions
+   were minimised within the bounded search only.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from chunkproof.spec.space import Ints, Junctions, Retentions, Space, Starts, Te
 DEPTHS = (1, 2, 4, 8)
 EXPLORER_LANES = 30_000_000
 """Largest (state, budget, M) table the explorer minimises M over."""
+GROUP_LANES = 2_000_000
+"""Lanes of one explorer run of :func:`_explore_ascending`."""
 
 
 def violation_below(model: SymbolicRequest, pid: str, bound: int, timeout_ms: int) -> str:
@@ -75,7 +78,7 @@ def minimal_for_cell(
         else f"T is the minimum over traces of {_steps(found.depth)} (Spacer: {certified})"
     ) + f"; L and the inputs after M are the least at that T in {_steps(found.depth)}"
     ms = [m for m in _max_sched_values(model, cfg) if m <= cfg.max_sched]
-    cx = _explore_at(model, pid, cfg, ms)
+    cx = _explore_ascending(model, pid, cfg, ms)
     if cx is not None:
         return cx, how + "; M and the trace length are minimal at that T (explorer, exhaustive)"
     smallest = _bisect_max_sched(model, pid, cfg, timeout_ms)
@@ -137,13 +140,43 @@ def _max_sched_values(model: SymbolicRequest, cfg: Config) -> list[int]:
     return found
 
 
+def _lanes(cfg: Config, ms: list[int]) -> int:
+    """The (state, budget) lanes the explorer evaluates at ``cfg`` over the M values ``ms``, at
+    most: E states times min(M, T) budgets per M, for every combination of the flags."""
+    flags = 1 << sum(isinstance(value, bool) for value in cfg.to_dict().values())
+    return cfg.prefill_end * sum(min(m, cfg.T) for m in ms) * flags
+
+
+def _explore_ascending(
+    model: SymbolicRequest, pid: str, cfg: Config, ms: list[int]
+) -> Counterexample | None:
+    """The explorer's minimal counterexample at ``cfg`` over the ascending M values ``ms``,
+    explored in groups of ascending M (about :data:`GROUP_LANES` lanes each, up to
+    :data:`EXPLORER_LANES` in all) until a group holds one: every smaller M was explored
+    exhaustively before it, so its least M is the least of ``ms``. None when the lanes run out
+    first (at B = 528 the least M can be 3 where the solver's is 526: the first groups find
+    it)."""
+    spent = 0
+    group: list[int] = []
+    for m in ms:
+        spent += _lanes(cfg, [m])
+        if spent > EXPLORER_LANES:
+            break
+        group.append(m)
+        if _lanes(cfg, group) >= GROUP_LANES:
+            found = _explore_at(model, pid, cfg, group)
+            if found is not None:
+                return found
+            group = []
+    return _explore_at(model, pid, cfg, group) if group else None
+
+
 def _explore_at(
     model: SymbolicRequest, pid: str, cfg: Config, ms: list[int]
 ) -> Counterexample | None:
     """The explorer's minimal counterexample at ``cfg`` over the M values ``ms``, or None when
-    that is too large to enumerate."""
-    flags = 1 << sum(isinstance(value, bool) for value in cfg.to_dict().values())
-    if not ms or cfg.prefill_end * min(max(ms), cfg.T) * len(ms) * flags > EXPLORER_LANES:
+    there is none or it is too large to enumerate."""
+    if not ms or _lanes(cfg, ms) > EXPLORER_LANES:
         return None
     grid = model.cell.grid.narrowed(_fixed(cfg.to_dict()) | {"max_sched": Ints(_runs(ms))})
     explicit = RequestModel(model.policy, Space((grid,), model.budget), model.window)

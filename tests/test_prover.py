@@ -464,6 +464,27 @@ def test_the_counterexample_takes_the_least_lookahead_at_the_least_prompt(
     assert "L and the inputs after M are the least at that T" in verdict["summary"]
 
 
+def test_the_least_m_is_found_where_the_ms_up_to_the_solvers_are_too_many(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """At B=528 the bounded search's M is 526 (a one-step trace), and exploring every M up to
+    it at once is over the explorer's cap; explored in groups of ascending M, the least M is 3
+    (a 176-step trace), and the summary claims M minimal from the explorer (the claim had been
+    "in 1 step only", with M=526)."""
+    run = cli(
+        "prove", "vllm-0.33", "--block", "528", "--lookahead", "3", "--drop", "off",
+        "--property", "P1", "--json", "--out", str(tmp_path), "--jobs", "1",
+    )  # fmt: skip
+    (verdict,) = run.json()["verdicts"]
+    cx = Counterexample.load(Path(verdict["counterexample"]))
+    assert (cx.config.tokens, cx.config.max_sched, cx.steps[-1].c) == (529, 3, 526)
+    assert (
+        "M and the trace length are minimal at that T (explorer, exhaustive)"
+        in (verdict["summary"])
+    )
+    assert_replays(get_builtin("vllm-0.33"), cx)
+
+
 def test_minimality_across_cells_is_claimed_only_when_searched(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
