@@ -485,6 +485,25 @@ def test_the_least_m_is_found_where_the_ms_up_to_the_solvers_are_too_many(
     assert_replays(get_builtin("vllm-0.33"), cx)
 
 
+@pytest.mark.parametrize("command", ["prove", "explore"])
+def test_a_per_step_threshold_below_l_is_not_degenerate(
+    cli: Cli, tmp_path: Path, command: str
+) -> None:
+    """SPEC CLI's degenerate region holds 0 < theta < L only for a static threshold: from
+    0.31 the per-step threshold never holds a request, so both engines judge vllm-0.33 at
+    theta 1-2 < L = 3 and find the livelock there (the prover read every cap as static under
+    a mutant of its degenerate rule and said EMPTY)."""
+    run = cli(
+        command, "vllm-0.33", "--block", "4", "--lookahead", "3", "--threshold", "1-2",
+        "--max-sched", "3-8", "--prompt", "1-12", "--drop", "off", "--property", "P1",
+        "--json", "--jobs", "1", "--out", str(tmp_path),
+    )  # fmt: skip
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["status"] == VIOLATED
+    cx = Counterexample.load(Path(verdict["counterexample"]))
+    assert (cx.config.lookahead, cx.config.threshold) == (3, 1)
+
+
 def test_minimality_across_cells_is_claimed_only_when_searched(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
