@@ -226,6 +226,13 @@ def step(policy: Policy, cfg: Config, c: int, budget: int) -> Step:
     return Step(c, budget, f["cap"], f["split"], f["encoder"], f["reservation"], n, None, first)
 
 
+def passed_on(value: Value) -> Value:
+    """What a stage hands the next one (SPEC S3): its value, or 0 when it has none because it
+    raised on every lane (SPEC P0 has recorded the crash; the later stages still run, as a
+    stage's input they must accept)."""
+    return 0 if value is None else value
+
+
 def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict[str, Value]:
     """Every stage's value over arrays, plus ``"chunk"`` and ``"crashed"`` (the lanes where
     the policy raises, SPEC P0): the vectorised form of :func:`step`.
@@ -245,7 +252,7 @@ def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict
             outcome = Outcome(value, domain.crashed, domain.where)
         else:
             outcome = evaluate(stage.subset(), stage.arguments(view, c, n))
-        n = 0 if outcome.value is None else outcome.value  # None: every lane raised
+        n = passed_on(outcome.value)
         crashed = np.logical_or(crashed, outcome.crashed)
         values[stage.name] = n
     filled = _fill(values, budget, stage_order(policy))

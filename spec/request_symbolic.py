@@ -27,7 +27,7 @@ from chunkproof.model import stages
 from chunkproof.model.config import WELL_FORMED, Items, item_views
 from chunkproof.model.policy import Policy
 from chunkproof.model.splits import prefill_end
-from chunkproof.model.step import stage_order, step_view
+from chunkproof.model.step import passed_on, stage_order, step_view
 from chunkproof.model.subset import SubsetFunction, parse
 from chunkproof.model.symbolic import Z3Domain, symbolic
 from chunkproof.spec import properties as props
@@ -265,7 +265,7 @@ class SymbolicRequest:
             else:
                 value, crash = symbolic(stage.subset(), stage.arguments(view, c, n))
             crashed = z3.Or(crashed, crash) if crash is not False else crashed
-            n = value
+            n = passed_on(value)
             values[stage.name] = n
         filled: dict[str, Any] = {}
         current = b

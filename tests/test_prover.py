@@ -386,6 +386,20 @@ def test_a_negative_chunk_breaks_p0_and_proves_nothing_else(cli: Cli, tmp_path: 
         assert "returns -1" in verdicts["P0"]["summary"]
 
 
+def test_a_split_that_always_raises_breaks_p0_in_both_engines(cli: Cli, tmp_path: Path) -> None:
+    """A split that raises on every input (its crash condition folds to a plain True) is a P0
+    violation for the prover too, not only where the crash depends on the inputs."""
+    policy = _user_split(tmp_path, "def split(cfg, c, n):\n    raise ValueError(c)\n")
+    for command in ("prove", "explore"):
+        run = cli(
+            command, policy, "--block", "16", "--lookahead", "3", "--prompt", "1-64",
+            "--max-sched", "1-16", "--property", "P0", "--json",
+            "--out", str(tmp_path / command),
+        )  # fmt: skip
+        (verdict,) = run.json()["verdicts"]
+        assert (verdict["property"], verdict["status"]) == ("P0", VIOLATED), command
+
+
 def test_no_configuration_in_range_is_never_proved(cli: Cli, tmp_path: Path) -> None:
     """M < L with the reservation: every configuration is in the degenerate region. Both
     engines say EMPTY and exit 2; the explorer reports the degenerate finding."""
