@@ -36,13 +36,14 @@ from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.chc import reachable_violation
 from chunkproof.spec.request import RequestModel, budget_bounds
 from chunkproof.spec.request_symbolic import SymbolicRequest
-from chunkproof.spec.space import Ints, Junctions, Retentions, Space, Starts, TermSet
+from chunkproof.spec.space import Bools, Ints, Junctions, Retentions, Space, Starts, TermSet
 
 DEPTHS = (1, 2, 4, 8)
 EXPLORER_LANES = 30_000_000
 """Largest (state, budget, M) table the explorer minimises M over."""
+FIRST_GROUP_LANES = 32_768
 GROUP_LANES = 2_000_000
-"""Lanes of one explorer run of :func:`_explore_ascending`."""
+"""Lanes of the first and of the largest explorer run of :func:`_explore_ascending`."""
 
 
 def violation_below(model: SymbolicRequest, pid: str, bound: int, timeout_ms: int) -> str:
@@ -140,10 +141,14 @@ def _max_sched_values(model: SymbolicRequest, cfg: Config) -> list[int]:
     return found
 
 
-def _lanes(cfg: Config, ms: list[int]) -> int:
+def _lanes(model: SymbolicRequest, cfg: Config, ms: list[int]) -> int:
     """The (state, budget) lanes the explorer evaluates at ``cfg`` over the M values ``ms``, at
-    most: E states times min(M, T) budgets per M, for every combination of the flags."""
-    flags = 1 << sum(isinstance(value, bool) for value in cfg.to_dict().values())
+    most: E states times min(M, T) budgets per M, for every combination of the flags the
+    cell's grid leaves both values (:func:`_fixed` keeps their sets)."""
+    sets = model.cell.grid.sets
+    flags = 1 << sum(
+        isinstance(sets.get(name), Bools) and not sets[name].fixed() for name in cfg.to_dict()
+    )
     return cfg.prefill_end * sum(min(m, cfg.T) for m in ms) * flags
 
 
@@ -151,23 +156,24 @@ def _explore_ascending(
     model: SymbolicRequest, pid: str, cfg: Config, ms: list[int]
 ) -> Counterexample | None:
     """The explorer's minimal counterexample at ``cfg`` over the ascending M values ``ms``,
-    explored in groups of ascending M (about :data:`GROUP_LANES` lanes each, up to
-    :data:`EXPLORER_LANES` in all) until a group holds one: every smaller M was explored
-    exhaustively before it, so its least M is the least of ``ms``. None when the lanes run out
-    first (at B = 528 the least M can be 3 where the solver's is 526: the first groups find
-    it)."""
+    explored in groups of ascending M (the first of :data:`FIRST_GROUP_LANES` lanes, each next
+    twice as large up to :data:`GROUP_LANES`, :data:`EXPLORER_LANES` in all) until a group
+    holds one: every smaller M was explored exhaustively before it, so its least M is the least
+    of ``ms``. None when the lanes run out first (at B = 528 the least M can be 3 where the
+    solver's is 526: the first group finds it)."""
     spent = 0
+    size = FIRST_GROUP_LANES
     group: list[int] = []
     for m in ms:
-        spent += _lanes(cfg, [m])
+        spent += _lanes(model, cfg, [m])
         if spent > EXPLORER_LANES:
             break
         group.append(m)
-        if _lanes(cfg, group) >= GROUP_LANES:
+        if _lanes(model, cfg, group) >= size:
             found = _explore_at(model, pid, cfg, group)
             if found is not None:
                 return found
-            group = []
+            group, size = [], min(2 * size, GROUP_LANES)
     return _explore_at(model, pid, cfg, group) if group else None
 
 
@@ -176,7 +182,7 @@ def _explore_at(
 ) -> Counterexample | None:
     """The explorer's minimal counterexample at ``cfg`` over the M values ``ms``, or None when
     there is none or it is too large to enumerate."""
-    if not ms or _lanes(cfg, ms) > EXPLORER_LANES:
+    if not ms or _lanes(model, cfg, ms) > EXPLORER_LANES:
         return None
     grid = model.cell.grid.narrowed(_fixed(cfg.to_dict()) | {"max_sched": Ints(_runs(ms))})
     explicit = RequestModel(model.policy, Space((grid,), model.budget), model.window)
