@@ -16,13 +16,14 @@ import pytest
 from cli_helpers import Cli
 
 from chunkproof.checker.abstraction import check_abstraction
-from chunkproof.checker.defaults import system_space
+from chunkproof.checker.defaults import system_space, user_space
 from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
+from chunkproof.spec.request_symbolic import cells
 from chunkproof.spec.scheduler_step import (
     FIELDS,
     FINISHED,
@@ -33,6 +34,7 @@ from chunkproof.spec.scheduler_step import (
     describe_state,
     request_sets,
 )
+from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep
 
 
 def explore(model: SchedulerStepModel) -> list[Explored]:
@@ -351,8 +353,8 @@ def test_a_request_with_encoder_items_runs_beside_a_text_request(
 
 
 def test_two_requests_with_encoder_items_are_not_an_instance() -> None:
-    """The explicit model refuses them, the symbolic one a cell with items; --prove leaves
-    such cells out and says so."""
+    """The explicit model refuses them, and the symbolic one a cell whose requests all carry
+    its items (--prove leaves such cells out and says so: the test below)."""
     item = Config(block=4, prompt=16, max_sched=6, items=Items(((1, 4), (6, 4))))
     text = Config(block=4, prompt=16, max_sched=6)
     policy = get_builtin("vllm-0.27")
@@ -360,6 +362,12 @@ def test_two_requests_with_encoder_items_are_not_an_instance() -> None:
     with pytest.raises(ConfigError, match="at most one request of an instance may carry"):
         SchedulerStepModel(policy, [(item, item)])
     assert request_sets(policy, [item, text], 2) == [(item, text), (text, text)]
+    texts = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "16", "max_sched": "6"}
+    space = user_space({**texts, "layout": "none;1+4,6+4"}, None, production=False)
+    with_items = [cell for cell in cells(space) if cell.layout]
+    assert len(with_items) == 1
+    with pytest.raises(ConfigError, match="without encoder items"):
+        SymbolicSchedulerStep(policy, with_items[0], 2)
 
 
 def test_prove_leaves_out_cells_whose_requests_carry_items(cli: Cli) -> None:
