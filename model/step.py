@@ -233,6 +233,20 @@ def passed_on(value: Value) -> Value:
     return 0 if value is None else value
 
 
+def unsafe_lanes(values: dict[str, Value], budget: np.ndarray, order: tuple[str, ...]) -> Any:
+    """SPEC P0 over the lanes of :func:`vectorised_stages`' ``values``: the policy raised, or a
+    stage's value left [0, its input] (a stage's input is the value before it in ``order``,
+    the first stage's the budget)."""
+    size = len(budget)
+    unsafe = np.broadcast_to(np.asarray(values["crashed"], dtype=bool), (size,)).copy()
+    previous = budget
+    for name in order:
+        value = np.broadcast_to(np.asarray(values[name], dtype=np.int64), (size,))
+        unsafe |= (value < 0) | (value > previous)
+        previous = value
+    return unsafe
+
+
 def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict[str, Value]:
     """Every stage's value over arrays, plus ``"chunk"`` and ``"crashed"`` (the lanes where
     the policy raises, SPEC P0): the vectorised form of :func:`step`.

@@ -27,7 +27,7 @@ import numpy as np
 
 from chunkproof.model.config import ENCODER_FIELDS, Config, item_views
 from chunkproof.model.policy import STAGE_NAMES, Policy
-from chunkproof.model.step import stage_order, vectorised_stages
+from chunkproof.model.step import stage_order, unsafe_lanes, vectorised_stages
 from chunkproof.model.subset import parse
 from chunkproof.model.vectorised import evaluate
 from chunkproof.spec import properties as props
@@ -173,9 +173,9 @@ def family_batch(
         )
         for i in range(count)
     )
-    tokens, start, prompt = (
-        np.broadcast_to(np.asarray(fields[name], dtype=np.int64), ms.shape)
-        for name in ("tokens", "start", "prompt")
+    tokens, start, end = (
+        np.broadcast_to(np.asarray(value, dtype=np.int64), ms.shape)
+        for value in (fields["tokens"], fields["start"], column([b.prefill_end for b in bases]))
     )
     low = budget[0] if budget is not None else 1
     return Batch(
@@ -184,7 +184,7 @@ def family_batch(
         np.full(len(ms), low, dtype=np.int64),
         highest_budget(ms, tokens, start, budget),
         start.copy(),
-        np.maximum(prompt, tokens - 1),  # prefill_end
+        end.copy(),
         items,
     )
 
@@ -288,12 +288,8 @@ class RequestModel:
             for name in (*STAGE_NAMES, "chunk")
         }
         crashed = np.broadcast_to(np.asarray(values["crashed"], dtype=bool), (size,))
-        unsafe = crashed.copy()
-        previous = budget
         order = stage_order(self.policy)
-        for name in order:
-            unsafe |= (record[name] < 0) | (record[name] > previous)
-            previous = record[name]
+        unsafe = unsafe_lanes(values, budget, order)
         chunk = record["chunk"]
         target = c + chunk
         moving = ~unsafe & (chunk > 0)

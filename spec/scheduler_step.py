@@ -68,7 +68,7 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
 from chunkproof.model.stages import cap_lone_request, cap_static_threshold
-from chunkproof.model.step import stage_order, vectorised_stages
+from chunkproof.model.step import stage_order, unsafe_lanes, vectorised_stages
 from chunkproof.spec import system_properties as sysprops
 from chunkproof.spec.interface import Transitions
 from chunkproof.spec.request import Batch, batch_key, make_batch
@@ -303,21 +303,8 @@ class SchedulerStepModel:
                 continue
             view = part.view(requests.local[rows[mine]])
             values = vectorised_stages(self.policy, view, c[mine], budget[mine])
-            record = {
-                name: np.broadcast_to(np.asarray(values[name], dtype=np.int64), (len(mine),))
-                for name in (*stage_order(self.policy), "chunk")
-            }
-            unsafe = np.broadcast_to(np.asarray(values["crashed"], dtype=bool), (len(mine),))
-            unsafe = unsafe.copy()
-            previous = budget[mine]
-            for name in stage_order(self.policy):
-                unsafe |= (record[name] < 0) | (record[name] > previous)
-                previous = record[name]
-            got.chunk[mine], got.split[mine], got.unsafe[mine] = (
-                record["chunk"],
-                record["split"],
-                unsafe,
-            )
+            got.chunk[mine], got.split[mine] = values["chunk"], values["split"]
+            got.unsafe[mine] = unsafe_lanes(values, budget[mine], stage_order(self.policy))
         return got
 
     def step(
