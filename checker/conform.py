@@ -28,6 +28,7 @@ from chunkproof.checker.search import categories
 from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
+from chunkproof.proofs import solving
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.request_symbolic import Cell, SymbolicRequest, cells
 from chunkproof.spec.space import Space
@@ -102,7 +103,9 @@ def cell_difference(
     a: Policy, b: Policy, cell: Cell, budget: tuple[int, int] | None, timeout_ms: int
 ) -> tuple[str, Difference | None]:
     """Z3 on one cell: (EQUAL, None) if no input both accept separates the steps, (DIFFERENT,
-    the input) if one does, (UNKNOWN, None) on a timeout."""
+    the input) if one does, (UNKNOWN, None) on a timeout. Decided by the solver portfolio
+    (:mod:`chunkproof.proofs.solving`): one solver with one seed ran past a 120 s timeout on a
+    cell the portfolio decides in seconds."""
     ma, mb = SymbolicRequest(a, cell, budget), SymbolicRequest(b, cell, budget)
     state, action = ma.state("c"), ma.action("b")
     c, b_ = state[0], action[0]
@@ -111,14 +114,16 @@ def cell_difference(
         unsafe_a != unsafe_b,
         z3.And(z3.Not(unsafe_a), ma.stages(c, b_)["chunk"] != mb.stages(c, b_)["chunk"]),
     )
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
-    solver.add(ma.constraint, mb.constraint, ma.guard(state, action), mb.guard(state, action))
-    solver.add(differ)
-    answer = solver.check()
-    if answer == z3.unsat:
+    query = z3.And(
+        ma.constraint, mb.constraint, ma.guard(state, action), mb.guard(state, action), differ
+    )
+    answer = solving.check_formula(query, timeout_ms)
+    if answer == "unsat":
         return EQUAL, None
-    if answer != z3.sat:
+    solver = z3.Solver()  # a model of the separating input
+    solver.set("timeout", timeout_ms)
+    solver.add(query)
+    if answer != "sat" or solver.check() != z3.sat:
         return UNKNOWN, None
     model = solver.model()
     cfg = Config(**ma.concrete(model))
