@@ -37,7 +37,7 @@ from chunkproof.spec.space import Space
 STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 """The properties judged on single transitions; P2 and P7 are figures."""
 
-BATCH_LANES = 1 << 21
+BATCH_LANES = 1 << 22
 """About how many (state, budget) lanes one vectorised evaluation covers."""
 
 
@@ -242,8 +242,12 @@ class RequestModel:
             batch: list[tuple[Config, list[int]]] = []
             lanes = 0
             for base, ms, cap in families:
-                for m in ms:
-                    size = base.prefill_end * max(min(cap, m), 1)
+                sizes = base.prefill_end * np.maximum(np.minimum(cap, ms), 1)
+                if lanes + int(sizes.sum()) <= BATCH_LANES:  # the whole family fits
+                    batch.append((base, ms))
+                    lanes += int(sizes.sum())
+                    continue
+                for m, size in zip(ms, sizes.tolist(), strict=True):
                     if batch and lanes + size > BATCH_LANES:
                         yield family_batch(batch, self.space.budget)
                         batch, lanes = [], 0
@@ -422,20 +426,21 @@ def _constant_runs(batch: Batch, inst: np.ndarray, c: np.ndarray, steps: Transit
     rows = np.repeat(np.arange(len(batch)), width)
     cols = np.tile(np.arange(width), len(batch))
     valid = cols <= (batch.high - batch.low)[rows]
-    here = batch.start[rows].copy()
     count = np.zeros(len(rows), dtype=np.int64)
-    live = valid & (here < batch.end[rows])
     stuck = np.zeros(len(rows), dtype=bool)
-    while live.any():
-        wanted = key(rows[live], here[live], cols[live])
+    # the runs still going (indices into rows) and where each is; finished runs drop out
+    live = np.flatnonzero(valid & (batch.start[rows] < batch.end[rows]))
+    here = batch.start[rows[live]]
+    while len(live):
+        wanted = key(rows[live], here, cols[live])
         at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
         assert (keys[at] == wanted).all(), "a const(b) run left the reachable states"
         following = nxt[at]
-        moved = following > here[live]
-        idx = np.flatnonzero(live)
-        stuck[idx[~moved]] = True
-        here[idx[moved]] = following[moved]
-        count[idx[moved]] += 1
-        live = valid & ~stuck & (here < batch.end[rows])
+        moved = following > here
+        stuck[live[~moved]] = True
+        live, here = live[moved], following[moved]
+        count[live] += 1
+        going = here < batch.end[rows[live]]
+        live, here = live[going], here[going]
     result = np.where(stuck, -1, count)
     return result.reshape(len(batch), width)
