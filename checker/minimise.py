@@ -52,6 +52,20 @@ def violation_below(model: SymbolicRequest, pid: str, bound: int, timeout_ms: in
     return reachable_violation(model, pid, _term(model.view.tokens < bound), timeout_ms).status
 
 
+def violation_ranked_below(model: SymbolicRequest, pid: str, best: Config, timeout_ms: int) -> str:
+    """Whether the cell has a reachable violation of ``pid`` whose (T, B, L, M) comes before
+    ``best``'s in SPEC C's order (Spacer, traces of any length): "sat", "unsat" or "unknown".
+    Only then can the cell's minimal counterexample rank before ``best``'s: one with the same
+    (T, B, L, M) could differ in its trace length only, which no claim across cells covers
+    (they say no other cell holds a smaller T)."""
+    v = model.view
+    keys = [(v.tokens, best.T), (v.block, best.block), (v.lookahead, best.lookahead)]
+    before = _term(v.max_sched < best.max_sched)
+    for term, value in reversed(keys):
+        before = z3.Or(_term(term < value), z3.And(_term(term == value), before))
+    return reachable_violation(model, pid, before, timeout_ms).status
+
+
 def minimal_for_cell(
     model: SymbolicRequest, pid: str, timeout_ms: int
 ) -> tuple[Counterexample | None, str]:

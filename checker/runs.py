@@ -250,10 +250,13 @@ def _minimal(
     make: Callable[[Cell], SymbolicRequest],
 ) -> tuple[Counterexample | None, str]:
     """The smallest counterexample over the violated cells (T, then B, L, M, the trace): the
-    first cell in (B, L) order that can be minimised is, then every other cell is asked (on
-    the run's executor) for a violation with a smaller T, and those that have one are
-    minimised. The claim says when a cell could not be asked or minimised: T is then minimal
-    in its own cell only."""
+    first cell in (B, L) order that can be minimised is; every other cell is asked (Spacer, on
+    the run's executor) for a violation with a smaller T; among those that have one, the
+    cells that reach the least T are found by bisection on T (:func:`_least_tokens`), and only
+    they are minimised, each asked first whether it has a violation whose (T, B, L, M) comes
+    before the best's so far (:func:`~chunkproof.checker.minimise.violation_ranked_below`). The
+    claim says when a cell could not be asked or minimised: T is then minimal in its own cell
+    only."""
     ordered = sorted(violated, key=lambda v: (v.cell.values, v.cell.speculative))
     undecided = 0
     best: Counterexample | None = None
@@ -263,13 +266,14 @@ def _minimal(
         undecided += best is None
     if best is None:
         return None, how
-    shared = (make, pid, best.config.T, run.timeout_ms)
-    answers = list(as_executor(run.jobs).map(_violation_below, shared, [v.cell for v in ordered]))
+    answers = _ask_below(make, pid, best.config.T, run, [v.cell for v in ordered])
     undecided += answers.count("unknown")
-    for other, answer in zip(ordered, answers, strict=True):
-        if answer != "sat":
+    below = [v.cell for v, answer in zip(ordered, answers, strict=True) if answer == "sat"]
+    for cell in _least_tokens(make, pid, below, best.config.T, run):
+        model = make(cell)
+        if minimise.violation_ranked_below(model, pid, best.config, run.timeout_ms) == "unsat":
             continue
-        cx, text = minimise.minimal_for_cell(make(other.cell), pid, run.timeout_ms)
+        cx, text = minimise.minimal_for_cell(model, pid, run.timeout_ms)
         if cx is None:
             undecided += 1
         elif _rank(cx) < _rank(best):
@@ -282,6 +286,41 @@ def _minimal(
     elif ordered:
         how += f"; none of the {len(ordered)} other violated cells holds a smaller T (Spacer)"
     return best, how
+
+
+def _least_tokens(
+    make: Callable[[Cell], SymbolicRequest],
+    pid: str,
+    cells: list[Cell],
+    high: int,
+    run: ProofRun,
+) -> list[Cell]:
+    """The cells of ``cells`` (each with a violation of ``pid`` at some T < ``high``) whose
+    least violating T is the least among them, by bisection on T: at each bound every cell
+    left is asked (Spacer, on the run's executor) for a violation below it; when some cell has
+    one, the others cannot reach the least T and drop out, else the least T is at the bound or
+    above. Cells left when an answer is undecided are all returned (each is minimised)."""
+    low = 1
+    while len(cells) > 1 and high - low > 1:
+        middle = (low + high) // 2
+        answers = _ask_below(make, pid, middle, run, cells)
+        if "unknown" in answers:
+            return cells
+        below = [cell for cell, answer in zip(cells, answers, strict=True) if answer == "sat"]
+        if below:
+            cells, high = below, middle
+        else:
+            low = middle
+    return cells
+
+
+def _ask_below(
+    make: Callable[[Cell], SymbolicRequest], pid: str, bound: int, run: ProofRun, cells: list[Cell]
+) -> list[str]:
+    """:func:`_violation_below` for every cell of ``cells``, on the run's executor."""
+    return list(
+        as_executor(run.jobs).map(_violation_below, (make, pid, bound, run.timeout_ms), cells)
+    )
 
 
 def _violation_below(

@@ -25,7 +25,7 @@ from cli_helpers import Cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkproof.checker import minimise
+from chunkproof.checker import minimise, runs
 from chunkproof.checker.minimise import minimal_for_cell
 from chunkproof.checker.report import Verdict, exit_status
 from chunkproof.checker.search import explore, minimal_counterexample
@@ -40,6 +40,7 @@ from chunkproof.model.splits import split_v9
 from chunkproof.proofs import certificate, prover
 from chunkproof.proofs.chc import ChcResult
 from chunkproof.proofs.prover import EMPTY, PROVED, UNKNOWN, VIOLATED, prove_cell
+from chunkproof.spec.properties import DEFAULT_WINDOW
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.request_symbolic import SymbolicRequest, cells
 from chunkproof.spec.space import Space, grid_from
@@ -530,6 +531,66 @@ def test_minimality_across_cells_is_claimed_only_when_searched(
     (verdict,) = undecided.json()["verdicts"]
     assert verdict["status"] == VIOLATED
     assert "T is minimal in its cell only: 1 other violated cell(s)" in verdict["summary"]
+
+
+def test_a_cell_that_cannot_rank_before_the_best_is_not_minimised(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm-0.33's livelock at L = 3 is least at T = 17, B = 16, M = 3 (README). A cell is
+    asked whether a violation comes before a best in (T, B, L, M) order: before T = 17, M = 4
+    yes; before T = 17, M = 3 (itself) or T = 16 no. prove minimises another violated cell
+    only when it can: told (falsely) that B = 64 has a smaller T, it still minimises B = 16
+    alone, and the counterexample is the same."""
+    model = _model("vllm-0.33", {"block": "16", "lookahead": "3", "drop": "off"})
+    least = Config(block=16, prompt=17, lookahead=3, max_sched=3)
+    asked = [
+        minimise.violation_ranked_below(model, "P1", cfg, TIMEOUT_MS)
+        for cfg in (least.replace(max_sched=4), least, Config(block=16, prompt=16, max_sched=64))
+    ]
+    assert asked == ["sat", "unsat", "unsat"]
+
+    minimised: list[str] = []
+    real = minimise.minimal_for_cell
+
+    def counted(model: SymbolicRequest, pid: str, timeout_ms: int) -> Any:
+        minimised.append(str(model.cell.describe()["block"]))
+        return real(model, pid, timeout_ms)
+
+    monkeypatch.setattr(minimise, "violation_below", lambda *args: "sat")
+    monkeypatch.setattr(minimise, "minimal_for_cell", counted)
+    run = cli(
+        "prove", "vllm-0.33", "--block", "16,64", "--lookahead", "3", "--drop", "off",
+        "--property", "P1", "--json", "--jobs", "1", "--out", str(tmp_path),
+    )  # fmt: skip
+    (verdict,) = run.json()["verdicts"]
+    cx = Counterexample.load(Path(verdict["counterexample"]))
+    assert minimised == ["16"]
+    assert (cx.config.T, cx.config.block, cx.config.max_sched) == (17, 16, 3)
+
+
+def test_only_the_cells_that_reach_the_least_t_are_minimised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bisection on T over the cells that violate below the first one's T (12 here): with
+    least violating T 9, 5, 5 and 7, the two at 5 are left to minimise; an undecided answer
+    leaves every cell (each is then minimised)."""
+    least = {"a": 9, "b": 5, "c": 5, "d": 7}
+    asked: list[int] = []
+
+    def below(make: Any, pid: str, bound: int, timeout_ms: int, cell: str) -> str:
+        asked.append(bound)
+        return "sat" if least[cell] < bound else "unsat"
+
+    monkeypatch.setattr(runs, "_violation_below", below)
+    run = runs.ProofRun(DEFAULT_WINDOW, TIMEOUT_MS, 1, minimise=True)
+    cells: list[Any] = list(least)
+    make: Any = None  # the fake answers make no model
+    left: list[Any] = runs._least_tokens(make, "P3", cells, 12, run)
+    assert left == ["b", "c"]
+    assert max(asked) < 12 and len(set(asked)) <= 4  # a bisection of [1, 12)
+
+    monkeypatch.setattr(runs, "_violation_below", lambda *args: "unknown")
+    assert runs._least_tokens(make, "P3", cells, 12, run) == cells
 
 
 def test_cli_lookahead_in_split_proves_p1(cli: Cli, tmp_path: Path) -> None:
