@@ -117,17 +117,13 @@ def cell_difference(
     query = z3.And(
         ma.constraint, mb.constraint, ma.guard(state, action), mb.guard(state, action), differ
     )
-    answer = solving.check_formula(query, timeout_ms)
+    answer, model = solving.solve_formula(query, timeout_ms)
     if answer == "unsat":
         return EQUAL, None
-    solver = z3.Solver()  # a model of the separating input
-    solver.set("timeout", timeout_ms)
-    solver.add(query)
-    if answer != "sat" or solver.check() != z3.sat:
+    if model is None:
         return UNKNOWN, None
-    model = solver.model()
     cfg = Config(**ma.concrete(model))
-    at = (model.eval(c).as_long(), model.eval(b_).as_long())
+    at = (model.eval(c, True).as_long(), model.eval(b_, True).as_long())
     return DIFFERENT, _difference(a, b, cfg, *at, found_by="z3")
 
 

@@ -30,15 +30,22 @@ def _solver(index: int, seed: int, ctx: z3.Context | None) -> z3.Solver:
 def check_text(smtlib: str, timeout_ms: int) -> str:
     """sat, unsat or unknown for SMT-LIB assertions, parsed in a fresh context."""
     ctx = z3.Context()
-    return _portfolio(lambda s: s.from_string(smtlib), ctx, timeout_ms)
+    return _portfolio(lambda s: s.from_string(smtlib), ctx, timeout_ms)[0]
 
 
 def check_formula(formula: Any, timeout_ms: int) -> str:
     """sat, unsat or unknown for a formula of the main context."""
-    return _portfolio(lambda s: s.add(formula), None, timeout_ms)
+    return solve_formula(formula, timeout_ms)[0]
 
 
-def _portfolio(load: Any, ctx: z3.Context | None, timeout_ms: int) -> str:
+def solve_formula(formula: Any, timeout_ms: int) -> tuple[str, z3.ModelRef | None]:
+    """:func:`check_formula`, and on sat the model of the solver that found it."""
+    answer, solver = _portfolio(lambda s: s.add(formula), None, timeout_ms)
+    return answer, solver.model() if answer == "sat" and solver is not None else None
+
+
+def _portfolio(load: Any, ctx: z3.Context | None, timeout_ms: int) -> tuple[str, z3.Solver | None]:
+    """The first answer of the attempts, and the solver that gave it."""
     deadline = time.monotonic() + timeout_ms / 1000
     for index, (seed, budget) in enumerate(ATTEMPTS):
         left = int((deadline - time.monotonic()) * 1000)
@@ -49,5 +56,5 @@ def _portfolio(load: Any, ctx: z3.Context | None, timeout_ms: int) -> str:
         load(solver)
         answer = str(solver.check())
         if answer in ("sat", "unsat"):
-            return answer
-    return "unknown"
+            return answer, solver
+    return "unknown", None

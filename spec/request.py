@@ -243,9 +243,10 @@ class RequestModel:
             lanes = 0
             for base, ms, cap in families:
                 sizes = base.prefill_end * np.maximum(np.minimum(cap, ms), 1)
-                if lanes + int(sizes.sum()) <= BATCH_LANES:  # the whole family fits
+                family_lanes = int(sizes.sum())
+                if lanes + family_lanes <= BATCH_LANES:  # the whole family fits
                     batch.append((base, ms))
-                    lanes += int(sizes.sum())
+                    lanes += family_lanes
                     continue
                 for m, size in zip(ms, sizes.tolist(), strict=True):
                     if batch and lanes + size > BATCH_LANES:
