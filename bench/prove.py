@@ -18,7 +18,10 @@ Measured (wall-clock seconds, ``time.perf_counter``), for one built-in policy (d
     can enumerate; the prover's point is the ranges the explorer cannot).
 (d) The minimal counterexample of vllm-0.33's livelock (P1, L = 3, D off) on the production
     cells B = 16, 528 and 4416: the seconds spent minimising, and the counterexample's T and M
-    (the least M is 3 at every B). Target (issue 12): under 0.5 s each.
+    (the least M is 3 at every B). Target (issue 12): under 0.5 s each. Beside it, the same
+    with the previous explorer, which searched every batch level by level (a 4,417-token
+    prefill under budgets 1-4 is 4,415 levels of a few lanes each; now such a batch is
+    evaluated whole, ``RequestModel.state_space``): the ratio previous / now.
 (e) ``prove lookahead-in-split`` on its default production range with every property, as the
     CLI runs it (minimal counterexamples included): the seconds, and those spent minimising.
     Target (issue 12): under 10 s. It takes minutes; ``--skip-production`` leaves it out.
@@ -29,7 +32,9 @@ Measured (wall-clock seconds, ``time.perf_counter``), for one built-in policy (d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from collections.abc import Iterator
 
 from chunkproof.checker.defaults import production_space, small_space, user_space
 from chunkproof.checker.report import VIOLATED, Verdict
@@ -37,6 +42,7 @@ from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, 
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.policy import Policy
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES
+from chunkproof.spec.request import RequestModel
 from chunkproof.spec.space import Space, grid_from
 
 ONE_CELL = {
@@ -75,6 +81,17 @@ def timed_explore(
     started = time.perf_counter()
     verdicts, _ = explore_space(policy, space, wanted, DEFAULT_WINDOW, jobs, None)
     return verdicts, time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def searched_level_by_level() -> Iterator[None]:
+    """The previous explorer: no batch's states listed, every batch searched level by level."""
+    listing = RequestModel.state_space
+    RequestModel.state_space = lambda self, batch: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        RequestModel.state_space = listing  # type: ignore[method-assign]
 
 
 def statuses(verdicts: list[Verdict]) -> dict[str, str]:
@@ -125,8 +142,15 @@ def main() -> None:
         cell = user_space(texts, None, production=True)
         (verdict,), info = prove_space(livelock, cell, ("P1",), minimising, None)
         seconds = info["seconds_minimising"]
+        with searched_level_by_level():
+            (previous,), old = prove_space(livelock, cell, ("P1",), minimising, None)
+        assert previous.summary == verdict.summary, "the two explorers disagree"
         print(f"    B={block}: {seconds:.2f} s ({verdict.summary.split(':')[0]})")
         print(f"    ratio to the 0.5 s target: {seconds / 0.5:.2f}")
+        print(
+            f"    previous explorer {old['seconds_minimising']:.2f} s, "
+            f"ratio previous / now: {old['seconds_minimising'] / seconds:.1f}x"
+        )
     if args.skip_production:
         return
     fix = get_builtin("lookahead-in-split")

@@ -12,6 +12,12 @@ model's Next on the whole frontier:
 3. the targets of the transitions the model lets the search follow, not yet visited, are the
    next frontier, each with its parent and the action that reached it.
 
+When the model lists every state a batch can be in (``state_space``: a long prefill under small
+budgets is thousands of levels of a few states each, and each level has a fixed cost), Next is
+evaluated on all of them in one call, the levels are found on the integer graph of the
+transitions that lead on, and the result is assembled in the same order as the search's: the
+two give the same :class:`Explored`, field for field.
+
 The result of a batch (:class:`Explored`) holds every reachable state with its BFS-tree parent
 and every transition, so a counterexample trace is the parent chain to the witness, and a model
 can compute figures over the reachable transitions. Each verdict built on it is a complete
@@ -36,7 +42,8 @@ DENSE_KEYS = 1 << 26
 @dataclass
 class Explored:
     """One batch, exhaustively: states (rows), their BFS-tree ``parent`` (index, -1 at Init),
-    the ``via`` action and ``depth``; every transition (``steps.source`` indexes ``states``);
+    the ``via`` action and ``depth``; every transition (``steps.source`` indexes ``states``,
+    in order: a state's transitions together, in the order the model gave them);
     per property, the witness transition of each instance (or :data:`NO_WITNESS`) and how many
     transitions violate it."""
 
@@ -72,6 +79,9 @@ class Explored:
 
 def explore_batch(model: ExplicitModel, batch: Any) -> Explored:
     """Breadth-first search of every instance of ``batch`` (module docstring)."""
+    listed = model.state_space(batch)
+    if listed is not None:
+        return _explore_listed(model, batch, listed)
     frontier_states = model.initial(batch)
     frontier_keys = model.key(batch, frontier_states)
     visited = VisitedKeys(frontier_keys)
@@ -126,6 +136,105 @@ def explore_batch(model: ExplicitModel, batch: Any) -> Explored:
         _concatenate(levels),
         witness,
         violating,
+    )
+
+
+def _explore_listed(model: ExplicitModel, batch: Any, listed: np.ndarray) -> Explored:
+    """:func:`explore_batch` from Next evaluated once on every state of ``listed`` (module
+    docstring): states in BFS order (level, then Init's order at level 0 and the key's after),
+    transitions in the order of their sources, then the model's; each state's parent is the
+    first transition of the level before that reaches it, each witness the first violation at
+    the least level by (state key, action), as the search picks them."""
+    keys = model.key(batch, listed)
+    order = np.argsort(keys, kind="stable")
+    listed, keys = listed[order], keys[order]
+    every = model.successors(batch, listed)
+    init = _positions(keys, model.key(batch, model.initial(batch)), "an initial state")
+    leads = np.flatnonzero(every.follow)
+    goes_to = np.full(len(every.source), -1, dtype=np.int64)
+    goes_to[leads] = _positions(keys, model.key(batch, every.target[leads]), "a target")
+    level = _levels(len(listed), init, every.source[leads], goes_to[leads])
+    tie = np.arange(len(listed))  # within a level: the key's order, Init's at level 0
+    tie[init] = np.arange(len(init))
+    reached = np.flatnonzero(level >= 0)
+    states = reached[np.lexsort((tie[reached], level[reached]))]
+    renumber = np.full(len(listed), -1, dtype=np.int64)
+    renumber[states] = np.arange(len(states))
+    rows = np.flatnonzero(level[every.source] >= 0)
+    origin = every.source[rows]
+    rows = rows[np.lexsort((rows, tie[origin], level[origin]))]
+    origin, goes_to = every.source[rows], goes_to[rows]
+    steps = _take(every, rows)
+    steps.source = renumber[origin]
+    parent = np.full(len(states), -1, dtype=np.int64)
+    via = np.zeros(len(states), dtype=np.int64)
+    entering = np.flatnonzero(goes_to >= 0)
+    entering = entering[level[goes_to[entering]] == level[origin[entering]] + 1]
+    reached_by, first = np.unique(renumber[goes_to[entering]], return_index=True)
+    parent[reached_by] = steps.source[entering[first]]
+    via[reached_by] = steps.action[entering[first]]
+    inst = listed[origin, 0]
+    witness: dict[str, np.ndarray] = {}
+    violating: dict[str, np.ndarray] = {}
+    for pid in model.properties:
+        witness[pid] = np.full(len(batch), NO_WITNESS, dtype=np.int64)
+        violating[pid] = np.zeros(len(batch), dtype=np.int64)
+        mask = steps.bad.get(pid)
+        if mask is None or not mask.any():
+            continue
+        hits = np.flatnonzero(mask)
+        np.add.at(violating[pid], inst[hits], steps.weight[hits])
+        ranked = hits[
+            np.lexsort((steps.action[hits], keys[origin[hits]], level[origin[hits]], inst[hits]))
+        ]
+        firsts = ranked[np.unique(inst[ranked], return_index=True)[1]]
+        witness[pid][inst[firsts]] = firsts
+    return Explored(batch, listed[states], parent, via, level[states], steps, witness, violating)
+
+
+def _positions(sorted_keys: np.ndarray, keys: np.ndarray, what: str) -> np.ndarray:
+    """Where each of ``keys`` sits in ``sorted_keys``; each must be there (a model's
+    ``state_space`` lists every state its Init and Next can produce)."""
+    at = np.minimum(np.searchsorted(sorted_keys, keys), max(len(sorted_keys) - 1, 0))
+    if len(keys) and not (sorted_keys[at] == keys).all():
+        raise AssertionError(f"{what} lies outside the model's listed states")
+    return at
+
+
+def _levels(count: int, init: np.ndarray, source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The BFS level of each of ``count`` states from the states ``init`` along the edges
+    (source, target); -1 where unreached. A plain loop over the distinct edges: the levels are
+    sequential, and a level of a long search holds a few states."""
+    edges = np.unique(source * count + target)
+    ends = np.searchsorted(edges // count, np.arange(count + 1)).tolist()
+    heads = (edges % count).tolist()
+    level = [-1] * count
+    frontier = init.tolist()
+    for state in frontier:
+        level[state] = 0
+    depth = 0
+    while frontier:
+        depth += 1
+        found = []
+        for state in frontier:
+            for head in heads[ends[state] : ends[state + 1]]:
+                if level[head] < 0:
+                    level[head] = depth
+                    found.append(head)
+        frontier = found
+    return np.asarray(level, dtype=np.int64)
+
+
+def _take(steps: Transitions, rows: np.ndarray) -> Transitions:
+    """The transitions ``rows`` of ``steps``, in that order."""
+    return Transitions(
+        source=steps.source[rows],
+        action=steps.action[rows],
+        target=steps.target[rows],
+        follow=steps.follow[rows],
+        bad={pid: mask[rows] for pid, mask in steps.bad.items()},
+        weight=steps.weight[rows],
+        record={name: values[rows] for name, values in steps.record.items()},
     )
 
 

@@ -155,7 +155,7 @@ class Config:
         """E = max(P, T - 1) (SPEC S1)."""
         return max(self.prompt, self.T - 1)
 
-    @property
+    @functools.cached_property
     def mm_items(self) -> tuple[ItemView, ...]:
         """The encoder items as the policy subset reads them (:class:`ItemView`)."""
         return item_views(self.items)
@@ -195,12 +195,16 @@ class Config:
         return Config(**fields)
 
     def _with_max_sched(self, m: int) -> Config:
-        """``replace(max_sched=m)`` without re-validating fields it cannot affect (hot path)."""
-        if not isinstance(m, int) or m < 1:
+        """``replace(max_sched=m)`` without re-validating fields it cannot affect (hot path):
+        only the rules on encoder items read M (the cache capacity is max(M, the largest
+        item) without ``encoder_cache``)."""
+        if not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= MAX_VALUE:
             raise ConfigError(f"--max-sched must be a positive integer, got {m!r}")
         clone = object.__new__(Config)
         clone.__dict__.update(self.__dict__)  # the fields and prefill_end, which M leaves as is
         clone.__dict__["max_sched"] = m
+        if clone.items:
+            _validate(clone)
         return clone
 
     def to_dict(self) -> dict[str, Any]:

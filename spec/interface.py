@@ -67,6 +67,11 @@ class ExplicitModel(Protocol):
     def key(self, batch: Any, states: np.ndarray) -> np.ndarray:
         """A unique int64 per (instance, state) row, for the visited set."""
 
+    def state_space(self, batch: Any) -> np.ndarray | None:
+        """Every state the batch's instances can be in (rows, each once, the initial states
+        among them: a superset of the reachable ones) when evaluating Next on all of them at
+        once costs less than a search level by level; else None."""
+
 
 class SymbolicModel(Protocol):
     """A model the prover translates to Z3 (one proof cell: some inputs concrete)."""

@@ -40,6 +40,12 @@ STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 BATCH_LANES = 1 << 22
 """About how many (state, budget) lanes one vectorised evaluation covers."""
 
+LISTED_LANES = 1 << 18
+LEVEL_LANES = 4096
+"""A batch's states are listed for the explorer (:meth:`RequestModel.state_space`) when its
+table has at most :data:`LISTED_LANES` lanes and at most :data:`LEVEL_LANES` per level of the
+longest search it could need (a level's fixed cost is about that of evaluating 4096 lanes)."""
+
 
 def batch_key(cfg: Config) -> tuple[Any, ...]:
     """What one batch holds as plain values (the other fields are arrays where they differ):
@@ -232,9 +238,10 @@ class RequestModel:
         groups: dict[tuple[Any, ...], list[tuple[Config, list[int], int]]] = {}
         self.unoffered = 0
         for base, ms in self.space.config_families():
-            # budget_bounds at M = m: [low, min(cap, m)], as m <= max(ms)
+            # budget_bounds at M = m: [low, min(cap, m)], as m <= max(ms); offered when
+            # low <= min(cap, m)
             low, cap = budget_bounds(base, self.space.budget, max(ms))
-            offered = [m for m in ms if low <= min(cap, m)]
+            offered = ms if low <= min(cap, min(ms)) else [m for m in ms if low <= min(cap, m)]
             self.unoffered += len(ms) - len(offered)  # the range's budgets offer these none
             if offered:
                 groups.setdefault(batch_key(base), []).append((base, offered, cap))
@@ -242,13 +249,13 @@ class RequestModel:
             batch: list[tuple[Config, list[int]]] = []
             lanes = 0
             for base, ms, cap in families:
-                sizes = base.prefill_end * np.maximum(np.minimum(cap, ms), 1)
-                family_lanes = int(sizes.sum())
+                family_lanes = base.prefill_end * sum(min(cap, m) for m in ms)
                 if lanes + family_lanes <= BATCH_LANES:  # the whole family fits
                     batch.append((base, ms))
                     lanes += family_lanes
                     continue
-                for m, size in zip(ms, sizes.tolist(), strict=True):
+                sizes = [base.prefill_end * min(cap, m) for m in ms]
+                for m, size in zip(ms, sizes, strict=True):
                     if batch and lanes + size > BATCH_LANES:
                         yield family_batch(batch, self.space.budget)
                         batch, lanes = [], 0
@@ -268,6 +275,20 @@ class RequestModel:
         stride = int(batch.end.max()) + 1
         keys: np.ndarray = states[:, 0] * stride + states[:, 1]
         return keys
+
+    def state_space(self, batch: Batch) -> np.ndarray | None:
+        """Every c in [c0, E) of every instance, when the batch's table is small beside the
+        levels a search could take: every chunk that leads on is at least one token, so a
+        search takes up to max(E - c0) levels, each with a fixed cost (a long prefill with
+        small budgets: thousands of levels of a few lanes each). None otherwise."""
+        span = batch.end - batch.start
+        lanes = int((span * np.maximum(batch.high - batch.low + 1, 0)).sum())
+        if lanes > LISTED_LANES or lanes > LEVEL_LANES * int(span.max(initial=0)):
+            return None
+        inst = np.repeat(np.arange(len(batch), dtype=np.int64), span)
+        first = np.cumsum(span) - span
+        c = batch.start[inst] + np.arange(len(inst)) - first[inst]
+        return np.stack([inst, c], axis=1)
 
     def successors(self, batch: Batch, states: np.ndarray) -> Transitions:
         """Every offered budget at every state (module docstring)."""
@@ -350,7 +371,7 @@ class RequestModel:
         zero = (steps.record["chunk"] == 0) & ~steps.bad["P0"] & (c < batch.end[inst])
         last_zero = np.zeros(len(batch), dtype=np.int64)
         np.maximum.at(last_zero, inst[zero], steps.action[zero])
-        runs = _constant_runs(batch, inst, c, steps)
+        runs = _constant_runs(batch, states, steps)
         width = runs.shape[1]
         budgets = batch.low[:, None] + np.arange(width)[None, :]
         valid = budgets <= batch.high[:, None]
@@ -407,41 +428,43 @@ class Figures:
     finished_runs: np.ndarray
 
 
-def _constant_runs(batch: Batch, inst: np.ndarray, c: np.ndarray, steps: Transitions) -> np.ndarray:
+def _constant_runs(batch: Batch, states: np.ndarray, steps: Transitions) -> np.ndarray:
     """Steps to finish under ``const(b)`` for every instance and budget column b - low; -1 when
-    the run gets stuck or breaks P0 (every state on a const run is reachable, so its steps are
-    among ``steps``)."""
+    the run gets stuck or breaks P0. Every state on a const run is reachable, so its steps are
+    among ``steps``: the explorer gives each state's transitions together, sources in order
+    (:class:`~chunkproof.checker.explorer.Explored`), and :meth:`RequestModel.successors`
+    gives them budget by budget from low; so the step of budget b at state s is row
+    first[s] + b - low, and a reachable (instance, c) is found by direct address."""
     width = int(max((batch.high - batch.low).max() + 1, 1))
-    offset = int(batch.start.min())
-    depth = int(batch.end.max()) - offset + 1
-
-    def key(inst: np.ndarray, c: np.ndarray, column: np.ndarray) -> np.ndarray:
-        found: np.ndarray = (inst * depth + (c - offset)) * width + column
-        return found
-
-    # The transitions as a sorted table: key (instance, c, b - low) -> next c (-1: P0 broke).
-    keys = key(inst, c, steps.action - batch.low[inst])
-    order = np.argsort(keys, kind="stable")
-    keys = keys[order]
-    nxt = np.where(steps.bad["P0"] == 0, c + steps.record["chunk"], -1)[order]
+    assert (np.diff(steps.source) >= 0).all(), "the transitions are not grouped by source"
+    counts = np.bincount(steps.source, minlength=len(states))
+    first = np.cumsum(counts) - counts
+    span = batch.end - batch.start
+    base = np.cumsum(span) - span  # instance i's states c0..E-1 at base[i] + c - c0
+    state_at = np.full(int(span.sum()), -1, dtype=np.int64)
+    state_at[base[states[:, 0]] + states[:, 1] - batch.start[states[:, 0]]] = np.arange(len(states))
+    nxt = np.where(steps.bad["P0"] == 0, states[steps.source, 1] + steps.record["chunk"], -1)
     rows = np.repeat(np.arange(len(batch)), width)
     cols = np.tile(np.arange(width), len(batch))
     valid = cols <= (batch.high - batch.low)[rows]
     count = np.zeros(len(rows), dtype=np.int64)
     stuck = np.zeros(len(rows), dtype=bool)
-    # the runs still going (indices into rows) and where each is; finished runs drop out
+    # the runs still going (indices into rows), their column, where their instance's states
+    # sit in state_at, its E, and where each run is; finished runs drop out
     live = np.flatnonzero(valid & (batch.start[rows] < batch.end[rows]))
+    column = cols[live]
+    offset = (base - batch.start)[rows[live]]
+    end = batch.end[rows[live]]
     here = batch.start[rows[live]]
     while len(live):
-        wanted = key(rows[live], here, cols[live])
-        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-        assert (keys[at] == wanted).all(), "a const(b) run left the reachable states"
-        following = nxt[at]
+        state = state_at[offset + here]
+        assert (state >= 0).all(), "a const(b) run left the reachable states"
+        following = nxt[first[state] + column]
         moved = following > here
         stuck[live[~moved]] = True
-        live, here = live[moved], following[moved]
-        count[live] += 1
-        going = here < batch.end[rows[live]]
-        live, here = live[going], here[going]
+        count[live[moved]] += 1
+        going = moved & (following < end)
+        live, column, offset, end = live[going], column[going], offset[going], end[going]
+        here = following[going]
     result = np.where(stuck, -1, count)
     return result.reshape(len(batch), width)

@@ -261,6 +261,10 @@ class SchedulerStepModel:
             keys = keys * (batch.k * digit) + (label * len(PHASE_NAMES) + phase) * batch.radix + c
         return keys
 
+    def state_space(self, batch: SchedulerBatch) -> None:
+        """The global states are too many to list up front: the explorer searches them."""
+        return None
+
     def arrange(
         self,
         batch: SchedulerBatch,

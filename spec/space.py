@@ -706,6 +706,28 @@ def make_config(fields: Mapping[str, Any], max_sched: int) -> Config:
     return Config(max_sched=max_sched, **{k: v for k, v in fields.items() if k != "max_sched"})
 
 
+def _family(fields: Mapping[str, Any], values: list[int]) -> tuple[Config, list[int]] | None:
+    """The family's configuration at the first of the M ``values`` that makes one, and every
+    M that does (SPEC S1); None when none does. Of the rules of a configuration only the
+    encoder ones read M (the cache capacity is max(M, the largest item) without
+    ``--encoder-cache``), so a family without items makes one at every M or at none."""
+    if not fields.get("items"):
+        try:
+            return make_config(fields, values[0]), values
+        except ConfigError:
+            return None
+    base: Config | None = None
+    ms = []
+    for m in values:
+        try:
+            cfg = make_config(fields, m) if base is None else base.replace(max_sched=m)
+        except ConfigError:
+            continue
+        base = base or cfg
+        ms.append(m)
+    return None if base is None else (base, ms)
+
+
 @dataclass(frozen=True)
 class Space:
     """A union of grids and the per-step budgets [low, high] within 1..M (SPEC S4)."""
@@ -723,18 +745,22 @@ class Space:
         """The configurations of :meth:`configs`, in its order, grouped by family: a
         configuration of the family and the values of M it takes (the family's other
         fields are shared; a configuration another grid yielded before is left out)."""
-        seen: dict[tuple[Any, ...], set[int]] = {}
+        seen: dict[tuple[Any, ...], list[int]] = {}
         for grid in self.grids:
             for family in grid.families():
-                values = list(grid.sets["max_sched"].values(family))
-                try:
-                    base = make_config(family, values[0])
-                except ConfigError:
+                found = _family(family, list(grid.sets["max_sched"].values(family)))
+                if found is None:
                     continue
+                base, values = found
                 # the family's fields in INPUT_NAMES order, the same in every grid
-                done = seen.setdefault(tuple(family.items()), set())
-                ms = [m for m in values if m not in done]
-                done.update(ms)
+                key = tuple(family.values())
+                done = seen.get(key)
+                if done is None:
+                    ms = seen[key] = values
+                else:
+                    taken = set(done)
+                    ms = [m for m in values if m not in taken]
+                    seen[key] = done + ms
                 if ms:
                     yield base, ms
 

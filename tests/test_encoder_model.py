@@ -115,6 +115,20 @@ def test_configurations_that_are_not_ones(
         Config(block=16, prompt=60, max_sched=32, items=Items(items), **extra)
 
 
+def test_a_range_holds_only_the_m_that_make_configurations() -> None:
+    """The rule b0 >= min(C, the items' total) reads M (C = max(M, the largest item) without
+    --encoder-cache): a range over M holds the Ms that keep it and no other, in the explorer
+    as in the prover's scope, and M cannot be changed to one that breaks it."""
+    texts = {"block": "4", "prompt": "12", "max_sched": "1-8", "encoder_budget": "5"}
+    space = Space((grid_from({**texts, "layout": "0+4,6+4"}),))
+    assert sorted({cfg.max_sched for cfg in space.configs()}) == [1, 2, 3, 4, 5]
+    model = RequestModel(get_builtin("vllm-0.28"), space)
+    assert sorted({cfg.max_sched for b in model.batches() for cfg in b.configs}) == [1, 2, 3, 4, 5]
+    cfg = next(space.configs())
+    with pytest.raises(ConfigError, match="encoded ahead"):
+        cfg.replace(max_sched=6)
+
+
 def test_layout_ranges() -> None:
     """``--items``: absolute and gap-relative starts, alternatives; layouts outside the prompt
     are skipped."""

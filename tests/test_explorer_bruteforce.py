@@ -28,7 +28,14 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
 from chunkproof.spec import properties as props
-from chunkproof.spec.request import RequestModel, budget_bounds, encoder_forced, make_batch
+from chunkproof.spec.request import (
+    Batch,
+    RequestModel,
+    batch_key,
+    budget_bounds,
+    encoder_forced,
+    make_batch,
+)
 from chunkproof.spec.space import Space
 
 STEP = ("P0", "P1", "P3", "P4", "P5", "P6")
@@ -214,3 +221,68 @@ def test_batches_hold_their_configurations(budget: tuple[int, int] | None) -> No
     assert sorted(map(repr, seen)) == sorted(map(repr, offered))
     assert model.unoffered == len(every) - len(offered)
     assert budget is None or model.unoffered > 0
+
+
+class Searched(RequestModel):
+    """The model with no listed states: the explorer searches level by level."""
+
+    def state_space(self, batch: Batch) -> None:
+        return None
+
+
+class Listed(RequestModel):
+    """The model with every state listed, whatever the batch's size."""
+
+    def state_space(self, batch: Batch) -> np.ndarray:
+        span = batch.end - batch.start
+        inst = np.repeat(np.arange(len(batch)), span)
+        c = np.concatenate([np.arange(s, e) for s, e in zip(batch.start, batch.end, strict=True)])
+        return np.stack([inst, c], axis=1)[::-1]  # in no particular order
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(
+    found=st.lists(configs(), min_size=1, max_size=6),
+    policy=st.sampled_from(builtin_policies()),
+    budget=st.sampled_from([None, None, (2, 5)]),
+)
+def test_listing_every_state_gives_the_search_s_result(
+    found: list[Config | None], policy: Policy, budget: tuple[int, int] | None
+) -> None:
+    """Next evaluated once on every listed state yields the level-by-level search's result,
+    field for field: the reachable states in the same order, their parents, actions and
+    depths, every transition in order with its record, every witness and count."""
+    cfgs = [cfg for cfg in found if cfg is not None]
+    assume(cfgs)
+    same = [cfg for cfg in cfgs if batch_key(cfg) == batch_key(cfgs[0])]
+    assume(all(budget_bounds(cfg, budget)[0] <= budget_bounds(cfg, budget)[1] for cfg in same))
+    batch = make_batch(same, budget)
+    space = Space((), budget)
+    searched = explore_batch(Searched(policy, space, "strict", STEP), batch)
+    listed = explore_batch(Listed(policy, space, "strict", STEP), batch)
+    for name in ("states", "parent", "via", "depth"):
+        assert getattr(listed, name).tolist() == getattr(searched, name).tolist(), name
+    for name in ("source", "action", "follow", "weight"):
+        assert getattr(listed.steps, name).tolist() == getattr(searched.steps, name).tolist()
+    assert {k: v.tolist() for k, v in listed.steps.bad.items()} == {
+        k: v.tolist() for k, v in searched.steps.bad.items()
+    }
+    safe = ~searched.steps.bad["P0"]  # a step that breaks P0 leaves its values undefined
+    assert listed.steps.target[safe].tolist() == searched.steps.target[safe].tolist()
+    for name, values in searched.steps.record.items():
+        assert listed.steps.record[name][safe].tolist() == values[safe].tolist(), name
+    for pid in STEP:
+        assert listed.witness[pid].tolist() == searched.witness[pid].tolist(), pid
+        assert listed.violating[pid].tolist() == searched.violating[pid].tolist(), pid
+
+
+def test_a_long_prefill_under_small_budgets_lists_its_states() -> None:
+    """The model lists a batch's states when its table is small beside the levels a search
+    would take (a 4,417-token prefill under budgets 1-3), not when the table is large."""
+    policy = get_builtin("vllm-0.33")
+    long = Config(block=4416, prompt=4417, tokens=4417, max_sched=3, lookahead=3)
+    model = RequestModel(policy, Space(()))
+    listed = model.state_space(make_batch([long], None))
+    assert listed is not None and listed[:, 1].tolist() == list(range(4417))
+    wide = long.replace(max_sched=4416)
+    assert model.state_space(make_batch([wide], None)) is None
