@@ -213,6 +213,28 @@ def encoder_forced(order: tuple[str, ...], record: Mapping[str, Any]) -> Any:
     return z3.And(lowered, kept)
 
 
+@dataclass(frozen=True)
+class EdgeRuns:
+    """Lanes grouped in runs of one chunk [c, e) of one instance: ``first`` the first lane of
+    each run, ``run`` the run of every lane."""
+
+    first: np.ndarray
+    run: np.ndarray
+
+
+def _edge_runs(source: np.ndarray, target: np.ndarray, moving: np.ndarray) -> EdgeRuns:
+    """The runs of adjacent lanes with the same source state, end and ``moving``: an edge
+    property is a function of (the instance, c, e), so it is judged once per run. A state's
+    budgets come in order and give few distinct chunks (a block multiple, the remainder), so
+    a run usually holds several budgets; a chunk that comes back after another is a run of its
+    own, judged again."""
+    starts = np.ones(len(source), dtype=bool)
+    starts[1:] = (
+        (source[1:] != source[:-1]) | (target[1:] != target[:-1]) | (moving[1:] != moving[:-1])
+    )
+    return EdgeRuns(np.flatnonzero(starts), np.cumsum(starts) - 1)
+
+
 def _predicate(func: Callable[..., Any], args: list[Any], size: int) -> np.ndarray:
     """A property predicate over lanes (its own crashes are impossible: it is ours)."""
     value = evaluate(parse(func), args).value
@@ -303,35 +325,40 @@ class RequestModel:
     def step(
         self, batch: Batch, states: np.ndarray, source: np.ndarray, budget: np.ndarray
     ) -> Transitions:
-        """The transitions (states[source], budget): Next and every step property."""
+        """The transitions (states[source], budget): Next and every step property; the record
+        holds each chunk and whether the code raised (what the figures, compare and the
+        pictures read)."""
         lane_inst = states[source, 0]
         c = states[source, 1]
         view = batch.view(lane_inst)
         values = vectorised_stages(self.policy, view, c, budget)
         size = len(source)
-        record = {
+        stage = {
             name: np.broadcast_to(np.asarray(values[name], dtype=np.int64), (size,))
             for name in (*STAGE_NAMES, "chunk")
         }
         crashed = np.broadcast_to(np.asarray(values["crashed"], dtype=bool), (size,))
         order = stage_order(self.policy)
         unsafe = unsafe_lanes(values, budget, order)
-        chunk = record["chunk"]
+        chunk = stage["chunk"]
         target = c + chunk
         moving = ~unsafe & (chunk > 0)
         bad: dict[str, np.ndarray] = {"P0": unsafe}
         largest = budget == batch.high[lane_inst]
         stuck = _predicate(props.stuck, [view, c, chunk], size)
         bad["P1"] = ~unsafe & largest & stuck
+        edges = _edge_runs(source, target, moving)
+        edge_view = batch.view(lane_inst[edges.first])
+        edge_args = [edge_view, c[edges.first], target[edges.first]]
         for pid in self.properties:
             if pid in props.EDGE_PROPERTIES:
-                bad[pid] = moving & _predicate(props.EDGE_PROPERTIES[pid], [view, c, target], size)
+                judged = _predicate(props.EDGE_PROPERTIES[pid], edge_args, len(edges.first))
+                bad[pid] = moving & judged[edges.run]
                 if pid == "P4":
-                    bad[pid] &= ~encoder_forced(order, record)
+                    bad[pid] &= ~encoder_forced(order, stage)
             elif pid == "P5":
                 window = props.WINDOW_PROPERTIES[self.window]
-                bad[pid] = moving & _predicate(window, [view, c, record["cap"], target], size)
-        record["crashed"] = crashed.astype(np.int64)
+                bad[pid] = moving & _predicate(window, [view, c, stage["cap"], target], size)
         return Transitions(
             source=source,
             action=budget,
@@ -339,7 +366,7 @@ class RequestModel:
             follow=moving & (target < batch.end[lane_inst]),
             bad={pid: m for pid, m in bad.items() if pid in self.properties or pid == "P1"},
             weight=np.ones(size, dtype=np.int64),
-            record=record,
+            record={"chunk": chunk, "crashed": crashed.astype(np.int64)},
         )
 
     def table(self, batch: Batch) -> Table:
