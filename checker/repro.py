@@ -22,15 +22,15 @@ import ast
 import inspect
 import json
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from string import Template
-from types import FunctionType
+from types import FunctionType, ModuleType
 from typing import Any, TypeGuard
 
-from chunkproof.model import extraction
+from chunkproof.model import encoder_run, extraction
 from chunkproof.model.budget import Const
-from chunkproof.model.config import Config
+from chunkproof.model.config import Config, encoder_capacity, encoder_compute_budget
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.loading import recorded_policy
@@ -82,6 +82,9 @@ _SYMBOLS = {
     "checkpoint_alignment": "alpha: checkpoint alignment (0 = None)",
     "uncached_prefix": "u: uncached common prefix (0.24-0.25)",
     "retention": "R: prefix_cache_retention_interval (-1 = None)",
+    "items": "the multimodal items: (start, length) of their placeholders",
+    "encoder_cache": "C: encoder cache size (0 = vLLM's own)",
+    "encoder_budget": "b0: encoder compute budget (0 = vLLM's own)",
 }
 """Each config field with its history-note symbol, as the generated file comments it."""
 
@@ -99,9 +102,9 @@ def write_repro(text: str, out: Path) -> Path:
 
 
 def repro_source(cx: Counterexample, source_name: str) -> str:
-    """The text of the standalone pytest file for ``cx`` (module docstring). A counterexample
-    with encoder items has none yet: the file would need stand-ins for the encoder cache
-    manager, which it does not generate (``chunkproof replay`` replays it)."""
+    """The text of the standalone pytest file for ``cx`` (module docstring). With encoder
+    items the file also runs the request's encoder under the tree's real code
+    (:data:`_ENCODER`)."""
     cfg = cx.config
     scheduler, request = standins(cx, cfg, source_name)
     name = props.PROPERTIES[cx.property].name.lower().replace("-", "_")
@@ -122,8 +125,29 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
         "checked": "P0" if cx.property == "P0" else f"{cx.property} (or P0)",
         "budgets": _budgets(cx),
     }
-    methods = real_methods(recorded_policy(cx), _predicates(cx))
-    return _TEMPLATE.substitute(values | _ONE_REQUEST | methods)
+    policy = recorded_policy(cx)
+    if not cfg.items:
+        methods = real_methods(policy, _predicates(cx))
+        return _TEMPLATE.substitute(values | _ONE_REQUEST | _NO_ENCODER | methods)
+    imports, driver = _module_source(encoder_run)
+    methods = real_methods(policy, _predicates(cx), imports)
+    encoder = _encoder_values(cfg) | {"encoder_run": driver}
+    return _ENCODER_TEMPLATE.substitute(values | _ONE_REQUEST | encoder | methods)
+
+
+def _encoder_values(cfg: Config) -> Values:
+    """What :data:`_ENCODER` and the encoder's step take: the items, the cache, the budget and
+    the scheduler's ``use_eagle``."""
+    view = step_view(cfg, cfg.start, lambda function, args: function(*args))
+    return {
+        "items": repr([tuple(item) for item in cfg.items]),
+        "encoder_cache": str(encoder_capacity(view)),
+        "encoder_budget": str(encoder_compute_budget(view)),
+        "use_eagle": repr(bool(view.eagle)),
+        "step_extra": ", encoder",
+        "test_fixtures": ", encoder: EncoderRun",
+        "advance": _ADVANCE,
+    }
 
 
 def standins(
@@ -131,31 +155,42 @@ def standins(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The attributes of the stand-in scheduler and request for a request of ``cfg`` (a
     request of ``cx``, read from ``source_name``), with the ``--set`` options ``cx`` was
-    checked with (:func:`~chunkproof.model.vllm_source.standin_attributes`). A request with
-    encoder items is refused (:func:`repro_source`)."""
-    if cfg.items:
-        raise ChunkproofError(
-            f"{source_name}: no standalone repro for a counterexample with encoder items "
-            f"({cfg.items.describe()}); `chunkproof replay {source_name}` replays it"
-        )
+    checked with (:func:`~chunkproof.model.vllm_source.standin_attributes`)."""
     view = step_view(cfg, cfg.start, lambda function, args: function(*args))
     return standin_attributes(view, recorded_options(cx.policy_options)[1])
 
 
-def real_methods(policy: Policy, predicates: FunctionList) -> Values:
-    """The values of :data:`REAL_METHODS` but ``schedule_step``'s, and the prelude's imports:
-    the budget cap of ``policy`` (the one the counterexample was found on), and chunkproof's
-    functions the file calls (the cap, ``predicates``, the call site's :data:`CALL_SITE`) with
-    every function they call."""
+def real_methods(
+    policy: Policy, predicates: FunctionList, more_imports: Sequence[str] = ()
+) -> Values:
+    """The values of :data:`REAL_METHODS` but ``schedule_step``'s, and the prelude's imports
+    (with ``more_imports``): the budget cap of ``policy`` (the one the counterexample was
+    found on), and chunkproof's functions the file calls (the cap, ``predicates``, the call
+    site's :data:`CALL_SITE`) with every function they call."""
     cap = _cap_function(policy)
     loader_imports, loader = _loader_source()
+    imports = _bound_once([*_OWN_IMPORTS, *loader_imports, *more_imports])
     return {
         "cap": cap.__name__,
         "functions": "\n\n\n".join(_function_sources([cap, *predicates, *CALL_SITE])),
         "source_variable": SOURCE_VARIABLE,
-        "imports": "\n".join(sorted(set(_OWN_IMPORTS + loader_imports), key=_import_order)),
+        "imports": "\n".join(sorted(imports, key=_import_order)),
         "loader": loader,
     }
+
+
+def _bound_once(lines: list[str]) -> list[str]:
+    """The import ``lines`` without those that bind only names an earlier line binds."""
+    bound: set[str] = set()
+    kept = []
+    for line in lines:
+        node = ast.parse(line).body[0]
+        assert isinstance(node, ast.Import | ast.ImportFrom)
+        names = {alias.asname or alias.name for alias in node.names}
+        if not names <= bound:
+            kept.append(line)
+            bound |= names
+    return kept
 
 
 def _cap_function(policy: Policy) -> FunctionType:
@@ -204,6 +239,7 @@ def _check(cx: Counterexample) -> str:
     never changes, so the run never finishes); P3-P6: chunkproof's predicate of the chunk.
     """
     pid = cx.property
+    extra = ", encoder" if cx.config.items else ""
     if pid == "P0":
         return "    return unsafe(step)\n"
     if pid == "P7":
@@ -218,7 +254,8 @@ def _check(cx: Counterexample) -> str:
         )
     if pid in props.STUCK_PROPERTIES:
         return _SAFETY + (
-            "    largest = schedule_step(vllm, scheduler, step.c, LARGEST_BUDGET)\n"
+            "    largest = schedule_step(vllm, scheduler, step.c, LARGEST_BUDGET"
+            f"{extra})\n"
             "    problem = unsafe(largest)\n"
             "    if problem is not None:\n"
             "        return problem\n"
@@ -233,8 +270,9 @@ def _check(cx: Counterexample) -> str:
     predicate = _predicates(cx)[0].__name__
     args = "CONFIG, step.c, step.n, step.end" if pid == "P5" else "CONFIG, step.c, step.end"
     rule = props.PROPERTIES[pid]
+    exempt = " and not encoder_forced(step)" if pid == "P4" and cx.config.items else ""
     return _SAFETY + (
-        f"    if step.chunk > 0 and {predicate}({args}):\n"
+        f"    if step.chunk > 0 and {predicate}({args}){exempt}:\n"
         "        return (\n"
         f'            f"{pid}: chunk [{{step.c}}, {{step.end}}) breaks {pid} {rule.name} "\n'
         f'            f"({rule.definition}): {{step}}"\n'
@@ -279,15 +317,23 @@ def _ours(value: object) -> TypeGuard[FunctionType]:
 
 
 def _loader_source() -> tuple[list[str], str]:
-    """:mod:`chunkproof.model.extraction` without its docstring and ``__future__`` import:
-    its import lines (for the top of the file) and the rest."""
-    text = Path(extraction.__file__).read_text()
+    """:mod:`chunkproof.model.extraction` without its docstring and imports: its import lines
+    (for the top of the file) and the rest."""
+    return _module_source(extraction)
+
+
+def _module_source(module: ModuleType) -> tuple[list[str], str]:
+    """``module`` (standard library only, beside chunkproof modules the file carries) without
+    its docstring and imports: its standard-library import lines (for the top of the file)
+    and the rest."""
+    text = Path(str(module.__file__)).read_text()
     lines = text.splitlines()
     imports, last = [], 0
     for node in ast.parse(text).body:
         if isinstance(node, ast.Import | ast.ImportFrom):
             assert node.end_lineno is not None
-            if not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            module_name = node.module if isinstance(node, ast.ImportFrom) else ""
+            if module_name != "__future__" and not (module_name or "").startswith("chunkproof"):
                 imports += lines[node.lineno - 1 : node.end_lineno]
             last = node.end_lineno
     return imports, "\n".join(lines[last:]).strip() + "\n"
@@ -320,6 +366,16 @@ def file_docstring(
         if cx.source_sha256
         else f"chunkproof's model {cx.policy}"
     )
+    items = isinstance(cx, Counterexample) and bool(cx.config.items)
+    encoder = (
+        " With the request's encoder items it also compiles the tree's "
+        "_try_schedule_encoder_inputs, EncoderCacheManager, Request members and "
+        "PlaceholderRange, and runs the encoder cap where the tree's schedule() calls it, "
+        "its cache kept from step to step."
+        if items
+        else ""
+    )
+    carried = "chunkproof.model.extraction" + (" and chunkproof.model.encoder_run" if items else "")
     lines = [
         f"Repro: {title}.",
         "",
@@ -330,8 +386,8 @@ def file_docstring(
             "Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not "
             "imported: no torch, no GPU), runs them on stand-ins holding exactly the values "
             f"below, offers {offered} on every step (P0: the code raises, or a stage "
-            "returns a value outside [0, its input]). It fails while the bug is in the code "
-            "and passes once it is fixed.",
+            f"returns a value outside [0, its input]).{encoder} It fails while the bug is in "
+            "the code and passes once it is fixed.",
             92,
         ),
         "",
@@ -343,8 +399,11 @@ def file_docstring(
             f"of {source}.",
             96,
         ),
-        "Everything below the line `chunkproof's source loader` is chunkproof.model.extraction,",
-        "verbatim; the property and budget-cap functions are chunkproof's own.",
+        *textwrap.wrap(
+            f"Everything below the line `chunkproof's source loader` is {carried} verbatim; "
+            "the property and budget-cap functions are chunkproof's own.",
+            96,
+        ),
     ]
     text = "\n".join(lines).replace("\\", "\\\\").replace('"', '\\"')
     return '"""' + text + '\n"""'
@@ -383,17 +442,20 @@ def dict_literal(values: dict[str, Any]) -> str:
     return "{\n" + body + "}"
 
 
-def step_literal(s: Step) -> str:
-    """``s`` as the generated file's ``Step`` (:data:`STEP_CLASS`)."""
+def step_literal(s: Step, items: bool = False) -> str:
+    """``s`` as the generated file's ``Step`` (:data:`STEP_CLASS`); with encoder ``items``,
+    the encoder's value and place too."""
     crash = "" if s.crash is None else f", crash={s.crash!r}"
+    encoder = f", encoder={s.encoder}, encoder_first={s.encoder_first}" if items else ""
     return (
         f"Step(c={s.c}, budget={s.budget}, n={s.n}, split={s.split}, "
-        f"reservation={s.reservation}, chunk={s.chunk}{crash})"
+        f"reservation={s.reservation}, chunk={s.chunk}{crash}{encoder})"
     )
 
 
 def _recorded_literal(cx: Counterexample) -> str:
-    rows = [f"    {step_literal(s)}," for s in cx.steps]
+    items = bool(cx.config.items)
+    rows = [f"    {step_literal(s, items)}," for s in cx.steps]
     note = textwrap.wrap(f"{cx.property}: {cx.verdict}", 92)
     rows[-1:-1] = ["    # " + line for line in note]
     return "[\n" + "\n".join(rows) + "\n]"
@@ -431,7 +493,10 @@ LARGEST_BUDGET = $largest  # the most tokens one step can offer
 STEP_CLASS = '''class Step(NamedTuple):
     """One scheduling step: c, the budget offered, n after schedule()'s budget cap, after
     _mamba_block_aligned_split, after _reserve_prefill_lookahead, and the chunk scheduled;
-    ``crash`` says where the real code raised (the values from there on are 0)."""
+    ``crash`` says where the real code raised (the values from there on are 0). With encoder
+    items, ``encoder`` is the chunk _try_schedule_encoder_inputs left (before the split when
+    ``encoder_first``, else after it) and ``scheduled`` the inputs it scheduled and those
+    another request computes."""
 
     c: int
     budget: int
@@ -440,6 +505,9 @@ STEP_CLASS = '''class Step(NamedTuple):
     reservation: int
     chunk: int
     crash: str | None = None
+    encoder: int | None = None
+    encoder_first: bool = False
+    scheduled: tuple[list[int], list[int]] = ([], [])
 
     @property
     def end(self) -> int:
@@ -447,8 +515,11 @@ STEP_CLASS = '''class Step(NamedTuple):
 
     def __repr__(self) -> str:
         crash = "" if self.crash is None else f", crash={self.crash!r}"
+        stages = [f"split={self.split}"]
+        if self.encoder is not None:
+            stages.insert(0 if self.encoder_first else 1, f"encoder={self.encoder}")
         return (
-            f"Step(c={self.c}, budget={self.budget}, n={self.n}, split={self.split}, "
+            f"Step(c={self.c}, budget={self.budget}, n={self.n}, {', '.join(stages)}, "
             f"reservation={self.reservation}, chunk={self.chunk}{crash})"
         )
 
@@ -460,7 +531,7 @@ _TEST = '''# The counterexample: what $policy does, step by step.
 RECORDED = $recorded
 
 
-def $test_name(vllm: Extracted) -> None:
+def $test_name(vllm: Extracted$test_fixtures) -> None:
     """$property: $definition."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = $budgets
@@ -468,20 +539,20 @@ def $test_name(vllm: Extracted) -> None:
     for budget in budgets:
         if c >= PREFILL_END:
             return
-        step = schedule_step(vllm, scheduler, c, budget)
+        step = schedule_step(vllm, scheduler, c, budget$step_extra)
         path.append(step)
-        problem = violation(vllm, scheduler, step)
+        problem = violation(vllm, scheduler, step$step_extra)
         assert problem is None, f"{problem}; steps: {path}"
-        c = step.end
+$advance        c = step.end
     pytest.fail(f"the prefill does not finish: c={c} < E={PREFILL_END}; steps: {path}")
 
 
-def violation(vllm: Extracted, scheduler: StandIn, step: Step) -> str | None:
+def violation(vllm: Extracted, scheduler: StandIn, step: Step$test_fixtures) -> str | None:
     """What breaks $checked at this step, if anything: "Pn: why"."""
 $check_body
 '''
 
-REAL_METHODS = '''
+_UNSAFE = '''
 def unsafe(step: Step) -> str | None:
     """P0 SAFE: the real code raised, or a stage returned a value outside [0, its input]."""
     if step.crash is not None:
@@ -520,7 +591,9 @@ def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int$step_
         except Exception as exc:  # the real code raised: P0
             return Step(c, budget, n, split, 0, 0, raised("_reserve_prefill_lookahead", exc))
     return Step(c, budget, n, split, reservation, reservation)
+'''
 
+_REAL_REST = '''
 
 def raised(method: str, exc: Exception) -> str:
     """What the real code raised, and the innermost line it raised on."""
@@ -571,12 +644,137 @@ $functions
 # ---------------------------------------------------------------------------------------------
 
 $loader'''
+
+REAL_METHODS = _UNSAFE + _REAL_REST
 """What every generated file runs and carries (a :class:`~string.Template`): P0 on a step, the
 real methods as the call sites call them (``schedule_step``, whose parameters beyond the budget
 are ``step_parameters`` and whose request is ``step_subject``, configured by ``step_config``
 and ``step_attributes``), the source tree, chunkproof's ``functions`` and the ``loader``."""
 
 _TEMPLATE = Template(PRELUDE + _CONFIGURATION + STEP_CLASS + _TEST + REAL_METHODS)
+
+_ENCODER = '''# The request's encoder: the tree's EncoderCacheManager, Request members,
+# PlaceholderRange and the scheduler's encoder methods, compiled from the source text (at the
+# end of the file: chunkproof.model.encoder_run), driven as schedule() and update_from_output
+# drive them.
+ITEMS = $items  # (start, length) of each item's placeholders
+ENCODER_CACHE = $encoder_cache  # C: the encoder cache in embeddings
+ENCODER_BUDGET = $encoder_budget  # b0: the encoder compute budget of a step
+USE_EAGLE = $use_eagle  # the scheduler's use_eagle
+# Where schedule() calls the encoder (before the split up to 0.27, after it from 0.28) and the
+# shift_computed_tokens it passes are read from the tree's schedule().
+
+
+@pytest.fixture
+def encoder() -> EncoderRun:
+    """The request's encoder at admission: an empty cache."""
+    root = vllm_source_root()
+    try:
+        return EncoderRun(root, ITEMS, ENCODER_CACHE, ENCODER_BUDGET, USE_EAGLE, CONFIG.lookahead)
+    except SourceError as exc:
+        pytest.fail(f"cannot read the encoder code from {root}: {exc}", pytrace=False)
+
+
+'''
+"""The encoder of a file whose request has encoder items (a :class:`~string.Template`)."""
+
+_ENCODER_STEP = '''
+def unsafe(step: Step) -> str | None:
+    """P0 SAFE: the real code raised, or a stage returned a value outside [0, its input]."""
+    if step.crash is not None:
+        return f"P0: {step.crash} (at c={step.c}, budget {step.budget})"
+    if step.encoder_first:
+        chain = [("encoder", step.encoder, step.n), ("split", step.split, step.encoder)]
+    else:
+        chain = [("split", step.split, step.n), ("encoder", step.encoder, step.split)]
+    for name, value, limit in [*chain, ("reservation", step.reservation, chain[-1][1])]:
+        if not 0 <= value <= limit:
+            return f"P0: the {name} returns {value}, outside [0, {limit}] ({step})"
+    return None
+
+
+def encoder_forced(step: Step) -> bool:
+    """SPEC P4's exemption (b): the chunk ends where the encoder cap put it (the cap lowered
+    its input and no later stage moved the end)."""
+    before = step.n if step.encoder_first else step.split
+    return step.encoder < before and step.chunk == step.encoder
+
+
+def schedule_step(
+    vllm: Extracted, scheduler: StandIn, c: int, budget: int, encoder: EncoderRun
+) -> Step:
+    """One step of schedule() for this request: the budget cap, then the real split and the
+    real encoder cap in the order of the tree's schedule() (the encoder first up to 0.27),
+    then the real reservation when the source has one. At c = c0 the waiting loop admits
+    the request (num_computed_tokens 0, the hits and u as arguments); after, the running
+    loop calls the split with num_computed_tokens = c. The encoder's cache is left as it
+    is: the test advances it after a step it takes."""
+    n = $cap(CONFIG, c, budget)
+    computed = computed_tokens(CONFIG, c)
+    request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": computed})
+    uncached = [uncached_at(CONFIG, c)] if vllm.takes_uncached_prefix else []
+    hits = (local_hit(CONFIG, c), external_hit(CONFIG, c))
+    split = encoded = 0
+    scheduled: tuple[list[int], list[int]] = ([], [])
+    value = n
+    first = encoder.before_split
+    for stage in ("encoder", "split") if first else ("split", "encoder"):
+        try:
+            if stage == "split":
+                split = value = scheduler._mamba_block_aligned_split(
+                    request, value, *hits, *uncached
+                )
+            else:
+                inputs, encoded, duplicates = encoder.encode(c, value)
+                scheduled, value = (inputs, duplicates), encoded
+        except SourceError:
+            raise
+        except Exception as exc:  # the real code raised: P0
+            method = SPLIT_METHOD if stage == "split" else "_try_schedule_encoder_inputs"
+            return Step(c, budget, n, split, 0, 0, raised(method, exc), encoded, first)
+    reservation = value
+    if vllm.has_reservation:
+        try:
+            reservation = scheduler._reserve_prefill_lookahead(request, c, value)
+        except SourceError:
+            raise
+        except Exception as exc:  # the real code raised: P0
+            crash = raised("_reserve_prefill_lookahead", exc)
+            return Step(c, budget, n, split, 0, 0, crash, encoded, first)
+    return Step(c, budget, n, split, reservation, reservation, None, encoded, first, scheduled)
+'''
+"""``unsafe``, P4's exemption and ``schedule_step`` of a file whose request has encoder
+items."""
+
+_ADVANCE = """\
+        if step.chunk > 0:
+            encoder.advance(*step.scheduled, step.end)
+"""
+"""What the test does after a step the request took: the encoder allocates what it scheduled
+and frees what the request no longer needs."""
+
+_ENCODER_DRIVER = """
+
+
+# ---------------------------------------------------------------------------------------------
+# chunkproof's encoder driver (chunkproof.model.encoder_run, verbatim).
+# ---------------------------------------------------------------------------------------------
+
+$encoder_run"""
+
+_ENCODER_TEMPLATE = Template(
+    PRELUDE
+    + _CONFIGURATION
+    + _ENCODER
+    + STEP_CLASS
+    + _TEST
+    + _ENCODER_STEP
+    + _REAL_REST
+    + _ENCODER_DRIVER
+)
+
+_NO_ENCODER = {"step_extra": "", "test_fixtures": "", "advance": ""}
+"""The encoder's template values in a file whose request has no encoder items."""
 
 _ONE_REQUEST = {
     "step_parameters": "",

@@ -61,10 +61,17 @@ def any_repro_source(cx: Counterexample | SystemCounterexample, source_name: str
 
 def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     """The text of the standalone pytest file for ``cx`` (module docstring). Its requests
-    share the engine, so one stand-in scheduler serves them all; a request with encoder items
-    is refused, as in a single-request repro."""
+    share the engine, so one stand-in scheduler serves them all. A request with encoder items
+    is refused: the file does not run the encoder of several requests (a single-request
+    repro does run one request's)."""
     if len({engine_settings(cfg) for cfg in cx.requests}) != 1:
         raise ChunkproofError(f"{source_name}: the requests do not share the engine's settings")
+    for cfg in cx.requests:
+        if cfg.items:
+            raise ChunkproofError(
+                f"{source_name}: no standalone repro for several requests with encoder items "
+                f"({cfg.items.describe()}); `chunkproof replay {source_name}` replays it"
+            )
     attributes = [standins(cx, cfg, source_name) for cfg in cx.requests]
     policy = recorded_policy(cx)
     skips = SchedulerStepModel(policy, ()).skips

@@ -72,6 +72,9 @@ pick p0-external-hit-assert vllm-0.17 P0 --block 4 --lookahead 0 --prompt 1-8 --
 # vllm-0.17 (V2, EAGLE drop on, with L = 1 as 0.17 requires): a chunk from a mid-block end
 # crosses the block end (#51113 class).
 pick p3-poisoned-slot-eagle vllm-0.17 P3 "${CLASSIC[@]}"
+# vllm-0.27 (#40707): two images the encoder cache holds one at a time; the encoder cap, before
+# the split, leaves the 2 tokens before the second image and the split floors them to 0.
+pick p1-encoder-two-items vllm-0.27 P1 --block 4 --lookahead 0 --drop off --prompt 16 --max-sched 6 --items 1+4,6+4
 # vllm-0.28 (V5): a prompt of exactly k blocks in one chunk loses the resend state (#50235).
 pick p6-lost-resend-state vllm-0.28 P6 "${CLASSIC[@]}"
 # lookahead-in-split: the proposed fix finishes over lambda, so R* is not cached.

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkproof.model.config import MAX_VALUE, Config
+from chunkproof.model.encoder_run import ENCODER_REQUEST_ID
 from chunkproof.model.errors import PolicyError, SubsetError
 from chunkproof.model.extraction import (
     REQUEST_LABEL,
@@ -310,10 +311,6 @@ def _retention(retention: Value) -> Value:
 def _alignment(alpha: Value) -> Value:
     """alpha as vLLM holds it: 0 (off) is ``None``."""
     return _plain(alpha, "the checkpoint alignment alpha") or None
-
-
-ENCODER_REQUEST_ID = "request-0"
-"""The request id the encoder stand-ins carry (one request)."""
 
 
 def encoder_standins(

@@ -24,12 +24,10 @@ of ``test_fidelity``: fetched once, vLLM never imported) and checked four ways:
 
 from __future__ import annotations
 
-import ast
 import random
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -49,13 +47,13 @@ from chunkproof.model.config import (
     encoder_compute_budget,
     item_views,
 )
+from chunkproof.model.encoder_run import EncoderRun
 from chunkproof.model.encoder_source import (
     ENCODER_METHOD,
     EncoderMethods,
     EncoderMethodStage,
 )
 from chunkproof.model.errors import ConfigError, PolicyCrash
-from chunkproof.model.extraction import SCHEDULER_FILE, stripped
 from chunkproof.model.imperative import ImperativeInterpreter, LaneDict, LaneList, LaneSet
 from chunkproof.model.releases import release_root
 from chunkproof.model.step import encoder_first, step_view
@@ -63,7 +61,7 @@ from chunkproof.model.subset import parse
 from chunkproof.model.symbolic import Z3Domain, symbolic
 from chunkproof.model.trajectory import run
 from chunkproof.model.vectorised import NumpyDomain, evaluate
-from chunkproof.model.vllm_source import ENCODER_REQUEST_ID, encoder_standins
+from chunkproof.model.vllm_source import encoder_standins
 
 pytestmark = pytest.mark.fidelity
 
@@ -253,6 +251,10 @@ class InterpretedCache:
         duplicates = _present(result[4]) if len(result) > 4 else []
         return _present(result[0]), result[1], duplicates
 
+    def advance(self, inputs: list[int], duplicates: list[int], end: int) -> None:
+        self.allocate(inputs, duplicates)
+        self.free(end)
+
     def allocate(self, inputs: list[int], duplicates: list[int]) -> None:
         m = self.methods
         if "_allocate_encoder_inputs" in m.scheduler.members:
@@ -292,109 +294,32 @@ def capacity(cfg: Config) -> int:
     return encoder_capacity(cfg)
 
 
-class _Logger:
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
-
-
-def _compiled_class(root: Path, rel: str, name: str, members: set[str] | None) -> type:
-    """Class ``name`` of ``rel`` with (some of) its methods, compiled by CPython (release code
-    is trusted in tests) with annotations and other decorators stripped."""
-    tree = ast.parse((root / rel).read_text(encoding="utf-8"))
-    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
-    body: list[ast.stmt] = [
-        stripped(f, member=True)
-        for f in node.body
-        if isinstance(f, ast.FunctionDef) and (members is None or f.name in members)
-    ]
-    cls = ast.ClassDef(name=name, bases=[], keywords=[], body=body, decorator_list=[])
-    namespace: dict[str, Any] = {"OrderedDict": OrderedDict, "logger": _Logger()}
-    functions = {
-        n.name: n
-        for n in ast.parse((root / "vllm/multimodal/utils.py").read_text()).body
-        if isinstance(n, ast.FunctionDef)
-    }
-    if "get_mm_features_in_window" in functions:
-        import bisect
-
-        helper = ast.Module([stripped(functions["get_mm_features_in_window"], member=False)], [])
-        exec(compile(ast.fix_missing_locations(helper), rel, "exec"), namespace)
-        namespace["bisect"] = bisect
-    module = ast.fix_missing_locations(ast.Module([cls], []))
-    exec(compile(module, str(root / rel), "exec"), namespace)
-    result: type = namespace[name]
-    return result
-
-
 class CompiledCache:
-    """The same code compiled by CPython, on plain Python objects."""
+    """The same code compiled by CPython (:class:`~chunkproof.model.encoder_run.EncoderRun`,
+    what a repro test runs), which reads where ``schedule()`` calls the encoder and the shift
+    it passes from the release's own ``schedule()``: both must be the model's."""
 
     def __init__(self, release: Release, cfg: Config) -> None:
-        root = release_root(release.version)
-        manager_cls = _compiled_class(
-            root, "vllm/v1/core/encoder_cache_manager.py", "EncoderCacheManager", None
-        )
-        request_cls = _compiled_class(
-            root,
-            "vllm/v1/request.py",
-            "Request",
-            {"get_num_encoder_embeds", "has_encoder_inputs", "num_encoder_inputs"},
-        )
-        position_cls = _compiled_class(root, "vllm/multimodal/inputs.py", "PlaceholderRange", None)
-        names = {
-            ENCODER_METHOD,
-            "_reject_on_encoder_cache_embed_mismatch",
-            "_free_encoder_inputs",
-            "_free_encoder_input",
-            "_allocate_encoder_inputs",
-        }
-        scheduler_cls = _compiled_class(root, SCHEDULER_FILE, "Scheduler", names)
         view = step_view(cfg, cfg.start, lambda function, args: function(*args))
-        self.manager = manager_cls(capacity(cfg))
-        self.scheduler = scheduler_cls()
-        self.scheduler.__dict__.update(
-            encoder_cache_manager=self.manager,
-            is_encoder_decoder=False,
-            ec_connector=None,
-            scheduler_config=SimpleNamespace(disable_chunked_mm_input=False),
-            use_eagle=view.eagle,
-            num_prefill_lookahead=cfg.lookahead,
-            encoder_cache_mismatch_reqs=set(),
+        self.run = EncoderRun(
+            release_root(release.version),
+            list(cfg.items),
+            capacity(cfg),
+            encoder_compute_budget(view),
+            view.eagle,
+            cfg.lookahead,
         )
-        features = []
-        for index, (start, length) in enumerate(cfg.items):
-            position: Any = object.__new__(position_cls)
-            position.__dict__.update(offset=start, length=length, is_embed=None)
-            features.append(SimpleNamespace(identifier=f"item-{index}", mm_position=position))
-        self.request: Any = object.__new__(request_cls)
-        self.request.__dict__.update(
-            mm_features=features,
-            request_id=ENCODER_REQUEST_ID,
-            num_computed_tokens=0,
-            num_output_placeholders=0,
-        )
-        self.budget = encoder_compute_budget(view)
+        assert self.run.before_split == encoder_first(release.interpreted)
 
     def encode(self, c: int, n: int, shift: int) -> tuple[list[int], int, list[int]]:
-        result = self.scheduler._try_schedule_encoder_inputs(
-            self.request, c, n, self.budget, shift_computed_tokens=shift
-        )
-        return list(result[0]), result[1], list(result[4]) if len(result) > 4 else []
+        assert self.run.shift == shift, "the call site's shift read from schedule()"
+        return self.run.encode(c, n)
 
-    def allocate(self, inputs: list[int], duplicates: list[int]) -> None:
-        if hasattr(self.scheduler, "_allocate_encoder_inputs"):
-            self.scheduler._allocate_encoder_inputs(self.request, inputs, duplicates)
-            return
-        for i in inputs:
-            self.manager.allocate(self.request, i)
-
-    def free(self, c: int) -> None:
-        self.request.num_computed_tokens = c
-        self.scheduler._free_encoder_inputs(self.request)
+    def advance(self, inputs: list[int], duplicates: list[int], end: int) -> None:
+        self.run.advance(inputs, duplicates, end)
 
     def referenced(self) -> tuple[frozenset[str], int, int]:
-        held = frozenset(h for h, refs in self.manager.cached.items() if refs)
-        return held, self.manager.num_free_slots, self.manager.num_freeable_slots
+        return self.run.referenced()
 
 
 @dataclass
@@ -427,9 +352,8 @@ def real_run(release: Release, cfg: Config, budgets: list[int], cache: Any) -> R
                 n = stage.function(view, c, n)
         chunks.append(n)
         if n > 0:
-            cache.allocate(inputs, duplicates)
             c += n
-            cache.free(c)
+            cache.advance(inputs, duplicates, c)
         caches.append(cache.referenced())
         if n == 0 and index >= len(budgets) - 1:
             for _ in range(3):  # a zero repeats: nothing the step changed makes progress

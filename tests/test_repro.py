@@ -26,11 +26,14 @@ from chunkproof.checker.repro import repro_source
 from chunkproof.checker.system_repro import any_repro_source
 from chunkproof.model import step as model_step
 from chunkproof.model.counterexample import Counterexample, load_any
+from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.releases import release_root
 
 COUNTEREXAMPLES = Path(__file__).resolve().parent.parent / "counterexamples"
 SPEC_K = COUNTEREXAMPLES / "vllm-0.33" / "p1-livelock-T49-B16-L3.json"
+ENCODER_TWO_ITEMS = COUNTEREXAMPLES / "vllm-0.27" / "p1-encoder-two-items.json"
+SYSTEM_HOL = COUNTEREXAMPLES / "vllm-0.33" / "system-hol-split-zero.json"
 P7_CONST = COUNTEREXAMPLES / "vllm-0.33" / "p7-const16-never-finishes-T49-B16-L3.json"
 P4_OFFGRID = COUNTEREXAMPLES / "vllm-0.33" / "p4-offgrid-reservation.json"
 P0_EXTERNAL = COUNTEREXAMPLES / "vllm-0.17" / "p0-external-hit-assert.json"
@@ -77,6 +80,36 @@ def test_spec_k_repro_fails_on_0_33_and_passes_on_the_fix(cli: Cli, tmp_path: Pa
     assert "AssertionError: P1: stuck at c=46 < E=49" in output and "1 failed" in output
     status, output = run_repro(test_file, patched_release(tmp_path / "fixed"), blockers)
     assert status == 0 and "1 passed" in output, output
+
+
+@pytest.mark.fidelity
+def test_the_40707_repro_runs_the_tree_s_encoder_and_passes_from_0_28(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """#40707 (two images the encoder cache holds one at a time): the repro runs the tree's
+    own encoder code, its cache kept from step to step, where the tree's schedule() calls it.
+    On 0.27.0 (the cap before the split) the cap leaves the 2 tokens before the second image
+    and the split floors them to 0; on 0.28.0 (#51603: the cap after the split) the request
+    finishes."""
+    test_file = generate_repro(cli, ENCODER_TWO_ITEMS, tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
+    status, output = run_repro(test_file, release_root("0.27.0"), blockers)
+    assert status == 1 and "AssertionError: P1: stuck at c=4 < E=16" in output, output
+    assert "n=6, encoder=2, split=0, reservation=0, chunk=0" in output, output
+    status, output = run_repro(test_file, release_root("0.28.0"), blockers)
+    assert status == 0 and "1 passed" in output, output
+
+
+def test_a_repro_of_several_requests_with_encoder_items_is_refused(tmp_path: Path) -> None:
+    """A multi-request file whose request carries encoder items has no standalone repro (the
+    file does not run the encoder of several requests): a one-line error, not a file that
+    leaves the items out."""
+    data = json.loads(SYSTEM_HOL.read_text())
+    data["requests"][0]["items"] = [[0, 1]]
+    edited = tmp_path / "system-items.json"
+    edited.write_text(json.dumps(data))
+    with pytest.raises(ChunkproofError, match="several requests with encoder items"):
+        any_repro_source(load_any(edited), edited.name)
 
 
 @pytest.mark.fidelity
