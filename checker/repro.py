@@ -129,24 +129,21 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
     if not cfg.items:
         methods = real_methods(policy, _predicates(cx))
         return _TEMPLATE.substitute(values | _ONE_REQUEST | _NO_ENCODER | methods)
-    imports, driver = _module_source(encoder_run)
+    imports, driver = module_source(encoder_run)
     methods = real_methods(policy, _predicates(cx), imports)
-    encoder = _encoder_values(cfg) | {"encoder_run": driver}
+    encoder = encoder_values(cfg) | _ENCODER_CALLS | {"encoder_run": driver}
     return _ENCODER_TEMPLATE.substitute(values | _ONE_REQUEST | encoder | methods)
 
 
-def _encoder_values(cfg: Config) -> Values:
-    """What :data:`_ENCODER` and the encoder's step take: the items, the cache, the budget and
-    the scheduler's ``use_eagle``."""
+def encoder_values(cfg: Config) -> Values:
+    """What :data:`ENCODER_CONSTANTS` says of the request ``cfg`` with encoder items: the
+    items, the cache, the budget and the scheduler's ``use_eagle``."""
     view = step_view(cfg, cfg.start, lambda function, args: function(*args))
     return {
         "items": repr([tuple(item) for item in cfg.items]),
         "encoder_cache": str(encoder_capacity(view)),
         "encoder_budget": str(encoder_compute_budget(view)),
         "use_eagle": repr(bool(view.eagle)),
-        "step_extra": ", encoder",
-        "test_fixtures": ", encoder: EncoderRun",
-        "advance": _ADVANCE,
     }
 
 
@@ -319,10 +316,10 @@ def _ours(value: object) -> TypeGuard[FunctionType]:
 def _loader_source() -> tuple[list[str], str]:
     """:mod:`chunkproof.model.extraction` without its docstring and imports: its import lines
     (for the top of the file) and the rest."""
-    return _module_source(extraction)
+    return module_source(extraction)
 
 
-def _module_source(module: ModuleType) -> tuple[list[str], str]:
+def module_source(module: ModuleType) -> tuple[list[str], str]:
     """``module`` (standard library only, beside chunkproof modules the file carries) without
     its docstring and imports: its standard-library import lines (for the top of the file)
     and the rest."""
@@ -366,9 +363,10 @@ def file_docstring(
         if cx.source_sha256
         else f"chunkproof's model {cx.policy}"
     )
-    items = isinstance(cx, Counterexample) and bool(cx.config.items)
+    requests = cx.requests if isinstance(cx, SystemCounterexample) else (cx.config,)
+    items = any(cfg.items for cfg in requests)
     encoder = (
-        " With the request's encoder items it also compiles the tree's "
+        " For the request with encoder items it also compiles the tree's "
         "_try_schedule_encoder_inputs, EncoderCacheManager, Request members and "
         "PlaceholderRange, and runs the encoder cap where the tree's schedule() calls it, "
         "its cache kept from step to step."
@@ -593,7 +591,7 @@ def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int$step_
     return Step(c, budget, n, split, reservation, reservation)
 '''
 
-_REAL_REST = '''
+REAL_REST = '''
 
 def raised(method: str, exc: Exception) -> str:
     """What the real code raised, and the innermost line it raised on."""
@@ -645,7 +643,7 @@ $functions
 
 $loader'''
 
-REAL_METHODS = _UNSAFE + _REAL_REST
+REAL_METHODS = _UNSAFE + REAL_REST
 """What every generated file runs and carries (a :class:`~string.Template`): P0 on a step, the
 real methods as the call sites call them (``schedule_step``, whose parameters beyond the budget
 are ``step_parameters`` and whose request is ``step_subject``, configured by ``step_config``
@@ -653,7 +651,7 @@ and ``step_attributes``), the source tree, chunkproof's ``functions`` and the ``
 
 _TEMPLATE = Template(PRELUDE + _CONFIGURATION + STEP_CLASS + _TEST + REAL_METHODS)
 
-_ENCODER = '''# The request's encoder: the tree's EncoderCacheManager, Request members,
+ENCODER_CONSTANTS = """# The request's encoder: the tree's EncoderCacheManager, Request members,
 # PlaceholderRange and the scheduler's encoder methods, compiled from the source text (at the
 # end of the file: chunkproof.model.encoder_run), driven as schedule() and update_from_output
 # drive them.
@@ -663,7 +661,12 @@ ENCODER_BUDGET = $encoder_budget  # b0: the encoder compute budget of a step
 USE_EAGLE = $use_eagle  # the scheduler's use_eagle
 # Where schedule() calls the encoder (before the split up to 0.27, after it from 0.28) and the
 # shift_computed_tokens it passes are read from the tree's schedule().
+"""
+"""What a file says of the request with encoder items (a :class:`~string.Template` piece)."""
 
+_ENCODER = (
+    ENCODER_CONSTANTS
+    + '''
 
 @pytest.fixture
 def encoder() -> EncoderRun:
@@ -676,14 +679,17 @@ def encoder() -> EncoderRun:
 
 
 '''
+)
 """The encoder of a file whose request has encoder items (a :class:`~string.Template`)."""
 
-_ENCODER_STEP = '''
+ENCODER_STEP = '''
 def unsafe(step: Step) -> str | None:
     """P0 SAFE: the real code raised, or a stage returned a value outside [0, its input]."""
     if step.crash is not None:
         return f"P0: {step.crash} (at c={step.c}, budget {step.budget})"
-    if step.encoder_first:
+    if step.encoder is None:
+        chain = [("split", step.split, step.n)]
+    elif step.encoder_first:
         chain = [("encoder", step.encoder, step.n), ("split", step.split, step.encoder)]
     else:
         chain = [("split", step.split, step.n), ("encoder", step.encoder, step.split)]
@@ -696,35 +702,43 @@ def unsafe(step: Step) -> str | None:
 def encoder_forced(step: Step) -> bool:
     """SPEC P4's exemption (b): the chunk ends where the encoder cap put it (the cap lowered
     its input and no later stage moved the end)."""
+    if step.encoder is None:
+        return False
     before = step.n if step.encoder_first else step.split
     return step.encoder < before and step.chunk == step.encoder
 
 
 def schedule_step(
-    vllm: Extracted, scheduler: StandIn, c: int, budget: int, encoder: EncoderRun
+    vllm: Extracted,
+    scheduler: StandIn,
+    c: int,
+    budget: int,$step_lines
+    encoder: EncoderRun | None,
 ) -> Step:
-    """One step of schedule() for this request: the budget cap, then the real split and the
-    real encoder cap in the order of the tree's schedule() (the encoder first up to 0.27),
-    then the real reservation when the source has one. At c = c0 the waiting loop admits
-    the request (num_computed_tokens 0, the hits and u as arguments); after, the running
-    loop calls the split with num_computed_tokens = c. The encoder's cache is left as it
-    is: the test advances it after a step it takes."""
-    n = $cap(CONFIG, c, budget)
-    computed = computed_tokens(CONFIG, c)
-    request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": computed})
-    uncached = [uncached_at(CONFIG, c)] if vllm.takes_uncached_prefix else []
-    hits = (local_hit(CONFIG, c), external_hit(CONFIG, c))
-    split = encoded = 0
+    """One step of schedule() for $step_subject: the budget cap, then the real split and the
+    real encoder cap (``encoder``; None for a request without items) in the order of the
+    tree's schedule() (the encoder first up to 0.27), then the real reservation when the
+    source has one. At c = c0 the waiting loop admits the request (num_computed_tokens 0,
+    the hits and u as arguments); after, the running loop calls the split with
+    num_computed_tokens = c. The encoder's cache is left as it is: the test advances it after
+    a step the request takes."""
+    n = $cap($step_config, c, budget)
+    computed = computed_tokens($step_config, c)
+    request = standin_tree(REQUEST_LABEL, {**$step_attributes, "num_computed_tokens": computed})
+    uncached = [uncached_at($step_config, c)] if vllm.takes_uncached_prefix else []
+    hits = (local_hit($step_config, c), external_hit($step_config, c))
+    split, encoded = 0, None if encoder is None else 0
     scheduled: tuple[list[int], list[int]] = ([], [])
     value = n
-    first = encoder.before_split
-    for stage in ("encoder", "split") if first else ("split", "encoder"):
+    first = encoder is not None and encoder.before_split
+    stages = ["encoder", "split"] if first else ["split", "encoder"]
+    for stage in stages if encoder is not None else ["split"]:
         try:
             if stage == "split":
                 split = value = scheduler._mamba_block_aligned_split(
                     request, value, *hits, *uncached
                 )
-            else:
+            elif encoder is not None:
                 inputs, encoded, duplicates = encoder.encode(c, value)
                 scheduled, value = (inputs, duplicates), encoded
         except SourceError:
@@ -743,8 +757,9 @@ def schedule_step(
             return Step(c, budget, n, split, 0, 0, crash, encoded, first)
     return Step(c, budget, n, split, reservation, reservation, None, encoded, first, scheduled)
 '''
-"""``unsafe``, P4's exemption and ``schedule_step`` of a file whose request has encoder
-items."""
+"""``unsafe``, P4's exemption and ``schedule_step`` of a file with encoder items, the encoder
+run for a request that has them (a :class:`~string.Template` piece: ``step_lines`` are the
+parameters beyond the budget, one a line, the rest as in :data:`REAL_METHODS`)."""
 
 _ADVANCE = """\
         if step.chunk > 0:
@@ -753,7 +768,7 @@ _ADVANCE = """\
 """What the test does after a step the request took: the encoder allocates what it scheduled
 and frees what the request no longer needs."""
 
-_ENCODER_DRIVER = """
+ENCODER_DRIVER = """
 
 
 # ---------------------------------------------------------------------------------------------
@@ -768,16 +783,25 @@ _ENCODER_TEMPLATE = Template(
     + _ENCODER
     + STEP_CLASS
     + _TEST
-    + _ENCODER_STEP
-    + _REAL_REST
-    + _ENCODER_DRIVER
+    + ENCODER_STEP
+    + REAL_REST
+    + ENCODER_DRIVER
 )
 
 _NO_ENCODER = {"step_extra": "", "test_fixtures": "", "advance": ""}
 """The encoder's template values in a file whose request has no encoder items."""
 
+_ENCODER_CALLS = {
+    "step_extra": ", encoder",
+    "test_fixtures": ", encoder: EncoderRun",
+    "advance": _ADVANCE,
+}
+"""... and in one whose request has them: the test takes the ``encoder`` fixture, passes it
+to every step and advances it after a step the request takes."""
+
 _ONE_REQUEST = {
     "step_parameters": "",
+    "step_lines": "",
     "step_subject": "this request",
     "step_config": "CONFIG",
     "step_attributes": "REQUEST_ATTRIBUTES",

@@ -7,7 +7,9 @@ budget-cap functions, source loader) around ``schedule()``'s two loops over the 
 :class:`~chunkproof.spec.scheduler_step.SchedulerStepModel` models them: the running list in
 order, then the waiting queue in order while budget and a seat remain, each request offered the
 budget left; a zero breaks the waiting loop, or from C9 (0.33) skips a request whose split gave
-more than 0. Every request's chunk comes from the real split and reservation. Starting from
+more than 0. Every request's chunk comes from the real split and reservation, and for the
+request with encoder items (at most one, as in the model) from the tree's own encoder too
+(:data:`chunkproof.checker.repro.ENCODER_STEP`), its cache kept from step to step. Starting from
 the recorded arrival order, the test offers the recorded budgets step by step (the system
 properties are judged on one step, so no budget beyond them) and checks every step the way a
 single-request repro does: first SPEC P0 on every request a loop reached, then the file's
@@ -25,19 +27,27 @@ import textwrap
 from string import Template
 
 from chunkproof.checker.repro import (
+    ENCODER_CONSTANTS,
+    ENCODER_DRIVER,
+    ENCODER_STEP,
     PRELUDE,
     REAL_METHODS,
+    REAL_REST,
     STEP_CLASS,
     Values,
     config_literal,
     dict_literal,
+    encoder_values,
     file_docstring,
+    module_source,
     one_line,
     real_methods,
     repro_source,
     standins,
     step_literal,
 )
+from chunkproof.model import encoder_run
+from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.loading import recorded_policy
@@ -61,17 +71,18 @@ def any_repro_source(cx: Counterexample | SystemCounterexample, source_name: str
 
 def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     """The text of the standalone pytest file for ``cx`` (module docstring). Its requests
-    share the engine, so one stand-in scheduler serves them all. A request with encoder items
-    is refused: the file does not run the encoder of several requests (a single-request
-    repro does run one request's)."""
+    share the engine, so one stand-in scheduler serves them all. The one request with encoder
+    items, if any, runs the tree's own encoder (:data:`_ENCODER`); two such requests are
+    refused, as the model leaves them out (they would share one encoder cache)."""
     if len({engine_settings(cfg) for cfg in cx.requests}) != 1:
         raise ChunkproofError(f"{source_name}: the requests do not share the engine's settings")
-    for cfg in cx.requests:
-        if cfg.items:
-            raise ChunkproofError(
-                f"{source_name}: no standalone repro for several requests with encoder items "
-                f"({cfg.items.describe()}); `chunkproof replay {source_name}` replays it"
-            )
+    with_items = [label for label, cfg in enumerate(cx.requests) if cfg.items]
+    if len(with_items) > 1:
+        raise ChunkproofError(
+            f"{source_name}: no standalone repro for several requests with encoder items "
+            f"(#{', #'.join(map(str, with_items))}); `chunkproof replay {source_name}` "
+            "replays it"
+        )
     attributes = [standins(cx, cfg, source_name) for cfg in cx.requests]
     policy = recorded_policy(cx)
     skips = SchedulerStepModel(policy, ()).skips
@@ -107,9 +118,22 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
         "property": cx.property,
         "definition": rule.definition,
         "checked": "P0" if cx.property == "P0" else f"{cx.property} (or P0)",
-        "check_body": _CHECKS[cx.property],
     }
-    return _TEMPLATE.substitute(values | _BY_LABEL | real_methods(policy, []))
+    if not with_items:
+        checks = Template(_CHECKS[cx.property]).substitute(encoder_of="")
+        methods = real_methods(policy, [])
+        return _TEMPLATE.substitute(values | _BY_LABEL | _NO_ENCODER | methods, check_body=checks)
+    label = with_items[0]
+    imports, driver = module_source(encoder_run)
+    encoder = encoder_values(cx.requests[label]) | _ENCODER_CALLS
+    checks = Template(_CHECKS[cx.property]).substitute(encoder_of=_ENCODER_CALLS["encoder_of"])
+    methods = real_methods(policy, [], imports)
+    return _ENCODER_TEMPLATE.substitute(
+        values | _BY_LABEL | encoder | methods,
+        check_body=checks,
+        encoder_label=str(label),
+        encoder_run=driver,
+    )
 
 
 def _property(pid: str) -> Property:
@@ -138,14 +162,17 @@ def _recorded_literal(cx: SystemCounterexample) -> str:
     note = textwrap.wrap(f"{cx.property}: {cx.verdict}", 92)
     last = len(cx.steps) - 1
     rows = [
-        _recorded_step(index, step, note if index == last else [])
+        _recorded_step(index, step, cx.requests, note if index == last else [])
         for index, step in enumerate(cx.steps)
     ]
     return "[\n" + "".join(rows) + "]"
 
 
-def _recorded_step(index: int, step: SystemStep, note: list[str]) -> str:
-    """One recorded step, headed by the lists it started from and the ``note`` lines."""
+def _recorded_step(
+    index: int, step: SystemStep, requests: tuple[Config, ...], note: list[str]
+) -> str:
+    """One recorded step, headed by the lists it started from and the ``note`` lines; the
+    stages of a request with encoder items (of ``requests``) show the encoder's value."""
     lists = {
         queue: [
             f"#{label}"
@@ -156,8 +183,8 @@ def _recorded_step(index: int, step: SystemStep, note: list[str]) -> str:
     }
     where = "; ".join(f"{queue} [{', '.join(labels)}]" for queue, labels in lists.items())
     stages = "".join(
-        f"            {label}: {step_literal(part.stages)},\n"
-        for label, part in enumerate(step.requests)
+        f"            {label}: {step_literal(part.stages, bool(cfg.items))},\n"
+        for label, (part, cfg) in enumerate(zip(step.requests, requests, strict=True))
         if part.stages is not None
     )
     return (
@@ -170,6 +197,7 @@ def _recorded_step(index: int, step: SystemStep, note: list[str]) -> str:
 
 _BY_LABEL: Values = {
     "step_parameters": ", label: int",
+    "step_lines": "\n    label: int,",
     "step_subject": "request ``label``",
     "step_config": "CONFIGS[label]",
     "step_attributes": "REQUEST_ATTRIBUTES[label]",
@@ -218,7 +246,7 @@ _CHECKS = {
         return None
     for label in outcome.running + outcome.waiting:
         offered = offer(outcome.budget, outcome.theta)
-        alone = schedule_step(vllm, scheduler, outcome.c[label], offered, label)
+        alone = schedule_step(vllm, scheduler, outcome.c[label], offered, label$encoder_of)
         if taken(alone) > 0:
             return (
                 f"STARVE: {where}: the step schedules nothing (it repeats for ever under that "
@@ -284,7 +312,7 @@ class Outcome(NamedTuple):
 RECORDED = $recorded
 
 
-def $test_name(vllm: Extracted) -> None:
+def $test_name(vllm: Extracted$test_fixtures) -> None:
     """$property: $definition."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     running, waiting = [], list(ARRIVAL)
@@ -292,8 +320,8 @@ def $test_name(vllm: Extracted) -> None:
     for index, recorded in enumerate(RECORDED):
         if not running and not waiting:
             return
-        outcome = schedule(vllm, scheduler, running, waiting, c, recorded.budget)
-        problem = violation(vllm, scheduler, index, outcome)
+        outcome = schedule(vllm, scheduler, running, waiting, c, recorded.budget$step_extra)
+        problem = violation(vllm, scheduler, index, outcome$step_extra)
         assert problem is None, f"{problem}; recorded: {recorded.stages}"
         running, waiting, c = outcome.running, outcome.waiting, outcome.c
 
@@ -304,7 +332,7 @@ def schedule(
     running: list[int],
     waiting: list[int],
     c: list[int],
-    budget: int,
+    budget: int,$encoders_parameter
 ) -> Outcome:
     """One schedule() step over the requests as chunkproof models it (history note 6): the
     running loop offers each running request in order the budget left and takes its chunk (0:
@@ -314,24 +342,28 @@ def schedule(
     skips the request, which keeps its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
     reaches its E is done and leaves both lists. Each request is offered the budget left
-    capped by theta_eff (THETA_PER_STEP)."""
+    capped by theta_eff (THETA_PER_STEP).$encoders_words"""
     eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
     left, reached = budget, {}
     for label in running:
         if left == 0:
             break
-        reached[label] = schedule_step(vllm, scheduler, c[label], offer(left, theta), label)
+        reached[label] = schedule_step(
+            vllm, scheduler, c[label], offer(left, theta), label$encoder_of
+        )
         left -= taken(reached[label])
     admitted, broke_at, behind = [], None, {}
     for label in waiting:
         if broke_at is not None:
-            behind[label] = schedule_step(vllm, scheduler, c[label], offer(left, theta), label)
+            behind[label] = schedule_step(
+                vllm, scheduler, c[label], offer(left, theta), label$encoder_of
+            )
             continue
         if left == 0 or len(running) + len(admitted) >= MAX_NUM_SEQS:
             break
         step = reached[label] = schedule_step(
-            vllm, scheduler, c[label], offer(left, theta), label
+            vllm, scheduler, c[label], offer(left, theta), label$encoder_of
         )
         if taken(step) > 0:
             admitted.append(label)
@@ -341,7 +373,7 @@ def schedule(
     after = list(c)
     for label, step in reached.items():
         after[label] += taken(step)
-    return Outcome(
+$advance    return Outcome(
         budget,
         theta,
         reached,
@@ -369,9 +401,64 @@ def who(label: int, c: int) -> str:
     return f"#{label} (T={CONFIGS[label].tokens}, c={c})"
 
 
-def violation(vllm: Extracted, scheduler: StandIn, index: int, outcome: Outcome) -> str | None:
+def violation(
+    vllm: Extracted, scheduler: StandIn, index: int, outcome: Outcome$test_fixtures
+) -> str | None:
     """What breaks $checked at step ``index``, if anything: "PROPERTY: step i (budget b): why"."""
 $check_body
 '''
 
 _TEMPLATE = Template(PRELUDE + _REQUESTS + STEP_CLASS + _TEST + REAL_METHODS)
+
+_ENCODER = (
+    ENCODER_CONSTANTS
+    + '''ENCODER_LABEL = $encoder_label  # the request with the encoder items
+
+
+@pytest.fixture
+def encoders() -> dict[int, EncoderRun]:
+    """The encoder of the request with items, by label, at admission: an empty cache."""
+    root = vllm_source_root()
+    lookahead = CONFIGS[ENCODER_LABEL].lookahead
+    try:
+        run = EncoderRun(root, ITEMS, ENCODER_CACHE, ENCODER_BUDGET, USE_EAGLE, lookahead)
+    except SourceError as exc:
+        pytest.fail(f"cannot read the encoder code from {root}: {exc}", pytrace=False)
+    return {ENCODER_LABEL: run}
+
+
+'''
+)
+"""The encoder of a file with a request with encoder items (a :class:`~string.Template`)."""
+
+_ENCODER_TEMPLATE = Template(
+    PRELUDE + _REQUESTS + _ENCODER + STEP_CLASS + _TEST + ENCODER_STEP + REAL_REST + ENCODER_DRIVER
+)
+
+_NO_ENCODER: Values = {
+    "test_fixtures": "",
+    "step_extra": "",
+    "encoders_parameter": "",
+    "encoders_words": "",
+    "encoder_of": "",
+    "advance": "",
+}
+"""The encoder's template values in a file whose requests have no encoder items."""
+
+_ENCODER_CALLS: Values = {
+    "test_fixtures": ", encoders: dict[int, EncoderRun]",
+    "step_extra": ", encoders",
+    "encoders_parameter": "\n    encoders: dict[int, EncoderRun],",
+    "encoders_words": (
+        " The request with encoder items runs its\n    encoder (``encoders``), which advances "
+        "after a step it takes."
+    ),
+    "encoder_of": ", encoders.get(label)",
+    "advance": (
+        "    for label, step in reached.items():\n"
+        "        if label in encoders and taken(step) > 0:\n"
+        "            encoders[label].advance(*step.scheduled, step.end)\n"
+    ),
+}
+"""... and in one with such a request: the test takes the ``encoders`` fixture, passes it
+through every step, and the request's encoder advances after a step it takes."""

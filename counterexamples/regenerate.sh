@@ -86,3 +86,6 @@ pick p5-fix-window-subblock lookahead-in-split P5 "${CLASSIC[@]}" --window relax
 # 4-token request at the head of the waiting queue, offered 3 tokens, gets 0 from the split
 # (B=4) and the waiting loop breaks, while the 3-token request behind it would take all 3.
 pick_system system-hol-split-zero vllm-0.33 HOL --block 4 --lookahead 0 --drop off --prompt 3-4 --max-sched 8
+# vllm-0.27, two requests, one with #40707's two images: the other request finishes, then the
+# whole budget schedules nothing for ever (S-LIVE): the encoder cap leaves 2 tokens, the split 0.
+pick_system system-slive-encoder-two-items vllm-0.27 S-LIVE --requests 2 --block 4 --lookahead 0 --drop off --prompt 16 --max-sched 6 --items 'none;1+4,6+4'

@@ -33,7 +33,7 @@ from chunkproof.model.releases import release_root
 COUNTEREXAMPLES = Path(__file__).resolve().parent.parent / "counterexamples"
 SPEC_K = COUNTEREXAMPLES / "vllm-0.33" / "p1-livelock-T49-B16-L3.json"
 ENCODER_TWO_ITEMS = COUNTEREXAMPLES / "vllm-0.27" / "p1-encoder-two-items.json"
-SYSTEM_HOL = COUNTEREXAMPLES / "vllm-0.33" / "system-hol-split-zero.json"
+SYSTEM_ENCODER = COUNTEREXAMPLES / "vllm-0.27" / "system-slive-encoder-two-items.json"
 P7_CONST = COUNTEREXAMPLES / "vllm-0.33" / "p7-const16-never-finishes-T49-B16-L3.json"
 P4_OFFGRID = COUNTEREXAMPLES / "vllm-0.33" / "p4-offgrid-reservation.json"
 P0_EXTERNAL = COUNTEREXAMPLES / "vllm-0.17" / "p0-external-hit-assert.json"
@@ -100,12 +100,26 @@ def test_the_40707_repro_runs_the_tree_s_encoder_and_passes_from_0_28(
     assert status == 0 and "1 passed" in output, output
 
 
-def test_a_repro_of_several_requests_with_encoder_items_is_refused(tmp_path: Path) -> None:
-    """A multi-request file whose request carries encoder items has no standalone repro (the
-    file does not run the encoder of several requests): a one-line error, not a file that
-    leaves the items out."""
-    data = json.loads(SYSTEM_HOL.read_text())
-    data["requests"][0]["items"] = [[0, 1]]
+@pytest.mark.fidelity
+def test_the_system_repro_with_encoder_items_passes_from_0_28(cli: Cli, tmp_path: Path) -> None:
+    """Two requests, one with #40707's two images: the multi-request repro runs that request's
+    encoder under the tree's code; on 0.27.0 the whole budget schedules nothing once the other
+    request is done (S-LIVE), on 0.28.0 every step makes progress."""
+    test_file = generate_repro(cli, SYSTEM_ENCODER, tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
+    status, output = run_repro(test_file, release_root("0.27.0"), blockers)
+    assert status == 1 and "AssertionError: S-LIVE: step 5 (budget 6)" in output, output
+    assert "encoder=2, split=0" in output, output
+    status, output = run_repro(test_file, release_root("0.28.0"), blockers)
+    assert status == 0 and "1 passed" in output, output
+
+
+def test_a_repro_of_two_requests_with_encoder_items_is_refused(tmp_path: Path) -> None:
+    """A multi-request file in which two requests carry encoder items (they would share one
+    encoder cache, which the model leaves out) has no standalone repro: a one-line error."""
+    data = json.loads(SYSTEM_ENCODER.read_text())
+    for request in data["requests"]:
+        request["items"] = [[1, 4], [6, 4]]
     edited = tmp_path / "system-items.json"
     edited.write_text(json.dumps(data))
     with pytest.raises(ChunkproofError, match="several requests with encoder items"):

@@ -8,7 +8,7 @@ Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not import
 torch, no GPU), runs them on stand-ins holding exactly the values below, offers the
 counterexample's budgets step by step, then the largest budget until the prefill ends, and
 asserts P0 and P1 on every step (P0: the code raises, or a stage returns a value outside [0,
-its input]). With the request's encoder items it also compiles the tree's
+its input]). For the request with encoder items it also compiles the tree's
 _try_schedule_encoder_inputs, EncoderCacheManager, Request members and PlaceholderRange, and
 runs the encoder cap where the tree's schedule() calls it, its cache kept from step to step.
 It fails while the bug is in the code and passes once it is fixed.
@@ -224,7 +224,9 @@ def unsafe(step: Step) -> str | None:
     """P0 SAFE: the real code raised, or a stage returned a value outside [0, its input]."""
     if step.crash is not None:
         return f"P0: {step.crash} (at c={step.c}, budget {step.budget})"
-    if step.encoder_first:
+    if step.encoder is None:
+        chain = [("split", step.split, step.n)]
+    elif step.encoder_first:
         chain = [("encoder", step.encoder, step.n), ("split", step.split, step.encoder)]
     else:
         chain = [("split", step.split, step.n), ("encoder", step.encoder, step.split)]
@@ -237,35 +239,43 @@ def unsafe(step: Step) -> str | None:
 def encoder_forced(step: Step) -> bool:
     """SPEC P4's exemption (b): the chunk ends where the encoder cap put it (the cap lowered
     its input and no later stage moved the end)."""
+    if step.encoder is None:
+        return False
     before = step.n if step.encoder_first else step.split
     return step.encoder < before and step.chunk == step.encoder
 
 
 def schedule_step(
-    vllm: Extracted, scheduler: StandIn, c: int, budget: int, encoder: EncoderRun
+    vllm: Extracted,
+    scheduler: StandIn,
+    c: int,
+    budget: int,
+    encoder: EncoderRun | None,
 ) -> Step:
     """One step of schedule() for this request: the budget cap, then the real split and the
-    real encoder cap in the order of the tree's schedule() (the encoder first up to 0.27),
-    then the real reservation when the source has one. At c = c0 the waiting loop admits
-    the request (num_computed_tokens 0, the hits and u as arguments); after, the running
-    loop calls the split with num_computed_tokens = c. The encoder's cache is left as it
-    is: the test advances it after a step it takes."""
+    real encoder cap (``encoder``; None for a request without items) in the order of the
+    tree's schedule() (the encoder first up to 0.27), then the real reservation when the
+    source has one. At c = c0 the waiting loop admits the request (num_computed_tokens 0,
+    the hits and u as arguments); after, the running loop calls the split with
+    num_computed_tokens = c. The encoder's cache is left as it is: the test advances it after
+    a step the request takes."""
     n = cap_static_threshold(CONFIG, c, budget)
     computed = computed_tokens(CONFIG, c)
     request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES, "num_computed_tokens": computed})
     uncached = [uncached_at(CONFIG, c)] if vllm.takes_uncached_prefix else []
     hits = (local_hit(CONFIG, c), external_hit(CONFIG, c))
-    split = encoded = 0
+    split, encoded = 0, None if encoder is None else 0
     scheduled: tuple[list[int], list[int]] = ([], [])
     value = n
-    first = encoder.before_split
-    for stage in ("encoder", "split") if first else ("split", "encoder"):
+    first = encoder is not None and encoder.before_split
+    stages = ["encoder", "split"] if first else ["split", "encoder"]
+    for stage in stages if encoder is not None else ["split"]:
         try:
             if stage == "split":
                 split = value = scheduler._mamba_block_aligned_split(
                     request, value, *hits, *uncached
                 )
-            else:
+            elif encoder is not None:
                 inputs, encoded, duplicates = encoder.encode(c, value)
                 scheduled, value = (inputs, duplicates), encoded
         except SourceError:

@@ -268,12 +268,16 @@ def schedule(
     for label in running:
         if left == 0:
             break
-        reached[label] = schedule_step(vllm, scheduler, c[label], offer(left, theta), label)
+        reached[label] = schedule_step(
+            vllm, scheduler, c[label], offer(left, theta), label
+        )
         left -= taken(reached[label])
     admitted, broke_at, behind = [], None, {}
     for label in waiting:
         if broke_at is not None:
-            behind[label] = schedule_step(vllm, scheduler, c[label], offer(left, theta), label)
+            behind[label] = schedule_step(
+                vllm, scheduler, c[label], offer(left, theta), label
+            )
             continue
         if left == 0 or len(running) + len(admitted) >= MAX_NUM_SEQS:
             break
@@ -316,7 +320,9 @@ def who(label: int, c: int) -> str:
     return f"#{label} (T={CONFIGS[label].tokens}, c={c})"
 
 
-def violation(vllm: Extracted, scheduler: StandIn, index: int, outcome: Outcome) -> str | None:
+def violation(
+    vllm: Extracted, scheduler: StandIn, index: int, outcome: Outcome
+) -> str | None:
     """What breaks HOL (or P0) at step ``index``, if anything: "PROPERTY: step i (budget b): why"."""
     where = f"step {index} (budget {outcome.budget})"
     for label, step in outcome.reached.items():
