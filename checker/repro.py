@@ -12,8 +12,12 @@ in too, with the budget cap of the counterexample's composition): first SPEC P0 
 raised, or a stage left [0, its input]), then the counterexample's property. Each failure names
 the property it breaks (``AssertionError: P1: stuck at c=46 ...``). So the file fails on code
 with the bug and passes on a fix, and it cannot drift from the model: every function in it is
-the one chunkproof runs. :mod:`chunkproof.checker.system_repro` builds a multi-request file's
-repro from the same pieces (:data:`PRELUDE`, :data:`STEP_CLASS`, :data:`REAL_METHODS`).
+the one chunkproof runs. A request with encoder items also runs its encoder under the tree's
+own code (:data:`ENCODER_STEP`): the file carries :mod:`chunkproof.model.encoder_run`, which
+compiles ``_try_schedule_encoder_inputs`` and the ``EncoderCacheManager`` from the source text,
+reads where ``schedule()`` calls the encoder, and keeps the cache from step to step.
+:mod:`chunkproof.checker.system_repro` builds a multi-request file's repro from the same
+pieces (:data:`PRELUDE`, :data:`STEP_CLASS`, :data:`REAL_METHODS`, :data:`ENCODER_STEP`).
 """
 
 from __future__ import annotations

@@ -12,13 +12,13 @@ fidelity tests on the cached releases. The CLI interprets the same code instead
 members the encoder code calls, ``PlaceholderRange`` and the scheduler's encoder methods
 (``_try_schedule_encoder_inputs`` and what it and the freeing call), each from its file with
 annotations and decorators stripped, into one namespace with ``OrderedDict``, ``bisect`` and
-``get_mm_features_in_window`` (0.23+). The scheduler is a :class:`~chunkproof.model.extraction.
-StandIn` holding exactly what that code reads (no connector, chunked multimodal input on, not
-encoder-decoder), so a read of anything else is an error naming it, never a crash of the code.
-Where ``schedule()`` calls the encoder (before or after the split) and the shift it passes are
-read from the tree's ``schedule()`` (:func:`encoder_call_site`), the shift evaluated on the
-stand-in scheduler. One step is :meth:`EncoderRun.encode` at (c, n); a step that schedules
-tokens then
+``get_mm_features_in_window`` (0.23+). The scheduler and the request are
+:class:`~chunkproof.model.extraction.StandIn` objects holding exactly what that code reads (no
+connector, chunked multimodal input on, not encoder-decoder), so a read of anything else is an
+error naming it, never a crash of the code. Where ``schedule()`` calls the encoder (before or
+after the split) and the shift it passes are read from the tree's ``schedule()``
+(:func:`encoder_call_site`), the shift evaluated on the stand-in scheduler. One step is
+:meth:`EncoderRun.encode` at (c, n); a step that schedules tokens then
 :meth:`EncoderRun.advance`: the scheduled inputs are allocated, c moves on, and the inputs the
 request no longer needs are freed.
 """
@@ -34,6 +34,7 @@ from typing import Any
 from chunkproof.model.extraction import (
     REQUEST_LABEL,
     SCHEDULER_FILE,
+    SCHEDULER_LABEL,
     SourceError,
     StandIn,
     standin_tree,
@@ -53,7 +54,6 @@ ENCODER_SCHEDULER_METHODS = {
 }
 """The scheduler's encoder methods (each release has some of them)."""
 REQUEST_MEMBERS = {"get_num_encoder_embeds", "has_encoder_inputs", "num_encoder_inputs"}
-ENCODER_SCHEDULER_LABEL = "stand-in Scheduler"
 ENCODER_REQUEST_ID = "request-0"
 """The request id the encoder stand-ins carry (one request)."""
 
@@ -171,7 +171,7 @@ class EncoderRun:
         )
         self.manager = manager_type(capacity)
         self.scheduler: Any = standin_tree(
-            ENCODER_SCHEDULER_LABEL,
+            SCHEDULER_LABEL,
             {
                 "encoder_cache_manager": self.manager,
                 "is_encoder_decoder": False,

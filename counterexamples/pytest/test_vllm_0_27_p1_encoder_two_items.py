@@ -905,7 +905,6 @@ ENCODER_SCHEDULER_METHODS = {
 }
 """The scheduler's encoder methods (each release has some of them)."""
 REQUEST_MEMBERS = {"get_num_encoder_embeds", "has_encoder_inputs", "num_encoder_inputs"}
-ENCODER_SCHEDULER_LABEL = "stand-in Scheduler"
 ENCODER_REQUEST_ID = "request-0"
 """The request id the encoder stand-ins carry (one request)."""
 
@@ -1023,7 +1022,7 @@ class EncoderRun:
         )
         self.manager = manager_type(capacity)
         self.scheduler: Any = standin_tree(
-            ENCODER_SCHEDULER_LABEL,
+            SCHEDULER_LABEL,
             {
                 "encoder_cache_manager": self.manager,
                 "is_encoder_decoder": False,
