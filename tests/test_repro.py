@@ -83,33 +83,28 @@ def test_spec_k_repro_fails_on_0_33_and_passes_on_the_fix(cli: Cli, tmp_path: Pa
 
 
 @pytest.mark.fidelity
-def test_the_40707_repro_runs_the_tree_s_encoder_and_passes_from_0_28(
-    cli: Cli, tmp_path: Path
+@pytest.mark.parametrize(
+    ("cx_file", "failure"),
+    [
+        (ENCODER_TWO_ITEMS, "AssertionError: P1: stuck at c=4 < E=16"),
+        (SYSTEM_ENCODER, "AssertionError: S-LIVE: step 5 (budget 6)"),
+    ],
+    ids=["one-request", "two-requests"],
+)
+def test_the_40707_repros_run_the_tree_s_encoder_and_pass_from_0_28(
+    cli: Cli, tmp_path: Path, cx_file: Path, failure: str
 ) -> None:
-    """#40707 (two images the encoder cache holds one at a time): the repro runs the tree's
-    own encoder code, its cache kept from step to step, where the tree's schedule() calls it.
-    On 0.27.0 (the cap before the split) the cap leaves the 2 tokens before the second image
-    and the split floors them to 0; on 0.28.0 (#51603: the cap after the split) the request
-    finishes."""
-    test_file = generate_repro(cli, ENCODER_TWO_ITEMS, tmp_path)
+    """#40707 (two images the encoder cache holds one at a time), alone and beside another
+    request: the repro runs the tree's own encoder code, its cache kept from step to step,
+    where the tree's schedule() calls it. On 0.27.0 (the cap before the split) the cap leaves
+    the 2 tokens before the second image and the split floors them to 0 (P1; S-LIVE once the
+    other request is done); on 0.28.0 (#51603: the cap after the split) every step makes
+    progress."""
+    test_file = generate_repro(cli, cx_file, tmp_path)
     blockers = blocking_packages(tmp_path / "blockers")
     status, output = run_repro(test_file, release_root("0.27.0"), blockers)
-    assert status == 1 and "AssertionError: P1: stuck at c=4 < E=16" in output, output
+    assert status == 1 and failure in output, output
     assert "n=6, encoder=2, split=0, reservation=0, chunk=0" in output, output
-    status, output = run_repro(test_file, release_root("0.28.0"), blockers)
-    assert status == 0 and "1 passed" in output, output
-
-
-@pytest.mark.fidelity
-def test_the_system_repro_with_encoder_items_passes_from_0_28(cli: Cli, tmp_path: Path) -> None:
-    """Two requests, one with #40707's two images: the multi-request repro runs that request's
-    encoder under the tree's code; on 0.27.0 the whole budget schedules nothing once the other
-    request is done (S-LIVE), on 0.28.0 every step makes progress."""
-    test_file = generate_repro(cli, SYSTEM_ENCODER, tmp_path)
-    blockers = blocking_packages(tmp_path / "blockers")
-    status, output = run_repro(test_file, release_root("0.27.0"), blockers)
-    assert status == 1 and "AssertionError: S-LIVE: step 5 (budget 6)" in output, output
-    assert "encoder=2, split=0" in output, output
     status, output = run_repro(test_file, release_root("0.28.0"), blockers)
     assert status == 0 and "1 passed" in output, output
 
