@@ -46,12 +46,6 @@ GROUP_LANES = 2_000_000
 """Lanes of the first and of the largest explorer run of :func:`_explore_ascending`."""
 
 
-def violation_below(model: SymbolicRequest, pid: str, bound: int, timeout_ms: int) -> str:
-    """Whether the cell has a reachable violation of ``pid`` with T < ``bound`` (Spacer, for
-    traces of any length): "sat", "unsat" or "unknown"."""
-    return reachable_violation(model, pid, _term(model.view.tokens < bound), timeout_ms).status
-
-
 def violation_ranked_below(model: SymbolicRequest, pid: str, best: Config, timeout_ms: int) -> str:
     """Whether the cell has a reachable violation of ``pid`` whose (T, B, L, M) comes before
     ``best``'s in SPEC C's order (Spacer, traces of any length): "sat", "unsat" or "unknown".

@@ -27,6 +27,7 @@ from chunkproof.checker.report import (
     save_counterexample,
 )
 from chunkproof.checker.search import explore
+from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.policy import Policy
 from chunkproof.proofs import prover
@@ -250,34 +251,32 @@ def _minimal(
     make: Callable[[Cell], SymbolicRequest],
 ) -> tuple[Counterexample | None, str]:
     """The smallest counterexample over the violated cells (T, then B, L, M, the trace): the
-    first cell in (B, L) order that can be minimised is; every other cell is asked (Spacer, on
-    the run's executor) for a violation with a smaller T; among those that have one, the
-    cells that reach the least T are found by bisection on T (:func:`_least_tokens`), and only
-    they are minimised, each asked first whether it has a violation whose (T, B, L, M) comes
-    before the best's so far (:func:`~chunkproof.checker.minimise.violation_ranked_below`). The
-    claim says when a cell could not be asked or minimised: T is then minimal in its own cell
-    only."""
-    ordered = sorted(violated, key=lambda v: (v.cell.values, v.cell.speculative))
+    first cell in (B, L) order that can be minimised is the first best; every other cell is
+    asked (Spacer, on the run's executor) whether it has a violation whose (T, B, L, M) comes
+    before the best's (:func:`~chunkproof.checker.minimise.violation_ranked_below`), and only
+    those that do are minimised, in cell order; each time one gives a new best, those left are
+    asked again. So a cell is asked once per best (a new best comes from one of few cells),
+    where a bisection on T asks every cell at every bound. The claim says when a cell could not
+    be asked (its answer undecided) or minimised: T is then minimal in its own cell only."""
+    ordered = [v.cell for v in sorted(violated, key=lambda v: (v.cell.values, v.cell.speculative))]
     undecided = 0
     best: Counterexample | None = None
     how = ""
     while ordered and best is None:
-        best, how = minimise.minimal_for_cell(make(ordered.pop(0).cell), pid, run.timeout_ms)
+        best, how = minimise.minimal_for_cell(make(ordered.pop(0)), pid, run.timeout_ms)
         undecided += best is None
     if best is None:
         return None, how
-    answers = _ask_below(make, pid, best.config.T, run, [v.cell for v in ordered])
-    undecided += answers.count("unknown")
-    below = [v.cell for v, answer in zip(ordered, answers, strict=True) if answer == "sat"]
-    for cell in _least_tokens(make, pid, below, best.config.T, run):
-        model = make(cell)
-        if minimise.violation_ranked_below(model, pid, best.config, run.timeout_ms) == "unsat":
-            continue
-        cx, text = minimise.minimal_for_cell(model, pid, run.timeout_ms)
+    undecided_cells: set[Cell] = set()
+    contenders = _before(make, pid, best, run, ordered, undecided_cells)
+    while contenders:
+        cx, text = minimise.minimal_for_cell(make(contenders.pop(0)), pid, run.timeout_ms)
         if cx is None:
             undecided += 1
         elif _rank(cx) < _rank(best):
             best, how = cx, text
+            contenders = _before(make, pid, best, run, contenders, undecided_cells)
+    undecided += len(undecided_cells)
     if undecided:
         how += (
             f"; T is minimal in its cell only: {undecided} other violated cell(s) could not be "
@@ -288,46 +287,44 @@ def _minimal(
     return best, how
 
 
-def _least_tokens(
+def _before(
     make: Callable[[Cell], SymbolicRequest],
     pid: str,
-    cells: list[Cell],
-    high: int,
+    best: Counterexample,
     run: ProofRun,
+    cells: list[Cell],
+    undecided: set[Cell],
 ) -> list[Cell]:
-    """The cells of ``cells`` (each with a violation of ``pid`` at some T < ``high``) whose
-    least violating T is the least among them, by bisection on T: at each bound every cell
-    left is asked (Spacer, on the run's executor) for a violation below it; when some cell has
-    one, the others cannot reach the least T and drop out, else the least T is at the bound or
-    above. Cells left when an answer is undecided are all returned (each is minimised)."""
-    low = 1
-    while len(cells) > 1 and high - low > 1:
-        middle = (low + high) // 2
-        answers = _ask_below(make, pid, middle, run, cells)
-        if "unknown" in answers:
-            return cells
-        below = [cell for cell, answer in zip(cells, answers, strict=True) if answer == "sat"]
-        if below:
-            cells, high = below, middle
-        else:
-            low = middle
-    return cells
+    """The cells of ``cells`` that have a violation before ``best`` (:func:`_ask`), in order;
+    those whose answer is undecided are added to ``undecided``."""
+    answers = _ask(make, pid, best.config, run, cells)
+    undecided.update(
+        cell for cell, answer in zip(cells, answers, strict=True) if answer == "unknown"
+    )
+    return [cell for cell, answer in zip(cells, answers, strict=True) if answer == "sat"]
 
 
-def _ask_below(
-    make: Callable[[Cell], SymbolicRequest], pid: str, bound: int, run: ProofRun, cells: list[Cell]
+def _ask(
+    make: Callable[[Cell], SymbolicRequest],
+    pid: str,
+    best: Config,
+    run: ProofRun,
+    cells: list[Cell],
 ) -> list[str]:
-    """:func:`_violation_below` for every cell of ``cells``, on the run's executor."""
+    """:func:`_violation_before` for every cell of ``cells``, on the run's executor."""
+    if not cells:
+        return []
     return list(
-        as_executor(run.jobs).map(_violation_below, (make, pid, bound, run.timeout_ms), cells)
+        as_executor(run.jobs).map(_violation_before, (make, pid, best, run.timeout_ms), cells)
     )
 
 
-def _violation_below(
-    make: Callable[[Cell], SymbolicRequest], pid: str, bound: int, timeout_ms: int, cell: Cell
+def _violation_before(
+    make: Callable[[Cell], SymbolicRequest], pid: str, best: Config, timeout_ms: int, cell: Cell
 ) -> str:
-    """Whether ``cell`` has a violation of ``pid`` with T < ``bound``: sat, unsat or unknown."""
-    return minimise.violation_below(make(cell), pid, bound, timeout_ms)
+    """Whether ``cell`` has a violation of ``pid`` whose (T, B, L, M) comes before ``best``'s:
+    sat, unsat or unknown."""
+    return minimise.violation_ranked_below(make(cell), pid, best, timeout_ms)
 
 
 def _rank(cx: Counterexample) -> tuple[int, ...]:

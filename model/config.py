@@ -195,15 +195,14 @@ class Config:
         return Config(**fields)
 
     def _with_max_sched(self, m: int) -> Config:
-        """``replace(max_sched=m)`` without re-validating fields it cannot affect (hot path):
-        only the rules on encoder items read M (the cache capacity is max(M, the largest
-        item) without ``encoder_cache``)."""
+        """``replace(max_sched=m)`` without re-validating fields it cannot affect (hot path;
+        :func:`validity_reads_max_sched`)."""
         if not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= MAX_VALUE:
             raise ConfigError(f"--max-sched must be a positive integer, got {m!r}")
         clone = object.__new__(Config)
         clone.__dict__.update(self.__dict__)  # the fields and prefill_end, which M leaves as is
         clone.__dict__["max_sched"] = m
-        if clone.items:
+        if validity_reads_max_sched(clone.items):
             _validate(clone)
         return clone
 
@@ -365,6 +364,13 @@ def encoder_capacity(cfg: Config) -> int:
     if cfg.encoder_cache > 0:
         return cfg.encoder_cache
     return max(cfg.max_sched, max((item.length for item in cfg.mm_items), default=0))
+
+
+def validity_reads_max_sched(items: Items) -> bool:
+    """Whether a configuration's validity (SPEC S1) can depend on M: of its rules only the
+    encoder ones read M, through the capacity and the compute budget (max(M, the largest
+    item) when not given: :func:`encoder_capacity`), so only a configuration with items."""
+    return len(items) > 0
 
 
 def encoder_compute_budget(cfg: Config) -> int:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from chunkproof.model.config import MAX_VALUE, Config, Items
+from chunkproof.model.config import MAX_VALUE, Config, Items, validity_reads_max_sched
 from chunkproof.model.errors import ConfigError
 
 MAX_SET = 1 << 22
@@ -708,10 +708,10 @@ def make_config(fields: Mapping[str, Any], max_sched: int) -> Config:
 
 def _family(fields: Mapping[str, Any], values: list[int]) -> tuple[Config, list[int]] | None:
     """The family's configuration at the first of the M ``values`` that makes one, and every
-    M that does (SPEC S1); None when none does. Of the rules of a configuration only the
-    encoder ones read M (the cache capacity is max(M, the largest item) without
-    ``--encoder-cache``), so a family without items makes one at every M or at none."""
-    if not fields.get("items"):
+    M that does (SPEC S1); None when none does. A family whose validity does not read M
+    (:func:`~chunkproof.model.config.validity_reads_max_sched`) makes one at every M or at
+    none."""
+    if not validity_reads_max_sched(fields.get("items", ())):
         try:
             return make_config(fields, values[0]), values
         except ConfigError:

@@ -17,7 +17,7 @@ import dataclasses
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import z3
@@ -31,6 +31,7 @@ from chunkproof.checker.report import Verdict, exit_status
 from chunkproof.checker.search import explore, minimal_counterexample
 from chunkproof.checker.traces import violates
 from chunkproof.model.arith import fl
+from chunkproof.model.budget import Adversarial
 from chunkproof.model.builtin import builtin_policies, get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample, replay_steps
@@ -42,7 +43,7 @@ from chunkproof.proofs.chc import ChcResult
 from chunkproof.proofs.prover import EMPTY, PROVED, UNKNOWN, VIOLATED, prove_cell
 from chunkproof.spec.properties import DEFAULT_WINDOW
 from chunkproof.spec.request import RequestModel
-from chunkproof.spec.request_symbolic import SymbolicRequest, cells
+from chunkproof.spec.request_symbolic import Cell, SymbolicRequest, cells
 from chunkproof.spec.space import Space, grid_from
 
 TIMEOUT_MS = 60_000
@@ -526,7 +527,7 @@ def test_minimality_across_cells_is_claimed_only_when_searched(
     assert len(verdict["figure"]["violated_cells"]) == 2
     assert "none of the 1 other violated cells holds a smaller T (Spacer)" in verdict["summary"]
 
-    monkeypatch.setattr(minimise, "violation_below", lambda *args: "unknown")
+    monkeypatch.setattr(minimise, "violation_ranked_below", lambda *args: "unknown")
     undecided = cli(*argv, "--out", str(tmp_path / "b"))
     (verdict,) = undecided.json()["verdicts"]
     assert verdict["status"] == VIOLATED
@@ -539,8 +540,7 @@ def test_a_cell_that_cannot_rank_before_the_best_is_not_minimised(
     """vllm-0.33's livelock at L = 3 is least at T = 17, B = 16, M = 3 (README). A cell is
     asked whether a violation comes before a best in (T, B, L, M) order: before T = 17, M = 4
     yes; before T = 17, M = 3 (itself) or T = 16 no. prove minimises another violated cell
-    only when it can: told (falsely) that B = 64 has a smaller T, it still minimises B = 16
-    alone, and the counterexample is the same."""
+    only when it can come before the best: B = 64 cannot, so B = 16 alone is minimised."""
     model = _model("vllm-0.33", {"block": "16", "lookahead": "3", "drop": "off"})
     least = Config(block=16, prompt=17, lookahead=3, max_sched=3)
     asked = [
@@ -556,7 +556,6 @@ def test_a_cell_that_cannot_rank_before_the_best_is_not_minimised(
         minimised.append(str(model.cell.describe()["block"]))
         return real(model, pid, timeout_ms)
 
-    monkeypatch.setattr(minimise, "violation_below", lambda *args: "sat")
     monkeypatch.setattr(minimise, "minimal_for_cell", counted)
     run = cli(
         "prove", "vllm-0.33", "--block", "16,64", "--lookahead", "3", "--drop", "off",
@@ -568,29 +567,47 @@ def test_a_cell_that_cannot_rank_before_the_best_is_not_minimised(
     assert (cx.config.T, cx.config.block, cx.config.max_sched) == (17, 16, 3)
 
 
-def test_only_the_cells_that_reach_the_least_t_are_minimised(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Bisection on T over the cells that violate below the first one's T (12 here): with
-    least violating T 9, 5, 5 and 7, the two at 5 are left to minimise; an undecided answer
-    leaves every cell (each is then minimised)."""
-    least = {"a": 9, "b": 5, "c": 5, "d": 7}
-    asked: list[int] = []
+def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five violated cells: the first in cell order (B = 16, H = 4; least T 12) is minimised
+    first; the four others, each with a violation at T = 5 (two at B = 16, one at B = 64, one
+    at B = 528), are asked whether they come before it in (T, B, L, M) order (all do); the
+    first of them (B = 16, H = 8) is minimised and is the new best, the three left are asked
+    again (none comes before it), and nothing else is minimised: seven questions in all, where
+    a bisection on T asked every cell at every bound."""
+    grid = Space((grid_from({"block": "16,64,528", "lookahead": "3", "drop": "off"}),)).grids[0]
 
-    def below(make: Any, pid: str, bound: int, timeout_ms: int, cell: str) -> str:
-        asked.append(bound)
-        return "sat" if least[cell] < bound else "unsat"
+    def cell(block: int, hash_block: int) -> Any:
+        values = (("block", block), ("split_block", block), ("hash_block", hash_block))
+        return Cell(values, True, grid)
 
-    monkeypatch.setattr(runs, "_violation_below", below)
+    first, twin, third = cell(16, 4), cell(16, 8), cell(16, 16)
+    wide, wider = cell(64, 64), cell(528, 528)
+    least = {first: 12, twin: 5, third: 5, wide: 5, wider: 5}
+    asked: list[Any] = []
+    minimised: list[Any] = []
+
+    def before(make: Any, pid: str, best: Config, timeout_ms: int, cell: Any) -> str:
+        asked.append(cell)
+        ahead = (least[cell], cell.value("block")) < (best.T, best.block)
+        return "sat" if ahead else "unsat"
+
+    def minimal(model: Any, pid: str, timeout_ms: int) -> tuple[Counterexample, str]:
+        minimised.append(model)
+        cfg = Config(block=model.value("block"), prompt=least[model], lookahead=3, max_sched=3)
+        return Counterexample("p", cfg, Adversarial(1, 3), pid, (), "stuck"), "minimal"
+
+    monkeypatch.setattr(runs, "_violation_before", before)
+    monkeypatch.setattr(minimise, "minimal_for_cell", minimal)
     run = runs.ProofRun(DEFAULT_WINDOW, TIMEOUT_MS, 1, minimise=True)
-    cells: list[Any] = list(least)
-    make: Any = None  # the fake answers make no model
-    left: list[Any] = runs._least_tokens(make, "P3", cells, 12, run)
-    assert left == ["b", "c"]
-    assert max(asked) < 12 and len(set(asked)) <= 4  # a bisection of [1, 12)
-
-    monkeypatch.setattr(runs, "_violation_below", lambda *args: "unknown")
-    assert runs._least_tokens(make, "P3", cells, 12, run) == cells
+    violated = [
+        prover.CellVerdict(c, "P1", VIOLATED, "spacer", 0.0)
+        for c in (wider, wide, third, twin, first)
+    ]
+    cx, how = runs._minimal(violated, "P1", run, cast(Any, lambda c: c))  # fakes take the cell
+    assert cx is not None and (cx.config.T, cx.config.block) == (5, 16)
+    assert minimised == [first, twin]
+    assert asked == [twin, third, wide, wider, third, wide, wider]
+    assert how.endswith("none of the 4 other violated cells holds a smaller T (Spacer)")
 
 
 def test_cli_lookahead_in_split_proves_p1(cli: Cli, tmp_path: Path) -> None:
