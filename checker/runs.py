@@ -257,7 +257,8 @@ def _minimal(
     those that do are minimised, in cell order; each time one gives a new best, those left are
     asked again. So a cell is asked once per best (a new best comes from one of few cells),
     where a bisection on T asks every cell at every bound. The claim says when a cell could not
-    be asked (its answer undecided) or minimised: T is then minimal in its own cell only."""
+    be asked (its answer undecided), or was said to come before the best and its minimisation
+    did not find it so: T is then minimal in its own cell only."""
     ordered = [v.cell for v in sorted(violated, key=lambda v: (v.cell.values, v.cell.speculative))]
     undecided = 0
     best: Counterexample | None = None
@@ -271,16 +272,16 @@ def _minimal(
     contenders = _before(make, pid, best, run, ordered, undecided_cells)
     while contenders:
         cx, text = minimise.minimal_for_cell(make(contenders.pop(0)), pid, run.timeout_ms)
-        if cx is None:
-            undecided += 1
-        elif _rank(cx) < _rank(best):
+        if cx is None or _rank(cx) >= _rank(best):
+            undecided += 1  # it has a violation before the best, and minimising missed it
+        else:
             best, how = cx, text
             contenders = _before(make, pid, best, run, contenders, undecided_cells)
     undecided += len(undecided_cells)
     if undecided:
         how += (
             f"; T is minimal in its cell only: {undecided} other violated cell(s) could not be "
-            "searched for a smaller one within the timeout"
+            "searched for a smaller one, or minimised, within the timeout"
         )
     elif ordered:
         how += f"; none of the {len(ordered)} other violated cells holds a smaller T (Spacer)"

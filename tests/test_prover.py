@@ -573,7 +573,8 @@ def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
     at B = 528), are asked whether they come before it in (T, B, L, M) order (all do); the
     first of them (B = 16, H = 8) is minimised and is the new best, the three left are asked
     again (none comes before it), and nothing else is minimised: seven questions in all, where
-    a bisection on T asked every cell at every bound."""
+    a bisection on T asked every cell at every bound. A cell said to come before the best
+    whose minimisation finds nothing better makes the claim its cell's only."""
     grid = Space((grid_from({"block": "16,64,528", "lookahead": "3", "drop": "off"}),)).grids[0]
 
     def cell(block: int, hash_block: int) -> Any:
@@ -591,10 +592,13 @@ def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
         ahead = (least[cell], cell.value("block")) < (best.T, best.block)
         return "sat" if ahead else "unsat"
 
-    def minimal(model: Any, pid: str, timeout_ms: int) -> tuple[Counterexample, str]:
+    def minimal_at(model: Any, tokens: dict[Any, int]) -> tuple[Counterexample, str]:
         minimised.append(model)
-        cfg = Config(block=model.value("block"), prompt=least[model], lookahead=3, max_sched=3)
-        return Counterexample("p", cfg, Adversarial(1, 3), pid, (), "stuck"), "minimal"
+        cfg = Config(block=model.value("block"), prompt=tokens[model], lookahead=3, max_sched=3)
+        return Counterexample("p", cfg, Adversarial(1, 3), "P1", (), "stuck"), "minimal"
+
+    def minimal(model: Any, pid: str, timeout_ms: int) -> tuple[Counterexample, str]:
+        return minimal_at(model, least)
 
     monkeypatch.setattr(runs, "_violation_before", before)
     monkeypatch.setattr(minimise, "minimal_for_cell", minimal)
@@ -608,6 +612,13 @@ def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
     assert minimised == [first, twin]
     assert asked == [twin, third, wide, wider, third, wide, wider]
     assert how.endswith("none of the 4 other violated cells holds a smaller T (Spacer)")
+
+    # Said to come before the best, yet minimised to no better: the claim is the cell's only.
+    missed = {cell: 12 for cell in least}
+    monkeypatch.setattr(runs, "_violation_before", lambda *args: "sat")
+    monkeypatch.setattr(minimise, "minimal_for_cell", lambda model, *_: minimal_at(model, missed))
+    cx, how = runs._minimal(violated, "P1", run, cast(Any, lambda c: c))
+    assert "T is minimal in its cell only: 4 other violated cell(s)" in how
 
 
 def test_cli_lookahead_in_split_proves_p1(cli: Cli, tmp_path: Path) -> None:
