@@ -17,9 +17,12 @@ For each cell and property, in order:
 
 Every PROVED verdict has its invariant written as an SMT-LIB certificate and re-checked by a
 fresh solver (initiation, consecution, safety) before it is reported. A solver timeout is
-UNKNOWN. A task proves in a scratch folder of the machine it runs on and returns its
-certificates' text, which :func:`prove_range` writes where the run keeps them: a worker on
-another machine needs no filesystem shared with the caller.
+UNKNOWN. When Spacer's invariant is "true" itself, its certificate is the one step 1 could not
+re-check, and the cell is UNKNOWN without a second try (on ``lookahead-in-split``'s production
+range, one P3 cell's safety obligation stayed undecided for the full timeout both times). A
+task proves in a scratch folder of the machine it runs on and returns its certificates' text,
+which :func:`prove_range` writes where the run keeps them: a worker on another machine needs no
+filesystem shared with the caller.
 """
 
 from __future__ import annotations
@@ -117,6 +120,8 @@ def prove_cell(
         return done(PROVED, "induction", text, certificate_path)
     chc = reachable_violation(model, pid, True, timeout_ms)
     if chc.status == "unsat" and chc.invariant is not None:
+        if z3.is_true(z3.simplify(chc.invariant(model.state("s")))):
+            return done(UNKNOWN, "spacer", f"Spacer's invariant is true, as tried above: {text}")
         proved, text = _certify(
             model, pid, chc.invariant, certificate_path, f"{header} (spacer)", timeout_ms
         )

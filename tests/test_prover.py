@@ -682,6 +682,32 @@ def test_undecided_spacer_falls_back_to_shallow_bounded_search(
     assert verdict.status == UNKNOWN
 
 
+def test_spacer_s_true_invariant_is_not_rechecked_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Induction's certificate (invariant true) is undecided; Spacer then says unsat with the
+    invariant true: that certificate is the same one, so it is not re-checked again and the
+    cell is UNKNOWN (no certificate left)."""
+    confirmed: list[Path] = []
+
+    def undecided(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
+        confirmed.append(path)
+        path.unlink()
+        return False, {"initiation": "unsat", "consecution": "unsat", "safety": "unknown"}
+
+    def proved_true(*args: Any, **kwargs: Any) -> ChcResult:
+        return ChcResult("unsat", lambda s: z3.BoolVal(True), 0.0)
+
+    monkeypatch.setattr(certificate, "confirm", undecided)
+    monkeypatch.setattr(prover, "reachable_violation", proved_true)
+    name, texts, pid = SPACER
+    verdict = prove_cell(_model(name, texts), "cell", pid, TIMEOUT_MS, tmp_path / "a.smt2")
+    assert (verdict.status, verdict.method) == (UNKNOWN, "spacer")
+    assert "Spacer's invariant is true" in verdict.detail
+    assert "'safety': 'unknown'" in verdict.detail
+    assert len(confirmed) == 1 and not (tmp_path / "a.smt2").exists()
+
+
 def test_tiny_timeout_is_unknown_not_violated(tmp_path: Path) -> None:
     """A 1 ms budget cannot prove the Spacer cell; it must say UNKNOWN, not guess."""
     name, texts, pid = SPACER
