@@ -268,16 +268,16 @@ def _minimal(
         undecided += best is None
     if best is None:
         return None, how
-    undecided_cells: set[Cell] = set()
-    contenders = _before(make, pid, best, run, ordered, undecided_cells)
+    contenders, unanswered = _before(make, pid, best, run, ordered)
+    undecided += unanswered
     while contenders:
         cx, text = minimise.minimal_for_cell(make(contenders.pop(0)), pid, run.timeout_ms)
         if cx is None or _rank(cx) >= _rank(best):
             undecided += 1  # it has a violation before the best, and minimising missed it
         else:
             best, how = cx, text
-            contenders = _before(make, pid, best, run, contenders, undecided_cells)
-    undecided += len(undecided_cells)
+            contenders, unanswered = _before(make, pid, best, run, contenders)
+            undecided += unanswered
     if undecided:
         how += (
             f"; T is minimal in its cell only: {undecided} other violated cell(s) could not be "
@@ -294,15 +294,13 @@ def _before(
     best: Counterexample,
     run: ProofRun,
     cells: list[Cell],
-    undecided: set[Cell],
-) -> list[Cell]:
-    """The cells of ``cells`` that have a violation before ``best`` (:func:`_ask`), in order;
-    those whose answer is undecided are added to ``undecided``."""
+) -> tuple[list[Cell], int]:
+    """The cells of ``cells`` that have a violation before ``best`` (:func:`_ask`), in order,
+    and how many answered neither way. An undecided cell leaves the contenders, so it is
+    counted once."""
     answers = _ask(make, pid, best.config, run, cells)
-    undecided.update(
-        cell for cell, answer in zip(cells, answers, strict=True) if answer == "unknown"
-    )
-    return [cell for cell, answer in zip(cells, answers, strict=True) if answer == "sat"]
+    before = [cell for cell, answer in zip(cells, answers, strict=True) if answer == "sat"]
+    return before, answers.count("unknown")
 
 
 def _ask(
