@@ -44,6 +44,7 @@ from chunkproof.checker.report import (
     Verdict,
     combine,
     exit_status,
+    fixed_line,
     range_lines,
     render_table,
     verdicts_document,
@@ -78,7 +79,12 @@ from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.model.trajectory import run
 from chunkproof.model.vllm_source import parse_overrides
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
-from chunkproof.spec.scheduler_step import MAX_SEQS, SCHEDULER_PROPERTIES, request_sets
+from chunkproof.spec.scheduler_step import (
+    MAX_SEQS,
+    SCHEDULER_PROPERTIES,
+    fixed_inputs,
+    request_sets,
+)
 from chunkproof.spec.scheduler_trace import replay as replay_system
 from chunkproof.spec.space import Space
 
@@ -627,6 +633,7 @@ def _report(
         _emit({**document, "files": written})
         return exit_status(verdicts)
     print(f"chunkproof {args.command} {policy.name} ({policy.summary})")
+    print(fixed_line(policy.fixed))
     if explored is not None:
         info = engines["explored"]
         configs = info["configs"]
@@ -990,6 +997,7 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
                 "range": space.describe(),
                 "searched": info,
                 "verdicts": [p.to_dict() for p in proofs],
+                "fixed": fixed_inputs(policy),
                 **_source(policy),
                 "files": [str(p) for p in out.written],
             }
@@ -997,6 +1005,7 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
         return code
     print(f"chunkproof system {policy.name} --prove ({policy.summary})")
     print(f"range (each configuration one request): {_range_words(space.describe())}")
+    print(fixed_line(fixed_inputs(policy)))
     for line in report_lines(proofs, info):
         print(line)
     if out.written:
@@ -1035,6 +1044,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
                 "range": space.describe(),
                 "explored": info,
                 "verdicts": [v.to_dict() for v in verdicts],
+                "fixed": fixed_inputs(policy),
                 **({"abstraction": abstraction} if abstraction is not None else {}),
                 **_source(policy),
                 "files": [str(p) for p in out.written],
@@ -1043,6 +1053,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
         return code
     print(f"chunkproof system {policy.name} ({policy.summary})")
     print(f"range (each configuration one request): {_range_words(space.describe())}")
+    print(fixed_line(fixed_inputs(policy)))
     print(
         f"{info['instances']} instances of {info['requests']} requests (max_num_seqs "
         f"{info['max_seqs']}, every budget 1..M per step{threshold_words(info)}), "

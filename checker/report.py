@@ -9,6 +9,7 @@ is. A range with no configuration in scope is never PROVED (EMPTY, exit status 2
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,8 +199,19 @@ def exit_status(verdicts: list[Verdict]) -> int:
 def verdicts_document(
     policy: Policy, verdicts: list[Verdict], extra: dict[str, Any]
 ) -> dict[str, Any]:
-    """The ``--json`` document of SPEC CLI."""
-    return {"policy": policy.name, "verdicts": [v.to_dict() for v in verdicts], **extra}
+    """The ``--json`` document of SPEC CLI, with what the model fixes (:attr:`~chunkproof.
+    model.policy.Policy.fixed`)."""
+    return {
+        "policy": policy.name,
+        "verdicts": [v.to_dict() for v in verdicts],
+        "fixed": list(policy.fixed),
+        **extra,
+    }
+
+
+def fixed_line(fixed: Sequence[str]) -> str:
+    """The report line naming every input the model fixes."""
+    return f"fixed: {'; '.join(fixed)}" if fixed else "fixed: nothing beyond the range"
 
 
 def render_table(verdicts: list[Verdict]) -> str:

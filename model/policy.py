@@ -16,6 +16,16 @@ StageFunction = Callable[[Config, int, int], int]
 STAGE_NAMES = ("cap", "split", "encoder", "reservation")
 """Stage names, as they appear in a trace step (SPEC C)."""
 
+FIXED_INPUTS = {
+    "defer_prefills": "no prefill is deferred: schedule(throttle_prefills=False) (no DP "
+    "prefill balancing) and prefill_schedule_interval 1 (no local prefill cadence, 0.33)",
+    "load_kv_async": "external KV hits load synchronously (no asynchronous KV load)",
+    "pad_spec_decode": "no decode padding of an admission with one token left",
+    "max_model_len": "no max_model_len cap",
+}
+"""The inputs of ``schedule()`` and of the engine that SPEC S3's step fixes, and at which
+value, keyed by the name the code reads (every report names them: :attr:`Policy.fixed`)."""
+
 
 class StageSource(Protocol):
     """A stage defined by other code than a subset function ``(cfg, c, n)``: a real vLLM
@@ -71,6 +81,9 @@ class Policy:
     source_sha256: str | None = None
     options: tuple[str, ...] = ()
     """Command-line options that rebuild this policy from its name (``--compose``, ``--set``)."""
+    fixed: tuple[str, ...] = tuple(FIXED_INPUTS.values())
+    """What the model fixes of the code it stands for (:data:`FIXED_INPUTS`): all of them for
+    a built-in composition, those its ``schedule()`` reads for one read from source."""
 
     @property
     def file_stem(self) -> str:

@@ -24,7 +24,8 @@ release number:
    exits. Any other store to n (a call of another method, arithmetic) is an **extra stage**.
 4. **What the model keeps** (SPEC S3, one text-only request in align mode): the initial chunk,
    theta, the budget, the split, the reservation, extra stages and the tests that turn n into
-   0. Stages outside the model's assumptions are dropped and listed: the encoder cap (a text
+   0. Stages outside the model's assumptions are dropped, and those for an input the model
+   fixes named (:meth:`Composition.fixed`, every report's ``fixed``): the encoder cap (a text
    request has no encoder inputs, history note 10), the max_model_len cap (the model has no
    max_model_len), the asynchronous-KV-load chunk of 0 (the external hit is loaded
    synchronously), the decode padding (an admission with one token left under speculative
@@ -67,6 +68,7 @@ from chunkproof.model import stages as builtin_stages
 from chunkproof.model.class_source import ClassLoader, ClassValue, FunctionValue
 from chunkproof.model.errors import PolicyError
 from chunkproof.model.extraction import RESERVE_METHOD, SPLIT_METHOD
+from chunkproof.model.policy import FIXED_INPUTS
 from chunkproof.model.source_model import interpret
 from chunkproof.model.subset import SubsetFunction, Value
 
@@ -84,11 +86,11 @@ CAP_KINDS = frozenset({"init", "theta", "budget", "assert"})
 INACTIVE = {
     "encoder": "the encoder cap: it runs as the encoder stage, the real "
     "_try_schedule_encoder_inputs at the place schedule() calls it (issue 11)",
-    "mml": "the max_model_len cap: the model has no max_model_len",
-    "async-init": "n = 0 for an asynchronous KV load: the external hit loads synchronously",
-    "pad": "the decode padding: an admission with one token left under speculative decoding",
-    "pad-drop": "the decode padding: an admission with one token left under speculative decoding",
-    "pad-exit": "the decode padding: an admission with one token left under speculative decoding",
+    "mml": FIXED_INPUTS["max_model_len"],
+    "async-init": FIXED_INPUTS["load_kv_async"],
+    "pad": FIXED_INPUTS["pad_spec_decode"],
+    "pad-drop": FIXED_INPUTS["pad_spec_decode"],
+    "pad-exit": FIXED_INPUTS["pad_spec_decode"],
     "nochunk": "the no-chunked-prefill exit: align mode requires chunked prefill",
     "c-adjust": "the replay adjustment of c: 0 for Mamba models (C8)",
 }
@@ -188,14 +190,19 @@ class Composition:
     """``static`` (theta read from the scheduler config) or ``lone`` (C8-C9: per step, 0 for
     one request), or ``""`` if no threshold cap was recognised."""
 
-    def dropped(self) -> list[str]:
-        """The stages outside the model's assumptions, once each."""
+    def fixed(self) -> tuple[str, ...]:
+        """What the model fixes of this ``schedule()`` (:data:`~chunkproof.model.policy.
+        FIXED_INPUTS`): the stages it leaves out for a fixed input, and the flags of
+        :data:`CONSTANT_LOCALS` the function reads, once each."""
         seen: dict[str, None] = {}
         for loop in (self.running, self.waiting):
             for event in loop.events:
-                if event.kind in INACTIVE:
+                if INACTIVE.get(event.kind) in FIXED_INPUTS.values():
                     seen.setdefault(INACTIVE[event.kind], None)
-        return list(seen)
+        read = {n.id for n in ast.walk(self.schedule.node) if isinstance(n, ast.Name)}
+        for name in sorted(read & FIXED_INPUTS.keys()):
+            seen.setdefault(FIXED_INPUTS[name], None)
+        return tuple(seen)
 
     def extras(self) -> list[str]:
         """The extra stages (:func:`extra_label`), once each, running loop first."""

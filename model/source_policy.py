@@ -434,6 +434,7 @@ def _build(
     if base_policy is not None:
         name = base_policy.composition
         acceptance = base_policy.acceptance
+        fixed = base_policy.fixed
         how = f"composition {name} of {base_policy.name}" + (
             "" if compose else " (no schedule() in the source)"
         )
@@ -441,6 +442,7 @@ def _build(
         assert composition is not None
         name = composition.name
         acceptance = _acceptance(target.version, composition, methods)
+        fixed = composition.fixed()
         how = (
             f"composition {name}, read from {_owner(composition)}.schedule() "
             f"({composition.label}:{composition.line})"
@@ -459,6 +461,7 @@ def _build(
         acceptance=acceptance,
         source_sha256=sha,
         options=_options(compose, overrides, class_name, base),
+        fixed=fixed,
     )
 
 

@@ -97,6 +97,13 @@ SCHEDULER_PROPERTIES = ("P0", *sysprops.SYSTEM_PROPERTIES)
 MAX_SEQS = 256
 """vLLM's default ``max_num_seqs``."""
 
+STEP_FIXED = (
+    "no preemption or KV allocation failure",
+    "no decode steps: every request arrives at the first step and leaves when its prefill ends",
+)
+"""What the scheduler step fixes beyond each request's step (the policy's ``fixed``); a report
+names both (:func:`fixed_inputs`)."""
+
 BATCH_INSTANCES = 512
 """At most this many instances per batch."""
 
@@ -456,6 +463,11 @@ class Lanes:
         self.chunk[sel, p] = taken
         self.left[sel] -= taken
         self.unsafe[sel] |= got.unsafe
+
+
+def fixed_inputs(policy: Policy) -> list[str]:
+    """Every input the scheduler step over ``policy`` fixes, for its reports."""
+    return [*policy.fixed, *STEP_FIXED]
 
 
 def per_step_theta(policy: Policy) -> bool:

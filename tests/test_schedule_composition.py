@@ -28,6 +28,7 @@ from chunkproof.model.encoder_source import EncoderMethodStage
 from chunkproof.model.errors import ChunkproofError, PolicyError
 from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.loading import resolve_policy
+from chunkproof.model.policy import FIXED_INPUTS
 from chunkproof.model.schedule_source import Composition, ScheduleStage, segments
 from chunkproof.model.source_policy import source_composition, source_policy
 from chunkproof.model.step import step
@@ -90,6 +91,22 @@ def test_extracted_running_loop_is_the_builtin_variant(version: str) -> None:
     assert [s.name for s in policy.stages] == [s.name for s in builtin.stages]
     assert policy.stage("cap").function is builtin.stage("cap").function  # type: ignore[union-attr]
     assert policy.composition == builtin.composition
+
+
+@pytest.mark.fidelity
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_policy_names_the_inputs_its_schedule_reads_and_the_model_fixes(version: str) -> None:
+    """Every release's schedule() caps by max_model_len and skips an asynchronous KV load, the
+    model fixes both; it defers prefills exactly where schedule() takes ``throttle_prefills``
+    (0.24 on), and the policy read from it names that fix, the built-in every fix."""
+    composition = source_composition(f"vllm=={version}")
+    assert composition is not None
+    fixed = resolve_policy(f"vllm=={version}").fixed
+    assert fixed == composition.fixed()
+    assert {FIXED_INPUTS["max_model_len"], FIXED_INPUTS["load_kv_async"]} <= set(fixed)
+    throttles = "throttle_prefills" in {a.arg for a in composition.schedule.node.args.args}
+    assert (FIXED_INPUTS["defer_prefills"] in fixed) == throttles
+    assert set(fixed) <= set(policy_for_release(version).fixed) == set(FIXED_INPUTS.values())
 
 
 @pytest.mark.fidelity

@@ -28,6 +28,7 @@ from chunkproof.spec.scheduler_step import (
     FIELDS,
     FINISHED,
     RUNNING,
+    STEP_FIXED,
     WAITING,
     SchedulerBatch,
     SchedulerStepModel,
@@ -471,3 +472,14 @@ def test_the_system_report_names_the_threshold_rule(cli: Cli) -> None:
     assert rule in cli("system", "vllm-0.33", *texts, "--threshold", "5", "--prove").out
     assert rule not in cli("system", "vllm-0.33", *texts, "--threshold", "0").out
     assert rule not in cli("system", "vllm-0.30", *texts, "--threshold", "5").out
+
+
+@pytest.mark.parametrize("flag", [(), ("--prove",)])
+def test_the_system_report_names_every_input_it_fixes(cli: Cli, flag: tuple[str, ...]) -> None:
+    """Both forms of ``system`` name what the policy's step fixes and what the scheduler step
+    fixes beyond it (no preemption, no decode steps), in the text and in ``--json``."""
+    texts = ["--block", "4", "--lookahead", "0", "--drop", "off", "--prompt", "3,5"]
+    texts += ["--max-sched", "4", *flag]
+    expected = [*get_builtin("vllm-0.33").fixed, *STEP_FIXED]
+    assert f"fixed: {'; '.join(expected)}" in cli("system", "vllm-0.33", *texts).out.splitlines()
+    assert cli("system", "vllm-0.33", *texts, "--json").json()["fixed"] == expected

@@ -70,6 +70,7 @@ def test_release_p1_violation_replays(command: str, tmp_path: Path, cli: Cli) ->
     document = run.json()
     sha = resolve_policy("vllm==0.33.0").source_sha256
     assert run.code == 1 and document["source_sha256"] == sha
+    assert document["fixed"] == list(resolve_policy("vllm==0.33.0").fixed)
     p1 = verdicts(document)["P1"]
     assert p1["status"] == "VIOLATED" and p1["counterexample"] in document["files"]
     recorded = json.loads(Path(p1["counterexample"]).read_text())
