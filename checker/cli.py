@@ -437,6 +437,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                 "unsafe": trajectory.steps[-1].unsafe if trajectory.steps else None,
                 "steps": [s.to_dict() for s in trajectory.steps],
                 "source_sha256": policy.source_sha256,
+                "fixed": list(policy.fixed),
                 "accepted": refused is None,
                 "refused_because": refused,
             }
@@ -749,6 +750,7 @@ def _cmd_conform(args: argparse.Namespace) -> int:
                 "policy": a.name,
                 "against": b.name,
                 "source_sha256": {a.name: a.source_sha256, b.name: b.source_sha256},
+                "fixed": {a.name: list(a.fixed), b.name: list(b.fixed)},
                 "status": result.status,
                 "range": over,
                 "difference": result.difference and result.difference.to_dict(),
@@ -756,6 +758,8 @@ def _cmd_conform(args: argparse.Namespace) -> int:
         )
     else:
         print(f"{a.name}: {a.summary}\n{b.name}: {b.summary}")
+        print(fixed_line(a.fixed, f"fixed ({a.name})"))
+        print(fixed_line(b.fixed, f"fixed ({b.name})"))
         lines = [
             f"Z3: {result.cells} cells over:",
             *range_lines(production.describe()),

@@ -32,7 +32,7 @@ from chunkproof.checker.compare import (
     same_grid,
 )
 from chunkproof.checker.ranges import trace_arguments
-from chunkproof.checker.report import EMPTY, VIOLATED, Verdict, range_lines
+from chunkproof.checker.report import EMPTY, VIOLATED, Verdict, fixed_line, range_lines
 from chunkproof.checker.traces import describe
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
@@ -83,6 +83,14 @@ def _policy_line(side: Side) -> str:
     policy = side.policy
     sha = f"; source sha256 {policy.source_sha256}" if policy.source_sha256 else ""
     return f"{policy.name} ({policy.summary}{sha})"
+
+
+def _fixed_lines(a: Policy, b: Policy) -> list[str]:
+    """What the model fixes (:attr:`~chunkproof.model.policy.Policy.fixed`): one line when
+    both sides fix the same, else one per side."""
+    if a.fixed == b.fixed:
+        return [fixed_line(a.fixed, "fixed (A and B)")]
+    return [fixed_line(p.fixed, f"fixed ({side})") for side, p in (("A", a), ("B", b))]
 
 
 def _status(v: Verdict) -> str:
@@ -422,6 +430,7 @@ def _side_dict(side: Side) -> dict[str, Any]:
         "summary": policy.summary,
         "source_sha256": policy.source_sha256,
         "options": list(policy.options),
+        "fixed": list(policy.fixed),
         **side.engines,
     }
 
@@ -518,6 +527,7 @@ def render_text(comparison: Comparison) -> str:
         f"chunkproof compare {a.name} -> {b.name}",
         f"A: {_policy_line(comparison.a)}",
         f"B: {_policy_line(comparison.b)}",
+        *_fixed_lines(a, b),
         *_ranges_lines(comparison),
         "",
         *_wrapped(headline(comparison)),
@@ -614,6 +624,7 @@ def render_markdown(comparison: Comparison) -> str:
         "",
         f"- **A**: `{a.name}`: {_policy_sentence(a)}",
         f"- **B**: `{b.name}`: {_policy_sentence(b)}",
+        *(f"- {line}" for line in _fixed_lines(a, b)),
         "",
         f"**{headline(comparison)}**",
         "",

@@ -209,9 +209,9 @@ def verdicts_document(
     }
 
 
-def fixed_line(fixed: Sequence[str]) -> str:
+def fixed_line(fixed: Sequence[str], label: str = "fixed") -> str:
     """The report line naming every input the model fixes."""
-    return f"fixed: {'; '.join(fixed)}" if fixed else "fixed: nothing beyond the range"
+    return f"{label}: {'; '.join(fixed) if fixed else 'nothing beyond the range'}"
 
 
 def render_table(verdicts: list[Verdict]) -> str:

@@ -48,7 +48,7 @@ from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.loading import resolve_policy
-from chunkproof.model.policy import Policy
+from chunkproof.model.policy import FIXED_INPUTS, Policy
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
 from chunkproof.spec.properties import PROPERTIES
@@ -93,6 +93,7 @@ def test_lookahead_in_split_fixes_the_livelock_of_033(cli: Cli, tmp_path: Path) 
     )
     changes = _changes(doc)
     assert changes == {"P1": FIXED, "P3": UNCHANGED, "P5": INTRODUCED}
+    assert doc["a"]["fixed"] == doc["b"]["fixed"] == list(FIXED_INPUTS.values())
     rows = _rows(doc)
     p1 = rows["P1"]
     assert (p1["a"]["status"], p1["b"]["status"]) == (VIOLATED, PROVED)
@@ -637,11 +638,14 @@ def test_text_and_markdown_reports_have_the_tables_and_the_commands(
     assert result.code == EXIT_VIOLATED
     assert f"markdown report written to {report}" in result.out
     assert "P1 LIVE" in result.out and "fixed" in result.out
+    both = f"fixed (A and B): {'; '.join(FIXED_INPUTS.values())}"
+    assert both in result.out.splitlines()
     assert "only A fails 28, only B fails 0, both fail 0" in result.out
     assert "only A fails, smallest: T=17 B=16 L=3 M=3: A stuck at c=14" in result.out
     assert "\n  block=16, split_block=B, hash_block=G, lookahead=3, drop=off," in result.out
     text = report.read_text()
     assert text.startswith("## chunkproof: `vllm-0.33` → `lookahead-in-split`")
+    assert f"- {both}" in text.splitlines()
     assert "| property | A `vllm-0.33` | B `lookahead-in-split` | change |" in text
     assert "| P1 LIVE | VIOLATED (" in text and "| PROVED | **fixed** |" in text
     assert "| P3 NOCROSS | PROVED | PROVED | unchanged |" in text
