@@ -35,7 +35,8 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.spec.properties import DEFAULT_WINDOW
 from chunkproof.spec.request import budget_bounds
-from chunkproof.spec.scheduler_step import FIELDS, FINISHED, MAX_SEQS, SchedulerStepModel
+from chunkproof.spec.scheduler_loops import FINISHED
+from chunkproof.spec.scheduler_step import FIELDS, MAX_SEQS, SchedulerStepModel
 
 STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 """The per-request properties judged on one step."""

@@ -23,7 +23,9 @@
   rest of M went to other requests' decodes). Judgement call: with b fixed at M the step is a
   function of the state, and a request behind a zero that a smaller budget causes could never
   be seen; with b free, S-LIVE asks b = M (the best budget), HOL and STARVE any b.
-* Next (history note 6): the running loop visits the running requests in order with
+* Next (history note 6; the rules written once for this model and its symbolic form:
+  :func:`~chunkproof.spec.scheduler_loops.schedule_step`): the running loop visits the
+  running requests in order with
   token_budget = b; each gets n from the policy's own stages (:func:`chunkproof.model.step.
   vectorised_stages`) at (c, token_budget) and token_budget -= n; n = 0 is ``continue``. The
   loop stops when token_budget is 0. Then the waiting loop visits the waiting requests in
@@ -58,8 +60,9 @@ labels are kept and the finished requests sorted by label; the verdicts are the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,9 +75,17 @@ from chunkproof.model.step import stage_order, unsafe_lanes, vectorised_stages
 from chunkproof.spec import system_properties as sysprops
 from chunkproof.spec.interface import Transitions
 from chunkproof.spec.request import Batch, batch_key, make_batch
-
-RUNNING, WAITING, FINISHED = 0, 1, 2
-"""Phase codes, in the order a row lists the positions."""
+from chunkproof.spec.scheduler_loops import (
+    FINISHED,
+    RUNNING,
+    WAITING,
+    Got,
+    Ops,
+    Stages,
+    alone_fit,
+    schedule_step,
+    theta_cap,
+)
 
 PHASE_NAMES = ("running", "waiting", "finished")
 
@@ -206,16 +217,6 @@ def make_scheduler_batch(instances: list[tuple[Config, ...]]) -> SchedulerBatch:
 
 
 @dataclass
-class Stages:
-    """The policy's stages over some lanes: the chunk, the split's value, and where the step
-    breaks SPEC P0 (the code raised, or a stage left [0, its input])."""
-
-    chunk: np.ndarray
-    split: np.ndarray
-    unsafe: np.ndarray
-
-
-@dataclass
 class SchedulerStepModel:
     """The scheduler-step model over ``instances`` (module docstring); the explicit form the
     explorer enumerates."""
@@ -302,12 +303,12 @@ class SchedulerStepModel:
 
     def stages(
         self, batch: SchedulerBatch, rows: np.ndarray, c: np.ndarray, budget: np.ndarray
-    ) -> Stages:
+    ) -> Got:
         """The policy's stages for the requests ``rows`` at (c, budget) (SPEC S3), ``budget``
-        the budget left capped by theta_eff (:meth:`Lanes.offer`: the cap stage is then
-        min(T - c, theta_eff, left), history note 6)."""
+        the budget left capped by theta_eff (the cap stage is then min(T - c, theta_eff,
+        left), history note 6)."""
         requests = batch.requests
-        got = Stages(*(np.zeros(len(rows), dtype=t) for t in (np.int64, np.int64, bool)))
+        got = Got(*(np.zeros(len(rows), dtype=t) for t in (np.int64, np.int64, bool)))
         for index, part in enumerate(requests.parts):
             mine = np.flatnonzero(requests.part[rows] == index)
             if not len(mine):
@@ -321,148 +322,86 @@ class SchedulerStepModel:
     def step(
         self, batch: SchedulerBatch, states: np.ndarray, source: np.ndarray, budget: np.ndarray
     ) -> Transitions:
-        """The transitions (states[source], budget): Next and every property."""
-        lanes = Lanes.of(batch, states[source], budget)
-        if per_step_theta(self.policy):
-            lanes.theta = theta_per_step(batch, lanes)
-        self.running_loop(batch, lanes)
-        self.waiting_loop(batch, lanes)
-        c = lanes.c + lanes.chunk
-        finished = c >= batch.requests.end[lanes.rows]
-        moved = (lanes.phase == RUNNING) | lanes.admitted
-        phase = np.where(finished, FINISHED, np.where(moved, RUNNING, lanes.phase))
-        group = np.where(finished, 3, np.where(lanes.admitted, 1, np.where(moved, 0, 2)))
-        target = self.arrange(batch, lanes.inst, lanes.label, phase, c, group)
-        unchanged = ~lanes.unsafe & (lanes.chunk.sum(axis=1) == 0)
-        safe = ~lanes.unsafe
-        unfinished = (lanes.phase != FINISHED).any(axis=1)
+        """The transitions (states[source], budget): Next (:func:`~chunkproof.spec.
+        scheduler_loops.schedule_step` over lanes) and every property."""
+        rows = states[source]
+        inst = rows[:, 0]
+        label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(FIELDS))
+        request_rows = batch.rows(inst, label)
+        ops = numpy_ops(len(rows))
+        phases, cs = list(phase.T), list(c.T)
+        at = self._at(batch, request_rows)
+        cap = self._cap(ops, batch, inst, phases, budget)
+        done = schedule_step(ops, phases, cs, at, budget, cap, self.max_seqs, self.skips)
+        chunk, admitted = np.stack(done.chunk, axis=1), np.stack(done.admitted, axis=1)
+        after = c + chunk
+        finished = after >= batch.requests.end[request_rows]
+        moved = (phase == RUNNING) | admitted
+        new_phase = np.where(finished, FINISHED, np.where(moved, RUNNING, phase))
+        group = np.where(finished, 3, np.where(admitted, 1, np.where(moved, 0, 2)))
+        target = self.arrange(batch, inst, label, new_phase, after, group)
+        unchanged = ~done.unsafe & (chunk.sum(axis=1) == 0)
+        safe = ~done.unsafe
+        unfinished = (phase != FINISHED).any(axis=1)
+        fit = alone_fit(ops, phases, cs, at, cap(budget), unchanged)
         bad = {
-            "P0": lanes.unsafe,
-            "S-LIVE": sysprops.system_live(unchanged, unfinished, budget, batch.whole[lanes.inst]),
-            "HOL": safe & sysprops.head_of_line(lanes.broke, lanes.behind_fit),
-            "STARVE": sysprops.starvation(unchanged, self.alone_fit(batch, lanes, unchanged)),
+            "P0": done.unsafe,
+            "S-LIVE": sysprops.system_live(unchanged, unfinished, budget, batch.whole[inst]),
+            "HOL": safe & sysprops.head_of_line(done.broke, done.behind_fit),
+            "STARVE": sysprops.starvation(unchanged, fit),
         }
-        record = {f"chunk{p}": lanes.chunk[:, p] for p in range(batch.k)}
-        record |= {f"offered{p}": lanes.offered[:, p] for p in range(batch.k)}
-        record["left"] = lanes.left
+        record = {f"chunk{p}": chunk[:, p] for p in range(batch.k)}
+        record |= {f"offered{p}": np.asarray(done.offered[p]) for p in range(batch.k)}
+        record["left"] = done.left
         return Transitions(
             source=source,
             action=budget,
             target=target,
-            follow=safe & ~unchanged & (phase != FINISHED).any(axis=1),
+            follow=safe & ~unchanged & (new_phase != FINISHED).any(axis=1),
             bad={pid: bad[pid] for pid in self.properties},
             weight=np.ones(len(source), dtype=np.int64),
             record=record,
         )
 
-    def running_loop(self, batch: SchedulerBatch, lanes: Lanes) -> None:
-        """History note 6, running loop: each running request in order gets the policy's chunk
-        at the budget left; 0 is ``continue``; the loop stops when no budget is left."""
-        for p in range(batch.k):
-            sel = np.flatnonzero((lanes.phase[:, p] == RUNNING) & (lanes.left > 0))
-            lanes.schedule(
-                sel, p, self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.offer(sel))
-            )
+    def _at(self, batch: SchedulerBatch, rows: np.ndarray) -> Stages:
+        """The policy's step of the request at a position, over the lanes ``where`` marks
+        (zeros elsewhere): :data:`~chunkproof.spec.scheduler_loops.Stages` over NumPy."""
 
-    def waiting_loop(self, batch: SchedulerBatch, lanes: Lanes) -> None:
-        """History note 6, waiting loop: the waiting requests in queue order while budget and
-        a seat remain; a zero breaks (C9: a zero after the split skips). Every waiting request
-        behind a break is run at the budget left, for HOL."""
-        seated = (lanes.phase == RUNNING).sum(axis=1)
-        for p in range(batch.k):
-            waiting = lanes.phase[:, p] == WAITING
-            reach = waiting & ~lanes.broke & (lanes.left > 0) & (seated < self.max_seqs)
-            probe = waiting & lanes.broke
-            sel = np.flatnonzero(reach | probe)
-            got = self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], lanes.offer(sel))
-            behind = probe[sel]
-            lanes.behind_fit[sel[behind]] |= ~got.unsafe[behind] & (got.chunk[behind] > 0)
-            tried, got = sel[~behind], _subset(got, ~behind)
-            zero = ~got.unsafe & (got.chunk == 0)
-            skip = zero & (got.split > 0) if self.skips else np.zeros(len(tried), dtype=bool)
-            lanes.broke[tried[zero & ~skip]] = True
-            admitted = ~got.unsafe & (got.chunk > 0)
-            lanes.admitted[tried[admitted], p] = True
-            seated[tried[admitted]] += 1
-            lanes.schedule(tried, p, got)
+        def at(p: int, c: np.ndarray, offer: np.ndarray, where: np.ndarray) -> Got:
+            sel = np.flatnonzero(where)
+            got = self.stages(batch, rows[sel, p], c[sel], offer[sel])
+            full = [np.zeros(len(where), dtype=a.dtype) for a in got]
+            for whole, part in zip(full, got, strict=True):
+                whole[sel] = part
+            return Got(*full)
 
-    def alone_fit(self, batch: SchedulerBatch, lanes: Lanes, unchanged: np.ndarray) -> np.ndarray:
-        """Where a step schedules nothing, whether some unfinished request would get a chunk
-        > 0 from the whole budget b if it were the only one (STARVE)."""
-        fit = np.zeros(len(unchanged), dtype=bool)
-        for p in range(batch.k):
-            sel = np.flatnonzero(unchanged & (lanes.phase[:, p] != FINISHED))
-            offered = lanes.cap(sel, lanes.budget[sel])
-            got = self.stages(batch, lanes.rows[sel, p], lanes.c[sel, p], offered)
-            fit[sel] |= ~got.unsafe & (got.chunk > 0)
-        return fit
+        return at
+
+    def _cap(
+        self,
+        ops: Ops,
+        batch: SchedulerBatch,
+        inst: np.ndarray,
+        phases: list[np.ndarray],
+        budget: np.ndarray,
+    ) -> Callable[[np.ndarray], np.ndarray]:
+        """What a position is offered from the budget left: capped by theta_eff where the
+        policy's cap is C8-C9's per-step threshold (:func:`~chunkproof.spec.scheduler_loops.
+        theta_cap`), else the budget left."""
+        if not per_step_theta(self.policy):
+            return lambda left: left
+        return theta_cap(ops, phases, budget, batch.whole[inst], batch.theta[inst])
 
 
-@dataclass
-class Lanes:
-    """The (state, budget) lanes of one evaluation of Next: the source rows split into
-    columns (label, phase, c per position), and what the step has done so far: the chunk each
-    position got, the budget left, the budget each position was offered (0: not reached), the
-    positions the waiting loop admitted, whether it broke
-    and whether a request behind the break would have fit, and where P0 broke; ``theta`` is
-    the step's theta_eff per lane (0: no cap)."""
-
-    inst: np.ndarray
-    budget: np.ndarray
-    label: np.ndarray
-    phase: np.ndarray
-    c: np.ndarray
-    rows: np.ndarray
-    chunk: np.ndarray
-    left: np.ndarray
-    offered: np.ndarray
-    admitted: np.ndarray
-    broke: np.ndarray
-    behind_fit: np.ndarray
-    unsafe: np.ndarray
-    theta: np.ndarray
-
-    @classmethod
-    def of(cls, batch: SchedulerBatch, states: np.ndarray, budget: np.ndarray) -> Lanes:
-        size = len(states)
-        inst = states[:, 0]
-        label, phase, c = (states[:, 1 + j :: FIELDS] for j in range(FIELDS))
-        broke, behind_fit, unsafe = (np.zeros(size, dtype=bool) for _ in range(3))
-        return cls(
-            inst,
-            budget,
-            label,
-            phase,
-            c,
-            batch.rows(inst, label),
-            np.zeros_like(c),
-            budget.copy(),
-            np.zeros_like(c),
-            np.zeros(c.shape, dtype=bool),
-            broke,
-            behind_fit,
-            unsafe,
-            np.zeros(size, dtype=np.int64),
-        )
-
-    def cap(self, sel: np.ndarray, budget: np.ndarray) -> np.ndarray:
-        """``budget`` of lanes ``sel`` capped by their theta_eff (none where it is 0)."""
-        theta = self.theta[sel]
-        capped: np.ndarray = np.where(theta > 0, np.minimum(budget, theta), budget)
-        return capped
-
-    def offer(self, sel: np.ndarray) -> np.ndarray:
-        """What lanes ``sel`` offer the next request: the budget left, capped by theta_eff."""
-        return self.cap(sel, self.left[sel])
-
-    def schedule(self, sel: np.ndarray, p: int, got: Stages) -> None:
-        """Position ``p`` of lanes ``sel`` was offered the budget left (capped by theta_eff)
-        and took its chunk (none where P0 broke): token_budget -= n."""
-        self.offered[sel, p] = self.offer(sel)
-        taken = np.where(got.unsafe, 0, got.chunk)
-        self.chunk[sel, p] = taken
-        self.left[sel] -= taken
-        self.unsafe[sel] |= got.unsafe
+def numpy_ops(lanes: int) -> Ops:
+    """:class:`~chunkproof.spec.scheduler_loops.Ops` over ``lanes`` NumPy lanes."""
+    return Ops(
+        all_=lambda *terms: functools.reduce(np.logical_and, terms),
+        any_=lambda *terms: functools.reduce(np.logical_or, terms),
+        not_=np.logical_not,
+        where=np.where,
+        false=np.zeros(lanes, dtype=bool),
+    )
 
 
 def fixed_inputs(policy: Policy) -> list[str]:
@@ -484,18 +423,6 @@ def threshold_rule(policy: Policy, positive: bool) -> str | None:
     if not (positive and per_step_theta(policy)):
         return None
     return "threshold per step: theta from 2 eligible requests, else off; adaptive floor off"
-
-
-def theta_per_step(batch: SchedulerBatch, lanes: Lanes) -> np.ndarray:
-    """theta_eff per lane (C8-C9, history note 6): the static theta when more than one
-    request is eligible (the instance's unfinished requests, plus one when b < M), else 0."""
-    eligible = (lanes.phase != FINISHED).sum(axis=1) + (lanes.budget < batch.whole[lanes.inst])
-    theta: np.ndarray = np.where(eligible >= 2, batch.theta[lanes.inst], 0)
-    return theta
-
-
-def _subset(got: Stages, mask: np.ndarray) -> Stages:
-    return Stages(got.chunk[mask], got.split[mask], got.unsafe[mask])
 
 
 def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:

@@ -24,13 +24,13 @@ requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicMo
 * Init: every arrival order (the ranks any permutation), every request waiting at c0.
 * Action: the budget b offered to the step, 1..M. From C8 each request is offered the budget
   left capped by theta_eff, as in the explicit model
-  (:func:`~chunkproof.spec.scheduler_step.theta_per_step`).
-* Next: :meth:`~chunkproof.spec.scheduler_step.SchedulerStepModel.step`,
-  ``running_loop`` and ``waiting_loop`` step for step (the zero rules of history note 6: the
-  running loop's ``continue``, the waiting loop's ``break``, from C9 the ``skip`` of a zero
-  after the split), then ``arrange``: the new ranks sort (list, old rank). The explicit model
-  sorts the finished requests by (label, c) instead, for a canonical row; no loop visits them,
-  so that order changes no transition.
+  (:func:`~chunkproof.spec.scheduler_loops.theta_cap`).
+* Next: the loop rules the explicit model runs (:func:`~chunkproof.spec.scheduler_loops.
+  schedule_step`, written once for both: the running loop's ``continue``, the waiting loop's
+  ``break``, from C9 the ``skip`` of a zero after the split) over Z3 terms, then ``arrange``:
+  the new ranks sort (list, old rank). The explicit model sorts the finished requests by
+  (label, c) instead, for a canonical row; no loop visits them, so that order changes no
+  transition.
 * Properties: P0, S-LIVE, HOL, STARVE on a transition, with the predicates of
   :mod:`chunkproof.spec.system_properties` (S-LIVE and STARVE are about a self-loop, which that
   module shows is every cycle of this model, so they too are transition predicates).
@@ -48,13 +48,20 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
 from chunkproof.spec.request_symbolic import Cell, SymbolicRequest
-from chunkproof.spec.scheduler_step import (
+from chunkproof.spec.scheduler_loops import (
     FINISHED,
+    RUNNING,
+    WAITING,
+    Got,
+    Ops,
+    alone_fit,
+    schedule_step,
+    theta_cap,
+)
+from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
     REQUEST_FIELDS,
-    RUNNING,
     SCHEDULER_PROPERTIES,
-    WAITING,
     SchedulerStepModel,
     check_threshold_cap,
     per_step_theta,
@@ -68,20 +75,14 @@ policy once per position, on inputs chosen among the K requests' by rank."""
 _PHASE, _C, _RANK = range(3)
 """The state variables of a request, in the order of the state vector."""
 
-
-@dataclass(frozen=True)
-class Got:
-    """The policy's stages of one request at one (c, budget): the chunk, the split's value and
-    SPEC P0 (the code raised, or a stage left [0, its input])."""
-
-    chunk: Any
-    split: Any
-    unsafe: Any
-
-    @property
-    def fits(self) -> Any:
-        """The request would be scheduled: a chunk > 0 that breaks no stage range."""
-        return z3.And(z3.Not(self.unsafe), self.chunk > 0)
+Z3_OPS = Ops(
+    all_=lambda *terms: z3.And(*terms),
+    any_=lambda *terms: z3.Or(*terms),
+    not_=z3.Not,
+    where=lambda cond, then, other: z3.If(cond, _term(then), _term(other)),
+    false=z3.BoolVal(False),
+)
+""":class:`~chunkproof.spec.scheduler_loops.Ops` over Z3 terms."""
 
 
 @dataclass(frozen=True)
@@ -166,66 +167,53 @@ class SymbolicSchedulerStep:
         return self._steps[key]
 
     def _step(self, state: list[Any], b: Any) -> StepTerms:
+        """The loop rules (:func:`~chunkproof.spec.scheduler_loops.schedule_step`) over the
+        positions: the request at position p is the one of rank p."""
         k = self.k
         phase, c, rank = (state[j::3] for j in (_PHASE, _C, _RANK))
         here = [[rank[i] == p for i in range(k)] for p in range(k)]
-        chunk = [z3.IntVal(0)] * k
-        left: Any = b
-        unsafe: Any = z3.BoolVal(False)
-        offer = self._offer(phase, b)
-        for p in range(k):  # running_loop
-            got = self._at(here[p], _pick(here[p], c), offer(left))
-            sel = z3.And(_pick(here[p], phase) == RUNNING, left > 0)
-            chunk[p] = z3.If(z3.And(sel, z3.Not(got.unsafe)), got.chunk, 0)
-            unsafe = z3.Or(unsafe, z3.And(sel, got.unsafe))
-            left = left - chunk[p]
-        admitted: list[Any] = [z3.BoolVal(False)] * k
-        seated: Any = z3.Sum([z3.If(ph == RUNNING, 1, 0) for ph in phase])
-        broke: Any = z3.BoolVal(False)
-        behind_fit: Any = z3.BoolVal(False)
-        for p in range(k):  # waiting_loop
-            got = self._at(here[p], _pick(here[p], c), offer(left))
-            waiting = _pick(here[p], phase) == WAITING
-            reach = z3.And(waiting, z3.Not(broke), left > 0, seated < self.max_seqs)
-            behind_fit = z3.Or(behind_fit, z3.And(waiting, broke, got.fits))
-            zero = z3.And(z3.Not(got.unsafe), got.chunk == 0)
-            skip = z3.And(zero, got.split > 0) if self.skips else z3.BoolVal(False)
-            broke = z3.Or(broke, z3.And(reach, zero, z3.Not(skip)))
-            admitted[p] = z3.And(reach, got.fits)
-            seated = seated + z3.If(admitted[p], 1, 0)
-            taken = z3.If(z3.And(reach, z3.Not(got.unsafe)), got.chunk, 0)
-            chunk[p] = chunk[p] + taken
-            unsafe = z3.Or(unsafe, z3.And(reach, got.unsafe))
-            left = left - taken
+        phases = [_pick(here[p], phase) for p in range(k)]
+        cs = [_pick(here[p], c) for p in range(k)]
+        cap = self._cap(phase, b)
+        done = schedule_step(
+            Z3_OPS,
+            phases,
+            cs,
+            lambda p, c_p, offer, where: self._at(here[p], c_p, offer),
+            b,
+            cap,
+            self.max_seqs,
+            self.skips,
+        )
         mine = [[rank[i] == p for p in range(k)] for i in range(k)]
-        got_chunk = [_pick(mine[i], chunk) for i in range(k)]
-        got_admitted = [_pick(mine[i], admitted) for i in range(k)]
+        got_chunk = [_pick(mine[i], done.chunk) for i in range(k)]
+        got_admitted = [_pick(mine[i], done.admitted) for i in range(k)]
         target = self._arrange(state, got_chunk, got_admitted)
-        unchanged = z3.And(z3.Not(unsafe), z3.Sum(got_chunk) == 0)
-        alone = [
-            z3.And(phase[i] != FINISHED, self._alone(i, c[i], offer(b)).fits) for i in range(k)
-        ]
+        unchanged = z3.And(z3.Not(done.unsafe), z3.Sum(got_chunk) == 0)
+        alone = alone_fit(
+            Z3_OPS,
+            phase,
+            c,
+            lambda i, c_i, offer, where: self._alone(i, c_i, offer),
+            cap(b),
+            z3.BoolVal(True),
+        )
         return StepTerms(
             target,
-            unsafe,
+            done.unsafe,
             unchanged,
             z3.Or(*[ph != FINISHED for ph in phase]),
-            broke,
-            behind_fit,
-            z3.Or(*alone),
+            done.broke,
+            done.behind_fit,
+            alone,
         )
 
-    def _offer(self, phase: list[Any], b: Any) -> Any:
-        """What a position is offered from the budget left: the budget left, capped from C8 by
-        theta_eff (:func:`~chunkproof.spec.scheduler_step.theta_per_step`: theta when the
-        unfinished requests, plus one when b < M, are two or more)."""
+    def _cap(self, phase: list[Any], b: Any) -> Any:
+        """What a position is offered from the budget left: capped by theta_eff from C8
+        (:func:`~chunkproof.spec.scheduler_loops.theta_cap`), else the budget left."""
         if self.theta is None:
             return lambda left: left
-        eligible = z3.Sum([z3.If(ph != FINISHED, 1, 0) for ph in phase]) + z3.If(
-            b < self.whole, 1, 0
-        )
-        theta = z3.If(eligible >= 2, self.theta, 0)
-        return lambda left: z3.If(z3.And(theta > 0, left > theta), theta, left)
+        return theta_cap(Z3_OPS, phase, b, self.whole, self.theta)
 
     def _arrange(self, state: list[Any], chunk: list[Any], admitted: list[Any]) -> list[Any]:
         """The next state: c += chunk, the phases, and the ranks sorted by (group, old rank),

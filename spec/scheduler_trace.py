@@ -21,10 +21,10 @@ from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.model.system_counterexample import RequestStep, SystemCounterexample, SystemStep
+from chunkproof.spec.scheduler_loops import WAITING
 from chunkproof.spec.scheduler_step import (
     FIELDS,
     PHASE_NAMES,
-    WAITING,
     SchedulerStepModel,
     make_scheduler_batch,
 )

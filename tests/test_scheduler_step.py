@@ -24,12 +24,10 @@ from chunkproof.model.errors import ConfigError
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
 from chunkproof.spec.request_symbolic import cells
+from chunkproof.spec.scheduler_loops import FINISHED, RUNNING, WAITING
 from chunkproof.spec.scheduler_step import (
     FIELDS,
-    FINISHED,
-    RUNNING,
     STEP_FIXED,
-    WAITING,
     SchedulerBatch,
     SchedulerStepModel,
     describe_state,

@@ -31,12 +31,8 @@ from chunkproof.proofs import isolated
 from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.certificate import holds, recheck
 from chunkproof.spec.request_symbolic import cells
-from chunkproof.spec.scheduler_step import (
-    FINISHED,
-    WAITING,
-    SchedulerStepModel,
-    request_sets,
-)
+from chunkproof.spec.scheduler_loops import FINISHED, WAITING
+from chunkproof.spec.scheduler_step import SchedulerStepModel, request_sets
 from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep
 from chunkproof.spec.scheduler_trace import replay
 from chunkproof.spec.space import Space

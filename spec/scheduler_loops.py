@@ -1,0 +1,142 @@
+"""The loop rules of one ``schedule()`` step (history note 6), written once over a value domain:
+NumPy lanes for the explorer (:mod:`chunkproof.spec.scheduler_step`), Z3 terms for the prover
+(:mod:`chunkproof.spec.scheduler_step_symbolic`).
+
+A step sees the k positions of the state in list order: the running list, then the waiting
+queue, then the finished requests, each position with its phase and c. ``stages(p, c, offer,
+where)`` is the policy's step (SPEC S3) of the request at position ``p``; ``where`` marks the
+lanes whose value is read (a domain may evaluate only those). Both forms share these rules;
+only the domain's four connectives (:class:`Ops`) differ, so the explorer and the prover cannot
+drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+RUNNING, WAITING, FINISHED = 0, 1, 2
+"""Phase codes, in the order a row lists the positions."""
+
+
+class Got(NamedTuple):
+    """A position's step: the chunk, the split's value, and whether it breaks SPEC P0."""
+
+    chunk: Any
+    split: Any
+    unsafe: Any
+
+
+Stages = Callable[[int, Any, Any, Any], Got]
+"""``stages(p, c, offer, where)``: the step of the request at position ``p`` (module
+docstring)."""
+
+
+@dataclass(frozen=True)
+class Ops:
+    """A value domain's connectives: conjunction and disjunction of any number of terms,
+    negation, and ``then if cond else other`` lane-wise; ``false`` is the constant."""
+
+    all_: Callable[..., Any]
+    any_: Callable[..., Any]
+    not_: Callable[[Any], Any]
+    where: Callable[[Any, Any, Any], Any]
+    false: Any
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one step did, per position: the tokens taken, the budget offered (0: no loop
+    reached it) and whether the waiting loop admitted it; and for the step: the budget left,
+    whether the waiting loop broke at a zero, whether a waiting request behind that break
+    would have got a chunk (HOL), and whether a stage broke P0 (such a step takes nothing from
+    the request that broke it)."""
+
+    chunk: list[Any]
+    offered: list[Any]
+    admitted: list[Any]
+    left: Any
+    broke: Any
+    behind_fit: Any
+    unsafe: Any
+
+
+def theta_cap(
+    ops: Ops, phase: Sequence[Any], budget: Any, whole: Any, theta: Any
+) -> Callable[[Any], Any]:
+    """What a position is offered from the budget left under C8-C9's per-step threshold
+    (history note 6): theta_eff is the static theta when two or more requests are eligible
+    (the unfinished ones, plus one when b < M: the rest of M went to another request's
+    decode), else 0; a theta_eff > 0 caps the budget left."""
+    eligible = sum(ops.where(ph != FINISHED, 1, 0) for ph in phase) + ops.where(
+        budget < whole, 1, 0
+    )
+    theta_eff = ops.where(eligible >= 2, theta, 0)
+    return lambda left: ops.where(ops.all_(theta_eff > 0, left > theta_eff), theta_eff, left)
+
+
+def schedule_step(
+    ops: Ops,
+    phase: Sequence[Any],
+    c: Sequence[Any],
+    stages: Stages,
+    budget: Any,
+    cap: Callable[[Any], Any],
+    max_seqs: int,
+    skips: bool,
+) -> Outcome:
+    """The two loops of ``schedule()`` (history note 6) at budget ``budget``, each request
+    offered ``cap(budget left)``. Running loop: each running request in order gets its chunk;
+    0 is ``continue``; the loop stops when no budget is left. Waiting loop: the waiting
+    requests in queue order while budget and a seat (``max_seqs``) remain; a request that gets
+    a chunk is admitted; a zero breaks the loop, except that with ``skips`` (C9) a zero after
+    the split is ``skip_request``. Every waiting request behind a break is run at the budget
+    left, for HOL."""
+    k = len(phase)
+    chunk: list[Any] = [0] * k
+    offered: list[Any] = [0] * k
+    left, unsafe = budget, ops.false
+    for p in range(k):
+        reach = ops.all_(phase[p] == RUNNING, left > 0)
+        offer = cap(left)
+        got = stages(p, c[p], offer, reach)
+        chunk[p] = ops.where(ops.all_(reach, ops.not_(got.unsafe)), got.chunk, 0)
+        offered[p] = ops.where(reach, offer, 0)
+        unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
+        left = left - chunk[p]
+    admitted: list[Any] = [ops.false] * k
+    seated = sum(ops.where(ph == RUNNING, 1, 0) for ph in phase)
+    broke = behind_fit = ops.false
+    for p in range(k):
+        waiting = phase[p] == WAITING
+        reach = ops.all_(waiting, ops.not_(broke), left > 0, seated < max_seqs)
+        behind = ops.all_(waiting, broke)
+        offer = cap(left)
+        got = stages(p, c[p], offer, ops.any_(reach, behind))
+        fits = ops.all_(ops.not_(got.unsafe), got.chunk > 0)
+        behind_fit = ops.any_(behind_fit, ops.all_(behind, fits))
+        zero = ops.all_(ops.not_(got.unsafe), got.chunk == 0)
+        stop = ops.all_(zero, got.split <= 0) if skips else zero
+        broke = ops.any_(broke, ops.all_(reach, stop))
+        admitted[p] = ops.all_(reach, fits)
+        seated = seated + ops.where(admitted[p], 1, 0)
+        taken = ops.where(ops.all_(reach, ops.not_(got.unsafe)), got.chunk, 0)
+        chunk[p] = chunk[p] + taken
+        offered[p] = ops.where(reach, offer, offered[p])
+        unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
+        left = left - taken
+    return Outcome(chunk, offered, admitted, left, broke, behind_fit, unsafe)
+
+
+def alone_fit(
+    ops: Ops, phase: Sequence[Any], c: Sequence[Any], stages: Stages, offer: Any, where: Any
+) -> Any:
+    """Whether some unfinished request would get a chunk > 0 if it were offered ``offer`` (the
+    whole budget b, capped by theta_eff) as the only one (STARVE), on the lanes ``where``."""
+    fit = ops.false
+    for p, ph in enumerate(phase):
+        mine = ops.all_(where, ph != FINISHED)
+        got = stages(p, c[p], offer, mine)
+        fit = ops.any_(fit, ops.all_(mine, ops.not_(got.unsafe), got.chunk > 0))
+    return fit
