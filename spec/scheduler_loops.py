@@ -94,18 +94,18 @@ def schedule_step(
     the split is ``skip_request``. Every waiting request behind a break is run at the budget
     left, for HOL."""
     k = len(phase)
-    chunk: list[Any] = [0] * k
-    offered: list[Any] = [0] * k
+    chunk: list[Any] = []
+    offered: list[Any] = []
     left, unsafe = budget, ops.false
     for p in range(k):
         reach = ops.all_(phase[p] == RUNNING, left > 0)
         offer = cap(left)
         got = stages(p, c[p], offer, reach)
-        chunk[p] = ops.where(ops.all_(reach, ops.not_(got.unsafe)), got.chunk, 0)
-        offered[p] = ops.where(reach, offer, 0)
+        chunk.append(ops.where(ops.all_(reach, ops.not_(got.unsafe)), got.chunk, 0))
+        offered.append(ops.where(reach, offer, 0))
         unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
         left = left - chunk[p]
-    admitted: list[Any] = [ops.false] * k
+    admitted: list[Any] = []
     seated = sum(ops.where(ph == RUNNING, 1, 0) for ph in phase)
     broke = behind_fit = ops.false
     for p in range(k):
@@ -119,7 +119,7 @@ def schedule_step(
         zero = ops.all_(ops.not_(got.unsafe), got.chunk == 0)
         stop = ops.all_(zero, got.split <= 0) if skips else zero
         broke = ops.any_(broke, ops.all_(reach, stop))
-        admitted[p] = ops.all_(reach, fits)
+        admitted.append(ops.all_(reach, fits))
         seated = seated + ops.where(admitted[p], 1, 0)
         taken = ops.where(ops.all_(reach, ops.not_(got.unsafe)), got.chunk, 0)
         chunk[p] = chunk[p] + taken

@@ -481,3 +481,40 @@ def test_the_system_report_names_every_input_it_fixes(cli: Cli, flag: tuple[str,
     expected = [*get_builtin("vllm-0.33").fixed, *STEP_FIXED]
     assert f"fixed: {'; '.join(expected)}" in cli("system", "vllm-0.33", *texts).out.splitlines()
     assert cli("system", "vllm-0.33", *texts, "--json").json()["fixed"] == expected
+
+
+def test_the_running_loop_spends_the_budget_it_schedules() -> None:
+    """vllm-0.33, B=4, M=8: a running request at c=8 of T=9 takes its last token from the
+    budget 8; the waiting request behind it is offered the 7 left, which the split floors to
+    4 (offered 8 or more, it would get 8)."""
+    policy = get_builtin("vllm-0.33")
+    short, long = Config(block=4, prompt=9, max_sched=8), Config(block=4, prompt=20, max_sched=8)
+    explored = one(SchedulerStepModel(policy, [(short, long)]))
+    start = [(0, RUNNING, 8), (1, WAITING, 0)]  # labels: short 0, long 1
+    assert transitions_from(explored, start)[8] == [(1, RUNNING, 4), (0, FINISHED, 9)]
+
+
+def split_needing_a_budget(cfg: Config, c: int, n: int) -> int:
+    """A split that raises when offered nothing (a stage vLLM never calls with 0 tokens)."""
+    assert n > 0
+    return n
+
+
+def test_the_running_loop_stops_when_no_budget_is_left() -> None:
+    """vLLM's running loop runs while token_budget > 0: a running request behind one that took
+    the whole budget is not reached, so a split that raises on 0 breaks no step (P0). With
+    theta = 2 (C9: each of two eligible requests capped at 2) both requests run, and a budget
+    of 2 goes to the first."""
+    policy = get_builtin("vllm-0.33")
+    own = replace(
+        policy,
+        stages=tuple(
+            replace(s, function=split_needing_a_budget, source=None) if s.name == "split" else s
+            for s in policy.stages
+        ),
+    )
+    first, second = (Config(block=4, prompt=p, max_sched=4, threshold=2) for p in (12, 13))
+    explored = one(SchedulerStepModel(own, [(first, second)]))
+    both_running = [(0, RUNNING, 2), (1, RUNNING, 2)]  # labels: first 0, second 1
+    assert transitions_from(explored, both_running)[2] == [(0, RUNNING, 4), (1, RUNNING, 2)]
+    assert witness(explored, "P0") is None
