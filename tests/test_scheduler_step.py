@@ -500,11 +500,11 @@ def split_needing_a_budget(cfg: Config, c: int, n: int) -> int:
     return n
 
 
-def test_the_running_loop_stops_when_no_budget_is_left() -> None:
-    """vLLM's running loop runs while token_budget > 0: a running request behind one that took
-    the whole budget is not reached, so a split that raises on 0 breaks no step (P0). With
-    theta = 2 (C9: each of two eligible requests capped at 2) both requests run, and a budget
-    of 2 goes to the first."""
+def test_no_loop_reaches_a_request_when_no_budget_is_left() -> None:
+    """vLLM's loops run while token_budget > 0: a request, running or waiting, behind one that
+    took the whole budget is not reached, so a split that raises on 0 breaks no step (P0).
+    With theta = 2 (C9: each of two eligible requests capped at 2) both requests run, and a
+    budget of 2 goes to the first; at Init a budget of 2 goes to the head of the queue."""
     policy = get_builtin("vllm-0.33")
     own = replace(
         policy,
