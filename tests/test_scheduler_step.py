@@ -518,3 +518,13 @@ def test_no_loop_reaches_a_request_when_no_budget_is_left() -> None:
     both_running = [(0, RUNNING, 2), (1, RUNNING, 2)]  # labels: first 0, second 1
     assert transitions_from(explored, both_running)[2] == [(0, RUNNING, 4), (1, RUNNING, 2)]
     assert witness(explored, "P0") is None
+
+
+def test_a_one_token_chunk_admits_a_request() -> None:
+    """B=1: a waiting request offered 1 token gets a chunk of 1 and joins the running list
+    (any chunk > 0 admits it), ahead of a request the loop did not reach."""
+    policy = get_builtin("vllm-0.33")
+    first, second = (Config(block=1, prompt=p, max_sched=4) for p in (5, 6))
+    explored = one(SchedulerStepModel(policy, [(first, second)]))
+    start = [(0, WAITING, 0), (1, WAITING, 0)]  # labels: first 0, second 1
+    assert transitions_from(explored, start)[1] == [(0, RUNNING, 1), (1, WAITING, 0)]
