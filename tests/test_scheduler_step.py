@@ -528,3 +528,14 @@ def test_a_one_token_chunk_admits_a_request() -> None:
     explored = one(SchedulerStepModel(policy, [(first, second)]))
     start = [(0, WAITING, 0), (1, WAITING, 0)]  # labels: first 0, second 1
     assert transitions_from(explored, start)[1] == [(0, RUNNING, 1), (1, WAITING, 0)]
+
+
+def test_starve_counts_a_one_token_chunk() -> None:
+    """vllm-0.32, B=1, L=2, budget 1: the head (T=2) is held to 0 by the reservation and
+    breaks the waiting loop; the request behind it (T=3) would get 1 token alone: STARVE."""
+    policy = get_builtin("vllm-0.32")
+    head, behind = (Config(block=1, prompt=p, max_sched=4, lookahead=2) for p in (2, 3))
+    assert step(policy, head, 0, 1).chunk == 0 and step(policy, behind, 0, 1).chunk == 1
+    explored = one(SchedulerStepModel(policy, [(head, behind)]))
+    start = [(0, WAITING, 0), (1, WAITING, 0)]  # labels: head 0, behind 1
+    assert 1 in transitions_from(explored, start, "STARVE")
