@@ -539,3 +539,15 @@ def test_starve_counts_a_one_token_chunk() -> None:
     explored = one(SchedulerStepModel(policy, [(head, behind)]))
     start = [(0, WAITING, 0), (1, WAITING, 0)]  # labels: head 0, behind 1
     assert 1 in transitions_from(explored, start, "STARVE")
+
+
+def test_0_33_skips_a_zero_after_a_one_token_split() -> None:
+    """The same requests on vllm-0.33: the split gives the head 1 token and the reservation
+    takes it back; a zero after the split is skip_request, so the request behind is admitted."""
+    policy = get_builtin("vllm-0.33")
+    head, behind = (Config(block=1, prompt=p, max_sched=4, lookahead=2) for p in (2, 3))
+    taken = step(policy, head, 0, 1)
+    assert (taken.split, taken.chunk) == (1, 0)
+    explored = one(SchedulerStepModel(policy, [(head, behind)]))
+    start = [(0, WAITING, 0), (1, WAITING, 0)]  # labels: head 0, behind 1
+    assert transitions_from(explored, start)[1] == [(1, RUNNING, 1), (0, WAITING, 0)]
