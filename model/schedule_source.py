@@ -83,14 +83,19 @@ ANCHORS = ("split", "reservation")
 """Stage kinds both loops must call in the same order."""
 CAP_KINDS = frozenset({"init", "theta", "budget", "assert"})
 
+FIXED_BY = {
+    "mml": "max_model_len",
+    "async-init": "load_kv_async",
+    "pad": "pad_spec_decode",
+    "pad-drop": "pad_spec_decode",
+    "pad-exit": "pad_spec_decode",
+}
+"""Stages the model leaves out because they read a fixed input: the input's
+:data:`~chunkproof.model.policy.FIXED_INPUTS` key, by stage kind."""
 INACTIVE = {
     "encoder": "the encoder cap: it runs as the encoder stage, the real "
     "_try_schedule_encoder_inputs at the place schedule() calls it (issue 11)",
-    "mml": FIXED_INPUTS["max_model_len"],
-    "async-init": FIXED_INPUTS["load_kv_async"],
-    "pad": FIXED_INPUTS["pad_spec_decode"],
-    "pad-drop": FIXED_INPUTS["pad_spec_decode"],
-    "pad-exit": FIXED_INPUTS["pad_spec_decode"],
+    **{kind: FIXED_INPUTS[key] for kind, key in FIXED_BY.items()},
     "nochunk": "the no-chunked-prefill exit: align mode requires chunked prefill",
     "c-adjust": "the replay adjustment of c: 0 for Mamba models (C8)",
 }
@@ -194,15 +199,15 @@ class Composition:
         """What the model fixes of this ``schedule()`` (:data:`~chunkproof.model.policy.
         FIXED_INPUTS`): the stages it leaves out for a fixed input, and the flags of
         :data:`CONSTANT_LOCALS` the function reads, once each."""
-        seen: dict[str, None] = {}
-        for loop in (self.running, self.waiting):
-            for event in loop.events:
-                if INACTIVE.get(event.kind) in FIXED_INPUTS.values():
-                    seen.setdefault(INACTIVE[event.kind], None)
+        keys = [
+            FIXED_BY[e.kind]
+            for loop in (self.running, self.waiting)
+            for e in loop.events
+            if e.kind in FIXED_BY
+        ]
         read = {n.id for n in ast.walk(self.schedule.node) if isinstance(n, ast.Name)}
-        for name in sorted(read & FIXED_INPUTS.keys()):
-            seen.setdefault(FIXED_INPUTS[name], None)
-        return tuple(seen)
+        keys += sorted(read & FIXED_INPUTS.keys())
+        return tuple(FIXED_INPUTS[key] for key in dict.fromkeys(keys))
 
     def extras(self) -> list[str]:
         """The extra stages (:func:`extra_label`), once each, running loop first."""

@@ -63,12 +63,15 @@ class Outcome:
 
 
 def theta_cap(
-    ops: Ops, phase: Sequence[Any], budget: Any, whole: Any, theta: Any
+    ops: Ops, phase: Sequence[Any], budget: Any, whole: Any, theta: Any | None
 ) -> Callable[[Any], Any]:
-    """What a position is offered from the budget left under C8-C9's per-step threshold
-    (history note 6): theta_eff is the static theta when two or more requests are eligible
-    (the unfinished ones, plus one when b < M: the rest of M went to another request's
-    decode), else 0; a theta_eff > 0 caps the budget left."""
+    """What a position is offered from the budget left: the budget left itself when the
+    policy has no per-step threshold (``theta`` None), else C8-C9's (history note 6):
+    theta_eff is the static theta when two or more requests are eligible (the unfinished
+    ones, plus one when b < M: the rest of M went to another request's decode), else 0; a
+    theta_eff > 0 caps the budget left."""
+    if theta is None:
+        return lambda left: left
     eligible = sum(ops.where(ph != FINISHED, 1, 0) for ph in phase) + ops.where(
         budget < whole, 1, 0
     )

@@ -388,9 +388,8 @@ class SchedulerStepModel:
         """What a position is offered from the budget left: capped by theta_eff where the
         policy's cap is C8-C9's per-step threshold (:func:`~chunkproof.spec.scheduler_loops.
         theta_cap`), else the budget left."""
-        if not per_step_theta(self.policy):
-            return lambda left: left
-        return theta_cap(ops, phases, budget, batch.whole[inst], batch.theta[inst])
+        theta = batch.theta[inst] if per_step_theta(self.policy) else None
+        return theta_cap(ops, phases, budget, batch.whole[inst], theta)
 
 
 def numpy_ops(lanes: int) -> Ops:

@@ -211,8 +211,6 @@ class SymbolicSchedulerStep:
     def _cap(self, phase: list[Any], b: Any) -> Any:
         """What a position is offered from the budget left: capped by theta_eff from C8
         (:func:`~chunkproof.spec.scheduler_loops.theta_cap`), else the budget left."""
-        if self.theta is None:
-            return lambda left: left
         return theta_cap(Z3_OPS, phase, b, self.whole, self.theta)
 
     def _arrange(self, state: list[Any], chunk: list[Any], admitted: list[Any]) -> list[Any]:
