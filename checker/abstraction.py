@@ -98,11 +98,12 @@ def check_abstraction(
     policy: Policy,
     sets: list[tuple[Config, ...]],
     max_seqs: int = MAX_SEQS,
+    adaptive: bool = False,
     window: str = DEFAULT_WINDOW,
 ) -> Abstraction:
     """The comparison of the module docstring over the instances ``sets`` (``max_seqs``: the
-    scheduler's max_num_seqs)."""
-    model = SchedulerStepModel(policy, sets, max_seqs=max_seqs)
+    scheduler's max_num_seqs; ``adaptive``: its adaptive threshold floor)."""
+    model = SchedulerStepModel(policy, sets, max_seqs=max_seqs, adaptive=adaptive)
     realized = realized_pairs(model)
     result = Abstraction()
     for cfg in sorted({cfg for group in sets for cfg in group}, key=_order):

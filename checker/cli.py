@@ -922,6 +922,12 @@ def _add_system_parser(sub: Any) -> None:
         "--max-seqs", type=_positive, default=MAX_SEQS, help=f"max_num_seqs ({MAX_SEQS})"
     )
     p.add_argument(
+        "--adaptive-threshold",
+        action="store_true",
+        help="long_prefill_token_threshold_adaptive on (0.31+): theta_eff at least M // "
+        "eligible, the eligible count chosen by the environment (default off)",
+    )
+    p.add_argument(
         "--no-symmetry",
         action="store_true",
         help="keep requests with equal configurations apart (same verdicts, more states)",
@@ -983,6 +989,7 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
             timeout * 1000,
             out=out,
             unbounded=args.unbounded,
+            adaptive=args.adaptive_threshold,
         )
     statuses = {p.status for p in proofs}
     code = (
@@ -1033,14 +1040,22 @@ def _cmd_system(args: argparse.Namespace) -> int:
     _check_size(space)
     with run_folder(args.out) as out:
         verdicts, info = explore_system(
-            policy, space, args.requests, args.max_seqs, not args.no_symmetry, out
+            policy,
+            space,
+            args.requests,
+            args.max_seqs,
+            not args.no_symmetry,
+            out,
+            args.adaptive_threshold,
         )
     statuses = {v.status for v in verdicts}
     code = EXIT_BAD_INPUT if EMPTY in statuses else EXIT_VIOLATED if VIOLATED in statuses else 0
     abstraction = None
     if args.abstraction and EMPTY not in statuses:
         sets = request_sets(policy, list(space.configs()), args.requests)
-        abstraction = check_abstraction(policy, sets, args.max_seqs).to_dict()
+        abstraction = check_abstraction(
+            policy, sets, args.max_seqs, args.adaptive_threshold
+        ).to_dict()
     if args.json:
         _emit(
             {

@@ -38,6 +38,7 @@ from chunkproof.spec.scheduler_step import (
     describe_state,
     engine_settings,
     request_sets,
+    split_action,
     threshold_rule,
 )
 from chunkproof.spec.space import Space
@@ -96,28 +97,41 @@ def _rank(group: tuple[Config, ...]) -> tuple[Any, ...]:
     )
 
 
+def action_words(action: int) -> str:
+    """An action of the model as the trace line's arrow: the budget, and the eligible count the
+    adaptive floor's environment set."""
+    budget, eligible = split_action(action)
+    return f"--budget {budget}{f', eligible {eligible}' if eligible else ''}-->"
+
+
 def _trace(explored: Explored, transition: int) -> tuple[str, ...]:
     """The BFS-shortest path to a violating transition, then that transition."""
     batch, steps = explored.batch, explored.steps
     source, action = int(steps.source[transition]), int(steps.action[transition])
     lines = [
-        f"{describe_state(batch, explored.states[state])}  --budget {budget}-->"
-        for state, budget in explored.path(source)
+        f"{describe_state(batch, explored.states[state])}  {action_words(via)}"
+        for state, via in explored.path(source)
     ]
-    lines.append(f"{describe_state(batch, explored.states[source])}  --budget {action}-->")
+    lines.append(f"{describe_state(batch, explored.states[source])}  {action_words(action)}")
     lines.append(describe_state(batch, steps.target[transition]))
     return tuple(lines)
 
 
-def _witness(explored: Explored, transition: int) -> Witness:
+def _witness(explored: Explored, transition: int, adaptive: bool) -> Witness:
     """The instance of a violating transition, the waiting queue of its path's initial state
-    and the budgets along the path, that transition's last."""
+    and the actions along the path (budgets, and with the adaptive floor eligible counts),
+    that transition's last."""
     batch, steps = explored.batch, explored.steps
     source = int(steps.source[transition])
     path = explored.path(source)
     first = explored.states[path[0][0] if path else source]
-    budgets = (*(budget for _, budget in path), int(steps.action[transition]))
-    return Witness(batch.instances[int(first[0])], tuple(int(v) for v in first[1::FIELDS]), budgets)
+    actions = [split_action(a) for a in (*(via for _, via in path), steps.action[transition])]
+    return Witness(
+        batch.instances[int(first[0])],
+        tuple(int(v) for v in first[1::FIELDS]),
+        tuple(budget for budget, _ in actions),
+        tuple(eligible for _, eligible in actions) if adaptive else None,
+    )
 
 
 def _set_count(policy: Policy, configs: list[Config], k: int) -> int:
@@ -146,9 +160,11 @@ def explore_system(
     max_seqs: int = MAX_SEQS,
     symmetry: bool = True,
     out: RunFolder | None = None,
+    adaptive: bool = False,
 ) -> tuple[list[SystemVerdict], dict[str, Any]]:
-    """Every instance of ``requests`` requests drawn from ``space`` (module docstring); with
-    ``out``, each violated property's counterexample file and picture in it."""
+    """Every instance of ``requests`` requests drawn from ``space`` (module docstring), with
+    the adaptive floor when ``adaptive``; with ``out``, each violated property's
+    counterexample file and picture in it."""
     if not 1 <= requests <= MAX_REQUESTS:
         raise ChunkproofError(f"--requests must be 1 to {MAX_REQUESTS}")
     if max_seqs < 1:
@@ -162,7 +178,9 @@ def explore_system(
             f"{MAX_INSTANCES}; narrow the ranges"
         )
     sets = request_sets(policy, configs, requests)
-    model = SchedulerStepModel(policy, sets, symmetry=symmetry, max_seqs=max_seqs)
+    model = SchedulerStepModel(
+        policy, sets, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive
+    )
     violating = dict.fromkeys(model.properties, 0)
     smallest: dict[str, tuple[tuple[Any, ...], str, tuple[str, ...], Witness]] = {}
     states = 0
@@ -182,7 +200,7 @@ def explore_system(
                         rank,
                         describe_instance(group),
                         trace,
-                        _witness(explored, transition),
+                        _witness(explored, transition, adaptive),
                     )
     verdicts = []
     for pid in model.properties:
@@ -200,7 +218,8 @@ def explore_system(
     info = {
         "requests": requests,
         "max_seqs": max_seqs,
-        "threshold": threshold_rule(policy, any(g[0].threshold > 0 for g in sets)),
+        "threshold": threshold_rule(policy, any(g[0].threshold > 0 for g in sets), adaptive),
+        "adaptive": adaptive,
         "symmetry": symmetry,
         "request_configurations": len(configs),
         "instances": len(sets),

@@ -22,11 +22,13 @@ from chunkproof.spec.scheduler_trace import arrival_order, run_steps
 @dataclass(frozen=True)
 class Witness:
     """A violating path the explorer found: the instance, the waiting queue at Init as the
-    state row names it (least labels of equal configurations), and the budgets offered."""
+    state row names it (least labels of equal configurations), the budgets offered and, with
+    the adaptive floor, the eligible counts (``None`` without it)."""
 
     instance: tuple[Config, ...]
     queue: tuple[int, ...]
     budgets: tuple[int, ...]
+    eligible: tuple[int, ...] | None = None
 
 
 def build(
@@ -36,7 +38,9 @@ def build(
     last step must break ``pid`` (equal requests are interchangeable, so the labelled run
     breaks it where the reduced one did)."""
     arrival = arrival_order(witness.instance, witness.queue)
-    steps = run_steps(policy, witness.instance, arrival, witness.budgets, max_seqs)
+    steps = run_steps(
+        policy, witness.instance, arrival, witness.budgets, max_seqs, witness.eligible
+    )
     assert len(steps) == len(witness.budgets) and pid in steps[-1].breaks, (pid, witness)
     return SystemCounterexample(
         policy=policy.name,
@@ -45,6 +49,7 @@ def build(
         requests=witness.instance,
         arrival=arrival,
         max_seqs=max_seqs,
+        adaptive=witness.eligible is not None,
         property=pid,
         steps=steps,
         verdict=verdict_words(policy, witness.instance, steps[-1], pid),

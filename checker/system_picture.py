@@ -75,12 +75,13 @@ class Cell:
 @dataclass(frozen=True)
 class SystemMarks:
     """Everything the picture shows: the title, the verdict, a name per lane, the budget per
-    step, the cells, and the step that breaks the property."""
+    step (with the adaptive floor, the eligible count too), the cells, and the step that breaks
+    the property."""
 
     title: str
     verdict: str
     lanes: tuple[str, ...]
-    budgets: tuple[int, ...]
+    budgets: tuple[str, ...]
     cells: tuple[Cell, ...]
     failing: int
 
@@ -105,7 +106,10 @@ def system_marks(cx: SystemCounterexample) -> SystemMarks:
         title=f"{cx.policy}: {cx.property} {named.name} violated",
         verdict=cx.verdict,
         lanes=tuple(f"#{i}: {cfg.describe()}" for i, cfg in enumerate(cx.requests)),
-        budgets=tuple(s.budget for s in cx.steps),
+        budgets=tuple(
+            f"budget {s.budget}" + (f"\neligible {s.eligible}" if s.eligible is not None else "")
+            for s in cx.steps
+        ),
         cells=cells,
         failing=len(cx.steps) - 1,
     )
@@ -123,9 +127,7 @@ def render_system(marks: SystemMarks, path: Path) -> Path:
         ax.axvspan(marks.failing - 0.5, marks.failing + 0.5, color=RED, alpha=0.08, linewidth=0)
         for cell in marks.cells:
             _draw_cell(ax, cell)
-        ax.set_xticks(
-            range(steps), [f"step {i + 1}\nbudget {b}" for i, b in enumerate(marks.budgets)]
-        )
+        ax.set_xticks(range(steps), [f"step {i + 1}\n{b}" for i, b in enumerate(marks.budgets)])
         ax.set_yticks(range(lanes), marks.lanes)
         ax.tick_params(length=0)
         for side in ("top", "right", "left", "bottom"):

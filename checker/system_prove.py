@@ -47,7 +47,7 @@ import z3
 
 from chunkproof.checker.output import RunFolder
 from chunkproof.checker.report import EMPTY, PROVED, UNKNOWN, VIOLATED
-from chunkproof.checker.system import describe_instance, threshold_words
+from chunkproof.checker.system import action_words, describe_instance, threshold_words
 from chunkproof.checker.system_counterexamples import Witness, build, save
 from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.config import Config
@@ -62,6 +62,7 @@ from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
     PHASE_NAMES,
     SchedulerStepModel,
+    action_of,
     describe_state,
     make_scheduler_batch,
     threshold_rule,
@@ -142,10 +143,11 @@ def prove_system(
     timeout_ms: int = TIMEOUT_MS,
     out: RunFolder | None = None,
     unbounded: bool = False,
+    adaptive: bool = False,
 ) -> tuple[list[SystemProof], dict[str, Any]]:
-    """Every property on every cell of ``space`` (module docstring); with ``out``, each
-    violated property's counterexample file and picture, and the certificates of the cells
-    Spacer proves (``unbounded``)."""
+    """Every property on every cell of ``space`` (module docstring), with the adaptive floor
+    when ``adaptive``; with ``out``, each violated property's counterexample file and picture,
+    and the certificates of the cells Spacer proves (``unbounded``)."""
     if requests not in SYMBOLIC_REQUESTS:
         raise ChunkproofError(f"--prove: --requests must be one of {SYMBOLIC_REQUESTS}")
     if depth < 1:
@@ -161,7 +163,7 @@ def prove_system(
         if cell.layout:  # step 0
             left_out += 1
             continue
-        model = SymbolicSchedulerStep(policy, cell, requests, max_seqs)
+        model = SymbolicSchedulerStep(policy, cell, requests, max_seqs, adaptive)
         positive |= model.threshold_positive
         for pid in model.properties:
             proofs.setdefault(pid, SystemProof(pid, EMPTY, depth))
@@ -190,7 +192,8 @@ def prove_system(
     info = {
         "requests": requests,
         "max_seqs": max_seqs,
-        "threshold": threshold_rule(policy, positive),
+        "threshold": threshold_rule(policy, positive, adaptive),
+        "adaptive": adaptive,
         "depth": depth,
         "cells": len(found),
         "cells_with_requests": judged,
@@ -313,8 +316,10 @@ def replayed(
     states = [*found.states, found.final_state]
     first = states[0]
     arrival = tuple(sorted(range(model.k), key=lambda i: first[3 * i + 2]))
-    budgets = tuple(a[0] for a in (*found.actions, found.final_action))
-    steps = run_steps(model.policy, instance, arrival, budgets, model.max_seqs)
+    actions = (*found.actions, found.final_action)
+    budgets = tuple(a[0] for a in actions)
+    eligible = tuple(a[1] for a in actions) if model.adaptive else None
+    steps = run_steps(model.policy, instance, arrival, budgets, model.max_seqs, eligible)
     if len(steps) != len(budgets) or pid not in steps[-1].breaks:
         raise ModelMismatch(f"{pid}: the solver's trace of the scheduler step does not replay")
     for index, (state, stepped) in enumerate(zip(states, steps, strict=True)):
@@ -322,8 +327,8 @@ def replayed(
             raise ModelMismatch(
                 f"{pid}: step {index} of the solver's trace is not the explicit model's state"
             )
-    witness = Witness(instance, arrival, budgets)
-    return instance, witness, _trace(model, instance, states, budgets)
+    witness = Witness(instance, arrival, budgets, eligible)
+    return instance, witness, _trace(model, instance, states, witness)
 
 
 def _lists(state: list[int], k: int) -> list[tuple[str, int, int]]:
@@ -345,11 +350,12 @@ def _trace(
     model: SymbolicSchedulerStep,
     instance: tuple[Config, ...],
     states: list[list[int]],
-    budgets: tuple[int, ...],
+    witness: Witness,
 ) -> tuple[str, ...]:
     """The states as the explicit model prints them (its ``arrange`` and ``describe_state``),
-    each with the budget offered, then the last step's target."""
-    explicit = SchedulerStepModel(model.policy, [instance], symmetry=False)
+    each with the action taken, then the last step's target."""
+    explicit = SchedulerStepModel(model.policy, [instance], symmetry=False, adaptive=model.adaptive)
+    eligible = witness.eligible or (0,) * len(witness.budgets)
     batch = make_scheduler_batch([instance])
     rows = []
     for state in states:
@@ -360,11 +366,13 @@ def _trace(
         inst = np.zeros(1, dtype=np.int64)
         rows.append(explicit.arrange(batch, inst, label, phase, c, phase)[0])
     lines = [
-        f"{describe_state(batch, row)}  --budget {budget}-->"
-        for row, budget in zip(rows, budgets, strict=True)
+        f"{describe_state(batch, row)}  {action_words(action_of(budget, count))}"
+        for row, budget, count in zip(rows, witness.budgets, eligible, strict=True)
     ]
-    last = np.array([budgets[-1]], dtype=np.int64)
-    target = explicit.step(batch, rows[-1][None, :], np.zeros(1, dtype=np.int64), last).target
+    last = np.array([witness.budgets[-1]], dtype=np.int64)
+    count = np.array([eligible[-1]], dtype=np.int64) if model.adaptive else None
+    source = np.zeros(1, dtype=np.int64)
+    target = explicit.step(batch, rows[-1][None, :], source, last, count).target
     lines.append(describe_state(batch, target[0]))
     return tuple(lines)
 

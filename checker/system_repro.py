@@ -111,6 +111,7 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
         "whole": str(cx.budget_model().high),
         "skips": str(skips),
         "theta": str(cx.requests[0].threshold if per_step_theta(policy) else 0),
+        "adaptive": str(cx.adaptive),
         "skip_words": _skip_words(policy.composition, skips),
         "policy": one_line(cx.policy),
         "recorded": _recorded_literal(cx),
@@ -187,11 +188,12 @@ def _recorded_step(
         for label, (part, cfg) in enumerate(zip(step.requests, requests, strict=True))
         if part.stages is not None
     )
+    eligible = f"        eligible={step.eligible},\n" if step.eligible is not None else ""
     return (
         f"    # step {index}: {where}\n"
         + "".join(f"    # {line}\n" for line in note)
-        + f"    Recorded(\n        budget={step.budget},\n        stages={{\n{stages}        }},\n"
-        "    ),\n"
+        + f"    Recorded(\n        budget={step.budget},\n{eligible}        stages={{\n{stages}"
+        "        },\n    ),\n"
     )
 
 
@@ -232,7 +234,8 @@ _CHECKS = {
     "S-LIVE": _P0
     + """\
     left = outcome.running + outcome.waiting
-    if outcome.budget == WHOLE_BUDGET and left and not outcome.scheduled:
+    alone = outcome.eligible == len(left)  # no eligible request beyond these
+    if outcome.budget == WHOLE_BUDGET and alone and left and not outcome.scheduled:
         return (
             f"S-LIVE: {where}: offered the whole budget M={WHOLE_BUDGET}, the step schedules "
             f"nothing while {', '.join(who(label, outcome.c[label]) for label in left)} "
@@ -277,27 +280,35 @@ WHOLE_BUDGET = $whole  # M = max_num_batched_tokens: the most tokens one step ca
 SKIPS = $skips  # $skip_words
 # From C8 (0.31) a request is offered the budget left capped by theta_eff: THETA (the static
 # long_prefill_token_threshold) when two or more requests are eligible, else no cap; 0 here
-# when the policy has no per-step threshold or THETA is off. The adaptive floor is off.
+# when the policy has no per-step threshold or THETA is off. With ADAPTIVE
+# (long_prefill_token_threshold_adaptive), a theta_eff > 0 is raised to
+# WHOLE_BUDGET // eligible where that is larger, eligible the count each step records.
 THETA_PER_STEP = $theta
+ADAPTIVE = $adaptive
 
 
 """
 
 _TEST = '''class Recorded(NamedTuple):
-    """One recorded schedule() step: the budget offered, and the stages each request a loop
-    reached got from the budget left, by request label."""
+    """One recorded schedule() step: the budget offered, the stages each request a loop
+    reached got from the budget left, by request label, and with ADAPTIVE the number of
+    eligible requests the step counted (0: the requests here, plus one when the budget is
+    below WHOLE_BUDGET)."""
 
     budget: int
     stages: dict[int, Step]
+    eligible: int = 0
 
 
 class Outcome(NamedTuple):
-    """One schedule() step run here: the budget and theta_eff, the steps of the requests the
-    loops reached (by label, in the order reached), the waiting request the loop broke at
-    (None: no break), the steps of the waiting requests behind it at the budget left, whether
-    any request got a chunk, and the lists and every request's c after the step."""
+    """One schedule() step run here: the budget, the eligible requests and theta_eff, the
+    steps of the requests the loops reached (by label, in the order reached), the waiting
+    request the loop broke at (None: no break), the steps of the waiting requests behind it at
+    the budget left, whether any request got a chunk, and the lists and every request's c
+    after the step."""
 
     budget: int
+    eligible: int
     theta: int
     reached: dict[int, Step]
     broke_at: int | None
@@ -320,7 +331,9 @@ def $test_name(vllm: Extracted$test_fixtures) -> None:
     for index, recorded in enumerate(RECORDED):
         if not running and not waiting:
             return
-        outcome = schedule(vllm, scheduler, running, waiting, c, recorded.budget$step_extra)
+        outcome = schedule(
+            vllm, scheduler, running, waiting, c, recorded.budget, recorded.eligible$step_extra
+        )
         problem = violation(vllm, scheduler, index, outcome$step_extra)
         assert problem is None, f"{problem}; recorded: {recorded.stages}"
         running, waiting, c = outcome.running, outcome.waiting, outcome.c
@@ -332,7 +345,8 @@ def schedule(
     running: list[int],
     waiting: list[int],
     c: list[int],
-    budget: int,$encoders_parameter
+    budget: int,
+    eligible: int,$encoders_parameter
 ) -> Outcome:
     """One schedule() step over the requests as chunkproof models it (history note 6): the
     running loop offers each running request in order the budget left and takes its chunk (0:
@@ -342,9 +356,13 @@ def schedule(
     skips the request, which keeps its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
     reaches its E is done and leaves both lists. Each request is offered the budget left
-    capped by theta_eff (THETA_PER_STEP).$encoders_words"""
-    eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
+    capped by theta_eff (THETA_PER_STEP; ADAPTIVE: floored at WHOLE_BUDGET // ``eligible``,
+    the recorded count).$encoders_words"""
+    if not ADAPTIVE:
+        eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
+    if ADAPTIVE and theta > 0:
+        theta = max(theta, WHOLE_BUDGET // eligible)
     left, reached = budget, {}
     for label in running:
         if left == 0:
@@ -375,6 +393,7 @@ def schedule(
         after[label] += taken(step)
 $advance    return Outcome(
         budget,
+        eligible,
         theta,
         reached,
         broke_at,

@@ -89,3 +89,8 @@ pick_system system-hol-split-zero vllm-0.33 HOL --block 4 --lookahead 0 --drop o
 # vllm-0.27, two requests, one with #40707's two images: the other request finishes, then the
 # whole budget schedules nothing for ever (S-LIVE): the encoder cap leaves 2 tokens, the split 0.
 pick_system system-slive-encoder-two-items vllm-0.27 S-LIVE --requests 2 --block 4 --lookahead 0 --drop off --prompt 16 --max-sched 6 --items 'none;1+4,6+4'
+# vllm-0.33, two requests, theta=1 < L=2 with the adaptive floor on (0.31+): the first step,
+# two eligible requests, offers each M // 2 = 4 tokens; #0 (T=3) finishes, the reservation
+# trims #1 (T=5) to c=3, and alone there it livelocks (the single-request 0 < T mod B < L).
+# Without the floor every instance of this range livelocks at theta=1 instead.
+pick_system system-slive-adaptive-floor vllm-0.33 S-LIVE --block 4 --lookahead 2 --drop off --prompt 3-13 --max-sched 8 --threshold 1 --adaptive-threshold

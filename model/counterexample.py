@@ -13,14 +13,16 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
-from chunkproof.model.system_counterexample import SYSTEM_SCHEMA, SystemCounterexample
+from chunkproof.model.system_counterexample import (
+    SYSTEM_SCHEMA,
+    SYSTEM_SCHEMAS,
+    SystemCounterexample,
+)
 
 SCHEMA = "chunkproof.counterexample/2"
 READABLE = ("chunkproof.counterexample/1", SCHEMA)
 """Schema 1 lacks the inputs added in 2 (G, x, R) and the P0 crash of a step; it reads with
 their defaults."""
-SYSTEM_READABLE = (SYSTEM_SCHEMA,)
-"""Multi-request files (``chunkproof system``: :mod:`chunkproof.model.system_counterexample`)."""
 
 
 @dataclass(frozen=True)
@@ -122,10 +124,10 @@ def _read(path: Path) -> dict[str, Any]:
 
 def load_any(path: Path) -> Counterexample | SystemCounterexample:
     """A counterexample file of any schema this version reads: a multi-request one
-    (:data:`SYSTEM_READABLE`) or a single-request one (:data:`READABLE`); any other schema is
+    (:data:`SYSTEM_SCHEMAS`) or a single-request one (:data:`READABLE`); any other schema is
     a one-line error."""
     data = _read(path)
-    if data.get("schema") in SYSTEM_READABLE:
+    if data.get("schema") in SYSTEM_SCHEMAS:
         return SystemCounterexample.from_dict(data)
     return Counterexample.from_dict(data)
 

@@ -24,7 +24,11 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.step import Step
 
-SYSTEM_SCHEMA = "chunkproof.system-counterexample/1"
+SYSTEM_SCHEMA = "chunkproof.system-counterexample/2"
+"""Version 2 adds the adaptive floor: the engine's ``long_prefill_token_threshold_adaptive``
+and each step's eligible count; a file of version 1 reads as one with the floor off."""
+SYSTEM_SCHEMAS = ("chunkproof.system-counterexample/1", SYSTEM_SCHEMA)
+"""The versions a reader accepts."""
 
 
 @dataclass(frozen=True)
@@ -58,16 +62,19 @@ class RequestStep:
 
 @dataclass(frozen=True)
 class SystemStep:
-    """One ``schedule()`` step: the budget offered, each request's part in label order, and
-    the properties the step breaks."""
+    """One ``schedule()`` step: the budget offered, each request's part in label order, the
+    properties the step breaks, and with the adaptive floor the number of eligible requests
+    (running + waiting) the step counted (``None`` without it)."""
 
     budget: int
     requests: tuple[RequestStep, ...]
     breaks: tuple[str, ...]
+    eligible: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "budget": self.budget,
+            **({"eligible": self.eligible} if self.eligible is not None else {}),
             "requests": [r.to_dict() for r in self.requests],
             "breaks": list(self.breaks),
         }
@@ -75,7 +82,8 @@ class SystemStep:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SystemStep:
         requests = tuple(RequestStep.from_dict(r) for r in data["requests"])
-        return cls(int(data["budget"]), requests, tuple(str(p) for p in data["breaks"]))
+        eligible = int(data["eligible"]) if "eligible" in data else None
+        return cls(int(data["budget"]), requests, tuple(str(p) for p in data["breaks"]), eligible)
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,9 @@ class SystemCounterexample:
     source_sha256: str | None = None
     policy_options: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
+    adaptive: bool = False
+    """The engine's ``long_prefill_token_threshold_adaptive`` (every step then records its
+    eligible count)."""
 
     def budget_model(self) -> Adversarial:
         """Any budget 1..M at every step (SPEC S4; M is shared by the requests)."""
@@ -108,6 +119,7 @@ class SystemCounterexample:
             "engine": {
                 "max_num_seqs": self.max_seqs,
                 "max_num_batched_tokens": self.requests[0].max_sched,
+                "long_prefill_token_threshold_adaptive": self.adaptive,
                 "budget_model": self.budget_model().to_dict(),
                 "order": "FCFS",
             },
@@ -130,6 +142,7 @@ class SystemCounterexample:
                 requests=tuple(Config.from_dict(c) for c in data["requests"]),
                 arrival=tuple(int(label) for label in data["arrival"]),
                 max_seqs=int(data["engine"]["max_num_seqs"]),
+                adaptive=bool(data["engine"].get("long_prefill_token_threshold_adaptive", False)),
                 property=str(data["property"]),
                 steps=tuple(SystemStep.from_dict(s) for s in data["trace"]),
                 verdict=str(data["verdict"]),
@@ -141,5 +154,10 @@ class SystemCounterexample:
             raise ChunkproofError(
                 "malformed counterexample: an empty trace, or an arrival order that is not "
                 "one of the requests"
+            )
+        if any((s.eligible is not None) != cx.adaptive for s in cx.steps):
+            raise ChunkproofError(
+                "malformed counterexample: every step records its eligible count exactly when "
+                "the engine's adaptive floor is on"
             )
         return cx

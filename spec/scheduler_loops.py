@@ -36,12 +36,14 @@ docstring)."""
 @dataclass(frozen=True)
 class Ops:
     """A value domain's connectives: conjunction and disjunction of any number of terms,
-    negation, and ``then if cond else other`` lane-wise; ``false`` is the constant."""
+    negation, ``then if cond else other`` lane-wise and the floor of ``a / b`` for b >= 1;
+    ``false`` is the constant."""
 
     all_: Callable[..., Any]
     any_: Callable[..., Any]
     not_: Callable[[Any], Any]
     where: Callable[[Any, Any, Any], Any]
+    div: Callable[[Any, Any], Any]
     false: Any
 
 
@@ -62,20 +64,36 @@ class Outcome:
     unsafe: Any
 
 
+def least_eligible(ops: Ops, phase: Sequence[Any], budget: Any, whole: Any) -> Any:
+    """The fewest requests ``schedule()`` counts as eligible (``len(running) + len(waiting)``,
+    history note 6): the instance's unfinished ones, plus one when b < M (the rest of M went to
+    another request's decode)."""
+    return sum(ops.where(ph != FINISHED, 1, 0) for ph in phase) + ops.where(budget < whole, 1, 0)
+
+
 def theta_cap(
-    ops: Ops, phase: Sequence[Any], budget: Any, whole: Any, theta: Any | None
+    ops: Ops,
+    phase: Sequence[Any],
+    budget: Any,
+    whole: Any,
+    theta: Any | None,
+    eligible: Any | None = None,
 ) -> Callable[[Any], Any]:
     """What a position is offered from the budget left: the budget left itself when the
-    policy has no per-step threshold (``theta`` None), else C8-C9's (history note 6):
-    theta_eff is the static theta when two or more requests are eligible (the unfinished
-    ones, plus one when b < M: the rest of M went to another request's decode), else 0; a
-    theta_eff > 0 caps the budget left."""
+    policy has no per-step threshold (``theta`` None), else C8-C9's (history note 6): theta_eff
+    is the static theta when two or more requests are eligible, else 0; a theta_eff > 0 caps
+    the budget left. Without the adaptive floor (``eligible`` None) the eligible requests are
+    :func:`least_eligible` (more would give the same theta_eff). With it
+    (``long_prefill_token_threshold_adaptive``), ``eligible`` is the environment's count (at
+    least :func:`least_eligible`: the others wait, or decode in the rest of M) and a theta_eff
+    > 0 is raised to M // eligible where that is larger."""
     if theta is None:
         return lambda left: left
-    eligible = sum(ops.where(ph != FINISHED, 1, 0) for ph in phase) + ops.where(
-        budget < whole, 1, 0
-    )
-    theta_eff = ops.where(eligible >= 2, theta, 0)
+    count = least_eligible(ops, phase, budget, whole) if eligible is None else eligible
+    theta_eff = ops.where(count >= 2, theta, 0)
+    if eligible is not None:
+        share = ops.div(whole, ops.where(count >= 1, count, 1))
+        theta_eff = ops.where(ops.all_(theta_eff > 0, share > theta_eff), share, theta_eff)
     return lambda left: ops.where(ops.all_(theta_eff > 0, left > theta_eff), theta_eff, left)
 
 

@@ -22,7 +22,14 @@
 * Actions: the token budget b the step is offered, any of 1..M (SPEC S4 ``adversarial``: the
   rest of M went to other requests' decodes). Judgement call: with b fixed at M the step is a
   function of the state, and a request behind a zero that a smaller budget causes could never
-  be seen; with b free, S-LIVE asks b = M (the best budget), HOL and STARVE any b.
+  be seen; with b free, S-LIVE asks b = M (the best budget), HOL and STARVE any b. With the
+  adaptive floor (``adaptive``: vLLM's ``long_prefill_token_threshold_adaptive``, off by
+  default) the action also sets n, the eligible requests ``schedule()`` counts: any number
+  from the instance's unfinished ones (plus one when b < M) up, the others waiting outside the
+  instance (they take no budget) or decoding in the rest of M. The step reads n only through
+  theta_eff, so only the least n of each distinct theta_eff is enumerated
+  (:func:`eligible_choices`); S-LIVE asks for the instance alone (no other eligible request).
+  An action is one integer (:data:`ACTION_STRIDE`).
 * Next (history note 6; the rules written once for this model and its symbolic form:
   :func:`~chunkproof.spec.scheduler_loops.schedule_step`): the running loop visits the
   running requests in order with
@@ -38,8 +45,8 @@
   two on. One unfinished request offered M could also be capped at theta by other eligible
   requests that take no budget (waiting ones): it is then offered what b = theta offers it,
   a step the model has (with the same successor and stage values), so no verdict needs it.
-  ``long_prefill_token_threshold_adaptive`` (a floor M // eligible on theta_eff) is fixed
-  off: the reports name it. A request admitted at c0
+  With the adaptive floor, theta_eff > 0 is raised to M // n where that is larger; without
+  it the floor is off, and the reports say so. A request admitted at c0
   with n > 0 joins the end of the running list; a zero **breaks** the loop (head-of-line
   blocking) in every release, except that from 0.33 (C9) a zero after the split (from the
   encoder cap or the reservation) is ``skip_request`` + ``continue``: the request stays at its
@@ -64,6 +71,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -83,6 +91,7 @@ from chunkproof.spec.scheduler_loops import (
     Ops,
     Stages,
     alone_fit,
+    least_eligible,
     schedule_step,
     theta_cap,
 )
@@ -117,6 +126,44 @@ names both (:func:`fixed_inputs`)."""
 
 BATCH_INSTANCES = 512
 """At most this many instances per batch."""
+
+ACTION_STRIDE = 1 << 32
+"""An action of the explicit model is ``budget + ACTION_STRIDE * eligible`` (:func:`action_of`):
+the budget b and, with the adaptive floor, the environment's count of eligible requests (0:
+the model's own count, :func:`~chunkproof.spec.scheduler_loops.least_eligible`)."""
+
+
+def action_of(budget: Any, eligible: Any) -> Any:
+    """The explicit model's action for (b, eligible) (:data:`ACTION_STRIDE`), of integers or
+    of lanes."""
+    return budget + ACTION_STRIDE * eligible
+
+
+def split_action(action: int) -> tuple[int, int]:
+    """(b, eligible) of an explicit model's action (:data:`ACTION_STRIDE`)."""
+    eligible, budget = divmod(int(action), ACTION_STRIDE)
+    return budget, eligible
+
+
+@functools.lru_cache(maxsize=4096)
+def eligible_choices(whole: int, theta: int, least: int) -> tuple[int, ...]:
+    """The environment's eligible counts under the adaptive floor (module docstring, Actions):
+    from ``least`` up, the least count of each distinct theta_eff (0 below two eligible
+    requests, else max(theta, M // eligible); only one when theta is 0)."""
+    count = max(least, 1)
+    if theta <= 0:
+        return (count,)
+    choices: list[int] = []
+    last = -1
+    while True:
+        value = 0 if count < 2 else max(theta, whole // count)
+        if value != last:
+            choices.append(count)
+            last = value
+        if count >= 2 and whole // count <= theta:
+            return tuple(choices)
+        count += 1
+
 
 FIELDS = 3
 """Columns per position: label, phase, c."""
@@ -226,8 +273,12 @@ class SchedulerStepModel:
     symmetry: bool = True
     max_seqs: int = MAX_SEQS
     properties: tuple[str, ...] = SCHEDULER_PROPERTIES
+    adaptive: bool = False
+    """``long_prefill_token_threshold_adaptive`` (module docstring, Actions)."""
 
     def __post_init__(self) -> None:
+        if self.adaptive:
+            check_adaptive(self.policy)
         for group in self.instances:
             _check_instance(self.policy, group)
 
@@ -294,12 +345,25 @@ class SchedulerStepModel:
         return np.concatenate([inst[:, None], np.stack(columns, axis=2).reshape(len(inst), -1)], 1)
 
     def successors(self, batch: SchedulerBatch, states: np.ndarray) -> Transitions:
-        """Every budget 1..M at every state (module docstring)."""
+        """Every budget 1..M at every state, with the adaptive floor each with every eligible
+        count of :func:`eligible_choices` (module docstring)."""
         counts = batch.whole[states[:, 0]]
         source = np.repeat(np.arange(len(states)), counts)
-        first = np.cumsum(counts) - counts
-        budget = 1 + np.arange(len(source)) - first[source]
-        return self.step(batch, states, source, budget)
+        budget = 1 + _offsets(counts)
+        if not self.adaptive:
+            return self.step(batch, states, source, budget)
+        inst = states[source, 0]
+        phases = list(states[source, 2::FIELDS].T)
+        least = least_eligible(numpy_ops(len(source)), phases, budget, batch.whole[inst])
+        keys = np.stack([batch.whole[inst], batch.theta[inst], least], axis=1)
+        unique, which = np.unique(keys, axis=0, return_inverse=True)
+        tables = [eligible_choices(*(int(v) for v in key)) for key in unique]
+        sizes = np.array([len(t) for t in tables], dtype=np.int64)
+        flat = np.array([n for t in tables for n in t], dtype=np.int64)
+        which = which.reshape(-1)
+        lane = np.repeat(np.arange(len(source)), sizes[which])
+        eligible = flat[(np.cumsum(sizes) - sizes)[which[lane]] + _offsets(sizes[which])]
+        return self.step(batch, states, source[lane], budget[lane], eligible)
 
     def stages(
         self, batch: SchedulerBatch, rows: np.ndarray, c: np.ndarray, budget: np.ndarray
@@ -320,10 +384,16 @@ class SchedulerStepModel:
         return got
 
     def step(
-        self, batch: SchedulerBatch, states: np.ndarray, source: np.ndarray, budget: np.ndarray
+        self,
+        batch: SchedulerBatch,
+        states: np.ndarray,
+        source: np.ndarray,
+        budget: np.ndarray,
+        eligible: np.ndarray | None = None,
     ) -> Transitions:
-        """The transitions (states[source], budget): Next (:func:`~chunkproof.spec.
-        scheduler_loops.schedule_step` over lanes) and every property."""
+        """The transitions (states[source], budget, eligible): Next (:func:`~chunkproof.spec.
+        scheduler_loops.schedule_step` over lanes) and every property; ``eligible`` is the
+        environment's count under the adaptive floor, ``None`` without it."""
         rows = states[source]
         inst = rows[:, 0]
         label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(FIELDS))
@@ -331,7 +401,7 @@ class SchedulerStepModel:
         ops = numpy_ops(len(rows))
         phases, cs = list(phase.T), list(c.T)
         at = self._at(batch, request_rows)
-        cap = self._cap(ops, batch, inst, phases, budget)
+        cap = self._cap(ops, batch, inst, phases, budget, eligible)
         done = schedule_step(ops, phases, cs, at, budget, cap, self.max_seqs, self.skips)
         chunk, admitted = np.stack(done.chunk, axis=1), np.stack(done.admitted, axis=1)
         after = c + chunk
@@ -346,7 +416,9 @@ class SchedulerStepModel:
         fit = alone_fit(ops, phases, cs, at, cap(budget), unchanged)
         bad = {
             "P0": done.unsafe,
-            "S-LIVE": sysprops.system_live(unchanged, unfinished, budget, batch.whole[inst]),
+            "S-LIVE": sysprops.system_live(
+                unchanged, unfinished, budget, batch.whole[inst], _others(eligible, phase)
+            ),
             "HOL": safe & sysprops.head_of_line(done.broke, done.behind_fit),
             "STARVE": sysprops.starvation(unchanged, fit),
         }
@@ -355,7 +427,7 @@ class SchedulerStepModel:
         record["left"] = done.left
         return Transitions(
             source=source,
-            action=budget,
+            action=budget if eligible is None else action_of(budget, eligible),
             target=target,
             follow=safe & ~unchanged & (new_phase != FINISHED).any(axis=1),
             bad={pid: bad[pid] for pid in self.properties},
@@ -384,12 +456,29 @@ class SchedulerStepModel:
         inst: np.ndarray,
         phases: list[np.ndarray],
         budget: np.ndarray,
+        eligible: np.ndarray | None,
     ) -> Callable[[np.ndarray], np.ndarray]:
         """What a position is offered from the budget left: capped by theta_eff where the
         policy's cap is C8-C9's per-step threshold (:func:`~chunkproof.spec.scheduler_loops.
         theta_cap`), else the budget left."""
         theta = batch.theta[inst] if per_step_theta(self.policy) else None
-        return theta_cap(ops, phases, budget, batch.whole[inst], theta)
+        return theta_cap(ops, phases, budget, batch.whole[inst], theta, eligible)
+
+
+def _offsets(sizes: np.ndarray) -> np.ndarray:
+    """0, 1, ..., size - 1 for each of ``sizes``, concatenated."""
+    total = np.arange(int(sizes.sum()), dtype=np.int64)
+    offsets: np.ndarray = total - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return offsets
+
+
+def _others(eligible: np.ndarray | None, phase: np.ndarray) -> np.ndarray | int:
+    """How many eligible requests the environment put outside the instance (0 without the
+    adaptive floor)."""
+    if eligible is None:
+        return 0
+    others: np.ndarray = eligible - (phase != FINISHED).sum(axis=1)
+    return others
 
 
 def numpy_ops(lanes: int) -> Ops:
@@ -399,6 +488,7 @@ def numpy_ops(lanes: int) -> Ops:
         any_=lambda *terms: functools.reduce(np.logical_or, terms),
         not_=np.logical_not,
         where=np.where,
+        div=np.floor_divide,
         false=np.zeros(lanes, dtype=bool),
     )
 
@@ -415,13 +505,26 @@ def per_step_theta(policy: Policy) -> bool:
     return cap is not None and cap.source is None and cap.function is cap_lone_request
 
 
-def threshold_rule(policy: Policy, positive: bool) -> str | None:
+def threshold_rule(policy: Policy, positive: bool, adaptive: bool = False) -> str | None:
     """How the step caps a request by the threshold, when it is C8-C9's per-step theta_eff and
     some instance has a threshold > 0 (``positive``): the reports name it, with the adaptive
-    floor the model fixes off; ``None`` otherwise."""
+    floor on or fixed off; ``None`` otherwise."""
     if not (positive and per_step_theta(policy)):
         return None
-    return "threshold per step: theta from 2 eligible requests, else off; adaptive floor off"
+    rule = "threshold per step: theta from 2 eligible requests, else off; adaptive floor "
+    if adaptive:
+        return rule + "on (at least M // eligible, every eligible count the environment can set)"
+    return rule + "off"
+
+
+def check_adaptive(policy: Policy) -> None:
+    """The adaptive floor (``long_prefill_token_threshold_adaptive``, 0.31+) needs the per-step
+    threshold it floors (:func:`per_step_theta`)."""
+    if not per_step_theta(policy):
+        raise ConfigError(
+            "--adaptive-threshold: the adaptive floor is on the per-step threshold of 0.31 on; "
+            f"{policy.name} has none"
+        )
 
 
 def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:

@@ -22,9 +22,12 @@ requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicMo
   ``FINISHED``), its c, and its rank: its position in the explicit model's row (the running
   list in order, then the waiting queue in order, then the finished requests).
 * Init: every arrival order (the ranks any permutation), every request waiting at c0.
-* Action: the budget b offered to the step, 1..M. From C8 each request is offered the budget
-  left capped by theta_eff, as in the explicit model
-  (:func:`~chunkproof.spec.scheduler_loops.theta_cap`).
+* Action: the budget b offered to the step, 1..M, and with the adaptive floor the eligible
+  count n, any from :func:`~chunkproof.spec.scheduler_loops.least_eligible` up (the explicit
+  model enumerates only the least n of each theta_eff; here n is free). From C8 each request
+  is offered the budget left capped by theta_eff, as in the explicit model
+  (:func:`~chunkproof.spec.scheduler_loops.theta_cap`); the floor M // n is non-linear, which
+  the bounded search solves and Spacer may leave undecided.
 * Next: the loop rules the explicit model runs (:func:`~chunkproof.spec.scheduler_loops.
   schedule_step`, written once for both: the running loop's ``continue``, the waiting loop's
   ``break``, from C9 the ``skip`` of a zero after the split) over Z3 terms, then ``arrange``:
@@ -55,6 +58,7 @@ from chunkproof.spec.scheduler_loops import (
     Got,
     Ops,
     alone_fit,
+    least_eligible,
     schedule_step,
     theta_cap,
 )
@@ -63,6 +67,7 @@ from chunkproof.spec.scheduler_step import (
     REQUEST_FIELDS,
     SCHEDULER_PROPERTIES,
     SchedulerStepModel,
+    check_adaptive,
     check_threshold_cap,
     per_step_theta,
 )
@@ -80,6 +85,7 @@ Z3_OPS = Ops(
     any_=lambda *terms: z3.Or(*terms),
     not_=z3.Not,
     where=lambda cond, then, other: z3.If(cond, _term(then), _term(other)),
+    div=lambda a, b: _term(a) / _term(b),
     false=z3.BoolVal(False),
 )
 """:class:`~chunkproof.spec.scheduler_loops.Ops` over Z3 terms."""
@@ -103,12 +109,17 @@ class SymbolicSchedulerStep:
     """One proof cell of the scheduler step over ``k`` requests (module docstring): a
     :class:`~chunkproof.spec.interface.SymbolicModel`."""
 
-    def __init__(self, policy: Policy, cell: Cell, k: int, max_seqs: int = MAX_SEQS) -> None:
+    def __init__(
+        self, policy: Policy, cell: Cell, k: int, max_seqs: int = MAX_SEQS, adaptive: bool = False
+    ) -> None:
+        if adaptive:
+            check_adaptive(policy)
         if k not in SYMBOLIC_REQUESTS:
             raise ConfigError(f"the symbolic scheduler step covers {SYMBOLIC_REQUESTS} requests")
         if cell.layout:
             raise ConfigError("the symbolic scheduler step covers requests without encoder items")
         self.policy, self.cell, self.k, self.max_seqs = policy, cell, k, max_seqs
+        self.adaptive = adaptive
         self.properties = SCHEDULER_PROPERTIES
         self.skips = SchedulerStepModel(policy, ()).skips
         self.request = SymbolicRequest(policy, cell, None, main=False)
@@ -163,10 +174,10 @@ class SymbolicSchedulerStep:
         """:meth:`~chunkproof.spec.scheduler_step.SchedulerStepModel.step` at (state, b)."""
         key = tuple(t.get_id() for t in (*state, *action))
         if key not in self._steps:
-            self._steps[key] = self._step(state, action[0])
+            self._steps[key] = self._step(state, action)
         return self._steps[key]
 
-    def _step(self, state: list[Any], b: Any) -> StepTerms:
+    def _step(self, state: list[Any], action: list[Any]) -> StepTerms:
         """The loop rules (:func:`~chunkproof.spec.scheduler_loops.schedule_step`) over the
         positions: the request at position p is the one of rank p."""
         k = self.k
@@ -174,7 +185,8 @@ class SymbolicSchedulerStep:
         here = [[rank[i] == p for i in range(k)] for p in range(k)]
         phases = [_pick(here[p], phase) for p in range(k)]
         cs = [_pick(here[p], c) for p in range(k)]
-        cap = self._cap(phase, b)
+        b = action[0]
+        cap = theta_cap(Z3_OPS, phase, b, self.whole, self.theta, self._eligible(action))
         done = schedule_step(
             Z3_OPS,
             phases,
@@ -208,10 +220,9 @@ class SymbolicSchedulerStep:
             alone,
         )
 
-    def _cap(self, phase: list[Any], b: Any) -> Any:
-        """What a position is offered from the budget left: capped by theta_eff from C8
-        (:func:`~chunkproof.spec.scheduler_loops.theta_cap`), else the budget left."""
-        return theta_cap(Z3_OPS, phase, b, self.whole, self.theta)
+    def _eligible(self, action: list[Any]) -> Any | None:
+        """The eligible count the action sets with the adaptive floor, else ``None``."""
+        return action[1] if self.adaptive else None
 
     def _arrange(self, state: list[Any], chunk: list[Any], admitted: list[Any]) -> list[Any]:
         """The next state: c += chunk, the phases, and the ranks sorted by (group, old rank),
@@ -241,7 +252,8 @@ class SymbolicSchedulerStep:
         ]
 
     def action(self, name: str) -> list[Any]:
-        return [z3.Int(name)]
+        """The budget b, and with the adaptive floor the eligible count n (module docstring)."""
+        return [z3.Int(name), *([z3.Int(f"{name}.eligible")] if self.adaptive else [])]
 
     def init(self, state: list[Any]) -> Any:
         """Every request waiting at c0, in any arrival order."""
@@ -254,8 +266,13 @@ class SymbolicSchedulerStep:
         )
 
     def guard(self, state: list[Any], action: list[Any]) -> Any:
-        """Any budget 1..M (SPEC S4 ``adversarial``)."""
-        return z3.And(action[0] >= 1, action[0] <= self.whole)
+        """Any budget 1..M (SPEC S4 ``adversarial``), and any eligible count from
+        :func:`~chunkproof.spec.scheduler_loops.least_eligible` up."""
+        budget = z3.And(action[0] >= 1, action[0] <= self.whole)
+        if not self.adaptive:
+            return budget
+        least = least_eligible(Z3_OPS, state[_PHASE::3], action[0], self.whole)
+        return z3.And(budget, action[1] >= least)
 
     def next(self, state: list[Any], action: list[Any]) -> list[Any]:
         return self.step(state, action).target
@@ -275,7 +292,12 @@ class SymbolicSchedulerStep:
         if pid == "P0":
             return got.unsafe
         if pid == "S-LIVE":
-            return z3.And(got.unchanged, got.unfinished, action[0] == self.whole)
+            alone = (
+                action[1] == least_eligible(Z3_OPS, state[_PHASE::3], action[0], self.whole)
+                if self.adaptive
+                else z3.BoolVal(True)
+            )
+            return z3.And(got.unchanged, got.unfinished, action[0] == self.whole, alone)
         if pid == "HOL":
             return z3.And(z3.Not(got.unsafe), got.broke, got.behind_fit)
         if pid == "STARVE":

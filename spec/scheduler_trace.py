@@ -21,12 +21,13 @@ from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.model.system_counterexample import RequestStep, SystemCounterexample, SystemStep
-from chunkproof.spec.scheduler_loops import WAITING
+from chunkproof.spec.scheduler_loops import WAITING, least_eligible
 from chunkproof.spec.scheduler_step import (
     FIELDS,
     PHASE_NAMES,
     SchedulerStepModel,
     make_scheduler_batch,
+    numpy_ops,
 )
 
 
@@ -46,21 +47,30 @@ def run_steps(
     arrival: Sequence[int],
     budgets: Sequence[int],
     max_seqs: int,
+    eligible: Sequence[int] | None = None,
 ) -> tuple[SystemStep, ...]:
     """The steps of ``instance`` from Init with the waiting queue ``arrival`` (labels), offered
-    ``budgets`` in order (module docstring). The run ends early where the model's search
-    would stop (a step that breaks P0, or after which every request has finished)."""
-    model = SchedulerStepModel(policy, [instance], symmetry=False, max_seqs=max_seqs)
+    ``budgets`` in order, with the adaptive floor at the ``eligible`` counts (``None``: the
+    floor off) (module docstring). The run ends early where the model's search would stop (a
+    step that breaks P0, or after which every request has finished)."""
+    model = SchedulerStepModel(
+        policy, [instance], symmetry=False, max_seqs=max_seqs, adaptive=eligible is not None
+    )
     batch = make_scheduler_batch([instance])
     label = np.array([arrival], dtype=np.int64)
     phase = np.full(label.shape, WAITING, dtype=np.int64)
     starts = np.array([[instance[i].start for i in arrival]], dtype=np.int64)
     row = model.arrange(batch, np.zeros(1, dtype=np.int64), label, phase, starts, phase)[0]
     steps = []
-    for budget in budgets:
-        moved = model.step(batch, row[None, :], np.zeros(1, dtype=np.int64), np.array([budget]))
+    for index, budget in enumerate(budgets):
+        count = None if eligible is None else eligible[index]
+        lanes = None if count is None else np.array([count])
+        moved = model.step(
+            batch, row[None, :], np.zeros(1, dtype=np.int64), np.array([budget]), lanes
+        )
         breaks = tuple(pid for pid in model.properties if moved.bad[pid][0])
-        steps.append(SystemStep(budget, _requests(policy, instance, row, moved.record), breaks))
+        parts = _requests(policy, instance, row, moved.record)
+        steps.append(SystemStep(budget, parts, breaks, count))
         if not moved.follow[0]:
             break
         row = moved.target[0]
@@ -91,8 +101,17 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
     top = cx.budget_model().high
     if any(not 1 <= b <= top for b in budgets):
         return f"a recorded budget lies outside the budget model's 1..{top}"
-    replayed = run_steps(policy, cx.requests, cx.arrival, budgets, cx.max_seqs)
+    eligible = [int(s.eligible or 0) for s in cx.steps] if cx.adaptive else None
+    replayed = run_steps(policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible)
     for index, (recorded, actual) in enumerate(zip(cx.steps, replayed, strict=False)):
+        phases = [np.array([PHASE_NAMES.index(r.queue)]) for r in actual.requests]
+        offered = np.array([actual.budget])
+        least = int(least_eligible(numpy_ops(1), phases, offered, np.array([top]))[0])
+        if recorded.eligible is not None and recorded.eligible < least:
+            return (
+                f"step {index}: {recorded.eligible} eligible requests recorded, fewer than the "
+                f"{least} the step has"
+            )
         if len(recorded.requests) != len(actual.requests):
             return (
                 f"step {index}: {len(recorded.requests)} requests recorded, not {len(cx.requests)}"

@@ -46,13 +46,18 @@ SYSTEM_PROPERTIES: dict[str, Property] = {
 
 
 def system_live(
-    unchanged: np.ndarray, unfinished: np.ndarray, budget: np.ndarray, whole: np.ndarray
+    unchanged: np.ndarray,
+    unfinished: np.ndarray,
+    budget: np.ndarray,
+    whole: np.ndarray,
+    others: np.ndarray | int = 0,
 ) -> np.ndarray:
     """S-LIVE is violated by a step offered the whole budget (``budget == whole``, M) from a
-    state where some request is unfinished, that schedules nothing: the state is its own
-    successor under the best budget the environment can give, so no request progresses for
-    ever (the system form of SPEC P1)."""
-    bad: np.ndarray = unchanged & unfinished & (budget == whole)
+    state where some request is unfinished, with no eligible request outside the instance
+    (``others``, which only the adaptive floor's environment sets), that schedules nothing:
+    the state is its own successor when the instance runs alone under the best budget the
+    environment can give, so no request progresses for ever (the system form of SPEC P1)."""
+    bad: np.ndarray = unchanged & unfinished & (budget == whole) & (others == 0)
     return bad
 
 

@@ -162,8 +162,11 @@ WHOLE_BUDGET = 6  # M = max_num_batched_tokens: the most tokens one step can off
 SKIPS = False  # C4: every zero of a waiting request breaks the waiting loop
 # From C8 (0.31) a request is offered the budget left capped by theta_eff: THETA (the static
 # long_prefill_token_threshold) when two or more requests are eligible, else no cap; 0 here
-# when the policy has no per-step threshold or THETA is off. The adaptive floor is off.
+# when the policy has no per-step threshold or THETA is off. With ADAPTIVE
+# (long_prefill_token_threshold_adaptive), a theta_eff > 0 is raised to
+# WHOLE_BUDGET // eligible where that is larger, eligible the count each step records.
 THETA_PER_STEP = 0
+ADAPTIVE = False
 
 
 # The request's encoder: the tree's EncoderCacheManager, Request members,
@@ -226,20 +229,25 @@ class Step(NamedTuple):
 
 
 class Recorded(NamedTuple):
-    """One recorded schedule() step: the budget offered, and the stages each request a loop
-    reached got from the budget left, by request label."""
+    """One recorded schedule() step: the budget offered, the stages each request a loop
+    reached got from the budget left, by request label, and with ADAPTIVE the number of
+    eligible requests the step counted (0: the requests here, plus one when the budget is
+    below WHOLE_BUDGET)."""
 
     budget: int
     stages: dict[int, Step]
+    eligible: int = 0
 
 
 class Outcome(NamedTuple):
-    """One schedule() step run here: the budget and theta_eff, the steps of the requests the
-    loops reached (by label, in the order reached), the waiting request the loop broke at
-    (None: no break), the steps of the waiting requests behind it at the budget left, whether
-    any request got a chunk, and the lists and every request's c after the step."""
+    """One schedule() step run here: the budget, the eligible requests and theta_eff, the
+    steps of the requests the loops reached (by label, in the order reached), the waiting
+    request the loop broke at (None: no break), the steps of the waiting requests behind it at
+    the budget left, whether any request got a chunk, and the lists and every request's c
+    after the step."""
 
     budget: int
+    eligible: int
     theta: int
     reached: dict[int, Step]
     broke_at: int | None
@@ -311,7 +319,9 @@ def test_s_live_system_live(vllm: Extracted, encoders: dict[int, EncoderRun]) ->
     for index, recorded in enumerate(RECORDED):
         if not running and not waiting:
             return
-        outcome = schedule(vllm, scheduler, running, waiting, c, recorded.budget, encoders)
+        outcome = schedule(
+            vllm, scheduler, running, waiting, c, recorded.budget, recorded.eligible, encoders
+        )
         problem = violation(vllm, scheduler, index, outcome, encoders)
         assert problem is None, f"{problem}; recorded: {recorded.stages}"
         running, waiting, c = outcome.running, outcome.waiting, outcome.c
@@ -324,6 +334,7 @@ def schedule(
     waiting: list[int],
     c: list[int],
     budget: int,
+    eligible: int,
     encoders: dict[int, EncoderRun],
 ) -> Outcome:
     """One schedule() step over the requests as chunkproof models it (history note 6): the
@@ -334,10 +345,14 @@ def schedule(
     skips the request, which keeps its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
     reaches its E is done and leaves both lists. Each request is offered the budget left
-    capped by theta_eff (THETA_PER_STEP). The request with encoder items runs its
+    capped by theta_eff (THETA_PER_STEP; ADAPTIVE: floored at WHOLE_BUDGET // ``eligible``,
+    the recorded count). The request with encoder items runs its
     encoder (``encoders``), which advances after a step it takes."""
-    eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
+    if not ADAPTIVE:
+        eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
+    if ADAPTIVE and theta > 0:
+        theta = max(theta, WHOLE_BUDGET // eligible)
     left, reached = budget, {}
     for label in running:
         if left == 0:
@@ -371,6 +386,7 @@ def schedule(
             encoders[label].advance(*step.scheduled, step.end)
     return Outcome(
         budget,
+        eligible,
         theta,
         reached,
         broke_at,
@@ -407,7 +423,8 @@ def violation(
         if problem is not None:
             return f"P0: {where}, #{label}: {problem.removeprefix('P0: ')}"
     left = outcome.running + outcome.waiting
-    if outcome.budget == WHOLE_BUDGET and left and not outcome.scheduled:
+    alone = outcome.eligible == len(left)  # no eligible request beyond these
+    if outcome.budget == WHOLE_BUDGET and alone and left and not outcome.scheduled:
         return (
             f"S-LIVE: {where}: offered the whole budget M={WHOLE_BUDGET}, the step schedules "
             f"nothing while {', '.join(who(label, outcome.c[label]) for label in left)} "

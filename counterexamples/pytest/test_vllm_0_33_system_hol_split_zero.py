@@ -154,8 +154,11 @@ WHOLE_BUDGET = 8  # M = max_num_batched_tokens: the most tokens one step can off
 SKIPS = True  # C9: a waiting request's zero after the split skips it (skip_request)
 # From C8 (0.31) a request is offered the budget left capped by theta_eff: THETA (the static
 # long_prefill_token_threshold) when two or more requests are eligible, else no cap; 0 here
-# when the policy has no per-step threshold or THETA is off. The adaptive floor is off.
+# when the policy has no per-step threshold or THETA is off. With ADAPTIVE
+# (long_prefill_token_threshold_adaptive), a theta_eff > 0 is raised to
+# WHOLE_BUDGET // eligible where that is larger, eligible the count each step records.
 THETA_PER_STEP = 0
+ADAPTIVE = False
 
 
 class Step(NamedTuple):
@@ -193,20 +196,25 @@ class Step(NamedTuple):
 
 
 class Recorded(NamedTuple):
-    """One recorded schedule() step: the budget offered, and the stages each request a loop
-    reached got from the budget left, by request label."""
+    """One recorded schedule() step: the budget offered, the stages each request a loop
+    reached got from the budget left, by request label, and with ADAPTIVE the number of
+    eligible requests the step counted (0: the requests here, plus one when the budget is
+    below WHOLE_BUDGET)."""
 
     budget: int
     stages: dict[int, Step]
+    eligible: int = 0
 
 
 class Outcome(NamedTuple):
-    """One schedule() step run here: the budget and theta_eff, the steps of the requests the
-    loops reached (by label, in the order reached), the waiting request the loop broke at
-    (None: no break), the steps of the waiting requests behind it at the budget left, whether
-    any request got a chunk, and the lists and every request's c after the step."""
+    """One schedule() step run here: the budget, the eligible requests and theta_eff, the
+    steps of the requests the loops reached (by label, in the order reached), the waiting
+    request the loop broke at (None: no break), the steps of the waiting requests behind it at
+    the budget left, whether any request got a chunk, and the lists and every request's c
+    after the step."""
 
     budget: int
+    eligible: int
     theta: int
     reached: dict[int, Step]
     broke_at: int | None
@@ -239,7 +247,9 @@ def test_hol_head_of_line(vllm: Extracted) -> None:
     for index, recorded in enumerate(RECORDED):
         if not running and not waiting:
             return
-        outcome = schedule(vllm, scheduler, running, waiting, c, recorded.budget)
+        outcome = schedule(
+            vllm, scheduler, running, waiting, c, recorded.budget, recorded.eligible
+        )
         problem = violation(vllm, scheduler, index, outcome)
         assert problem is None, f"{problem}; recorded: {recorded.stages}"
         running, waiting, c = outcome.running, outcome.waiting, outcome.c
@@ -252,6 +262,7 @@ def schedule(
     waiting: list[int],
     c: list[int],
     budget: int,
+    eligible: int,
 ) -> Outcome:
     """One schedule() step over the requests as chunkproof models it (history note 6): the
     running loop offers each running request in order the budget left and takes its chunk (0:
@@ -261,9 +272,13 @@ def schedule(
     skips the request, which keeps its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
     reaches its E is done and leaves both lists. Each request is offered the budget left
-    capped by theta_eff (THETA_PER_STEP)."""
-    eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
+    capped by theta_eff (THETA_PER_STEP; ADAPTIVE: floored at WHOLE_BUDGET // ``eligible``,
+    the recorded count)."""
+    if not ADAPTIVE:
+        eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
+    if ADAPTIVE and theta > 0:
+        theta = max(theta, WHOLE_BUDGET // eligible)
     left, reached = budget, {}
     for label in running:
         if left == 0:
@@ -294,6 +309,7 @@ def schedule(
         after[label] += taken(step)
     return Outcome(
         budget,
+        eligible,
         theta,
         reached,
         broke_at,

@@ -1,0 +1,223 @@
+"""The adaptive threshold floor of 0.31+ in the scheduler step (``long_prefill_token_threshold_
+adaptive``, ``chunkproof system --adaptive-threshold``; history note 6): theta_eff > 0 is
+raised to M // eligible, the eligible count set by the environment.
+
+The case the README shows: 0.33, B=4, L=2, theta=1, M=8. Without the floor, two requests cap
+each other at 1 token, under L, and the reservation's zero livelocks them; with it, two
+eligible requests are offered M // 2 = 4 tokens, and the S-LIVE left is the single-request
+livelock (T=5: one chunk to c=3, then 0 for ever).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import Cli
+from repro_helpers import blocking_packages, generate_repro, run_repro
+
+from chunkproof.checker.defaults import user_space
+from chunkproof.checker.explorer import explore_batch
+from chunkproof.checker.report import PROVED
+from chunkproof.checker.system import explore_system
+from chunkproof.checker.system_prove import BOUNDED, prove_system
+from chunkproof.model.builtin import get_builtin
+from chunkproof.model.config import Config
+from chunkproof.model.counterexample import load_any
+from chunkproof.model.errors import ConfigError
+from chunkproof.model.releases import release_root
+from chunkproof.model.system_counterexample import SystemCounterexample
+from chunkproof.spec import scheduler_step
+from chunkproof.spec.scheduler_loops import WAITING
+from chunkproof.spec.scheduler_step import (
+    SchedulerStepModel,
+    eligible_choices,
+    make_scheduler_batch,
+    split_action,
+)
+from chunkproof.spec.system_properties import system_live
+
+FLOOR = {"block": "4", "lookahead": "2", "drop": "off", "prompt": "3-13", "max_sched": "8"}
+FLOOR |= {"threshold": "1"}
+"""theta = 1 < L = 2 (module docstring)."""
+ARGV = [f"--{k.replace('_', '-')}={v}" for k, v in FLOOR.items()]
+
+
+def theta_eff(whole: int, theta: int, eligible: int) -> int:
+    """vLLM 0.31+'s theta_eff with the floor on (history note 6), written out."""
+    if eligible <= 1 or theta <= 0:
+        return 0
+    return max(theta, whole // eligible)
+
+
+@pytest.mark.parametrize("whole", [1, 2, 7, 8, 12, 100])
+@pytest.mark.parametrize("theta", [0, 1, 3, 5])
+@pytest.mark.parametrize("least", [1, 2, 3, 4])
+def test_the_choices_give_every_theta_eff_once(whole: int, theta: int, least: int) -> None:
+    """Every theta_eff an eligible count >= least gives is given by exactly one choice, the
+    least count that gives it."""
+    choices = eligible_choices(whole, theta, least)
+    every = range(least, whole + 10)
+    assert sorted({theta_eff(whole, theta, n) for n in every}) == sorted(
+        theta_eff(whole, theta, n) for n in choices
+    )
+    for n in choices:
+        assert n == min(
+            m for m in every if theta_eff(whole, theta, m) == theta_eff(whole, theta, n)
+        )
+
+
+def test_the_explorer_agrees_with_every_eligible_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Enumerating only the least count of each theta_eff loses no verdict: the same violating
+    instances as with every count up to M + 2."""
+    policy = get_builtin("vllm-0.33")
+    space = user_space({**FLOOR, "prompt": "3-9"}, None, production=False)
+    choices, _ = explore_system(policy, space, 2, adaptive=True)
+    monkeypatch.setattr(
+        scheduler_step,
+        "eligible_choices",
+        lambda whole, theta, least: tuple(range(max(least, 1), whole + 3)),
+    )
+    every, _ = explore_system(policy, space, 2, adaptive=True)
+    assert [(v.property, v.violating) for v in choices] == [
+        (v.property, v.violating) for v in every
+    ]
+    assert dict((v.property, v.violating) for v in every)["S-LIVE"] > 0
+
+
+def test_one_step_offers_the_floor() -> None:
+    """Two waiting requests (T=20, T=3), theta=1, M=12 offered 12: the head is offered 1
+    without the floor, 12 // 2 = 6 with two eligible requests, 12 // 4 = 3 with four."""
+    head, behind = (
+        Config(block=4, prompt=20, max_sched=12, threshold=1),
+        Config(block=4, prompt=3, max_sched=12, threshold=1),
+    )
+    policy = get_builtin("vllm-0.33")
+    offered = {}
+    for adaptive, eligible in ((False, None), (True, 2), (True, 4)):
+        model = SchedulerStepModel(policy, [(head, behind)], symmetry=False, adaptive=adaptive)
+        batch = make_scheduler_batch([(head, behind)])
+        row = np.array([[0, 0, WAITING, 0, 1, WAITING, 0]], dtype=np.int64)
+        count = None if eligible is None else np.array([eligible])
+        moved = model.step(batch, row, np.zeros(1, dtype=np.int64), np.array([12]), count)
+        offered[eligible] = int(moved.record["offered0"][0])
+        assert split_action(int(moved.action[0])) == (12, eligible or 0)
+    assert offered == {None: 1, 2: 6, 4: 3}
+
+
+def test_s_live_asks_the_instance_alone() -> None:
+    """A step offered M that schedules nothing breaks S-LIVE only when no eligible request is
+    outside the instance."""
+    yes, whole = np.array([True]), np.array([8])
+    assert system_live(yes, yes, whole, whole, np.array([0]))[0]
+    assert not system_live(yes, yes, whole, whole, np.array([1]))[0]
+
+
+def test_the_floor_removes_the_theta_livelock() -> None:
+    """The README's numbers: S-LIVE in all 66 instances without the floor, 30 with it (the
+    single-request livelocks); every other property as before."""
+    policy = get_builtin("vllm-0.33")
+    space = user_space(FLOOR, None, production=False)
+    off, info_off = explore_system(policy, space, 2)
+    on, info_on = explore_system(policy, space, 2, adaptive=True)
+    assert {v.property: v.violating for v in off} == {"P0": 0, "S-LIVE": 66, "HOL": 0, "STARVE": 0}
+    assert {v.property: v.violating for v in on} == {"P0": 0, "S-LIVE": 30, "HOL": 0, "STARVE": 0}
+    assert info_off["threshold"].endswith("adaptive floor off")
+    assert "adaptive floor on" in info_on["threshold"] and info_on["adaptive"]
+
+
+def test_the_floor_needs_the_per_step_threshold(cli: Cli, tmp_path: Path) -> None:
+    """0.30's threshold is static: --adaptive-threshold is refused in one line, exit 2."""
+    with pytest.raises(ConfigError, match="adaptive floor"):
+        SchedulerStepModel(get_builtin("vllm-0.30"), (), adaptive=True)
+    run = cli("system", "vllm-0.30", *ARGV, "--adaptive-threshold", "--out", str(tmp_path))
+    assert run.code == 2 and run.err.count("\n") == 1 and "0.31" in run.err
+
+
+@pytest.fixture(scope="module")
+def floor_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``system --adaptive-threshold --out`` on the README's case: its S-LIVE file."""
+    from chunkproof.checker.cli import main
+
+    out = tmp_path_factory.mktemp("floor")
+    assert main(["system", "vllm-0.33", *ARGV, "--adaptive-threshold", "--out", str(out)]) == 1
+    return out / "vllm-0.33" / "system-S-LIVE.json"
+
+
+def test_the_file_records_the_eligible_counts(cli: Cli, floor_file: Path) -> None:
+    data = json.loads(floor_file.read_text())
+    assert data["schema"] == "chunkproof.system-counterexample/2"
+    assert data["engine"]["long_prefill_token_threshold_adaptive"] is True
+    assert [s["eligible"] for s in data["trace"]] == [2, 1]
+    assert cli("replay", str(floor_file)).code == 0
+
+
+def test_a_count_below_the_requests_does_not_replay(
+    cli: Cli, floor_file: Path, tmp_path: Path
+) -> None:
+    """One eligible request recorded where two wait: not a step of the model."""
+    data = json.loads(floor_file.read_text())
+    data["trace"][0]["eligible"] = 1
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    run = cli("replay", str(edited))
+    assert run.code == 1 and "1 eligible requests recorded, fewer than the 2" in run.out
+
+
+def test_counts_without_the_floor_are_malformed(cli: Cli, floor_file: Path, tmp_path: Path) -> None:
+    data = json.loads(floor_file.read_text())
+    data["engine"]["long_prefill_token_threshold_adaptive"] = False
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    run = cli("replay", str(edited))
+    assert run.code == 2 and "eligible count" in run.err
+
+
+def test_a_version_1_file_reads_with_the_floor_off(floor_file: Path, tmp_path: Path) -> None:
+    data = json.loads(floor_file.read_text())
+    data["schema"] = "chunkproof.system-counterexample/1"
+    del data["engine"]["long_prefill_token_threshold_adaptive"]
+    for s in data["trace"]:
+        del s["eligible"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    cx = load_any(old)
+    assert isinstance(cx, SystemCounterexample) and not cx.adaptive
+
+
+@pytest.mark.fidelity
+def test_the_repro_applies_the_floor(cli: Cli, floor_file: Path, tmp_path: Path) -> None:
+    """The repro fails on 0.33.0's code at the state only the floor reaches (#1 at c=3: offered
+    4 with two eligible requests, the reservation trims 4 to 3); without the floor (ADAPTIVE
+    False) the same steps schedule otherwise and the file passes."""
+    test_file = generate_repro(cli, floor_file, tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
+    status, output = run_repro(test_file, release_root("0.33.0"), blockers)
+    assert status == 1 and "AssertionError: S-LIVE: step 1 (budget 8)" in output, output
+    assert "#1 (T=5, c=3)" in output, output
+    text = test_file.read_text()
+    assert "ADAPTIVE = True\n" in text and "eligible=2," in text
+    test_file.write_text(text.replace("ADAPTIVE = True\n", "ADAPTIVE = False\n"))
+    status, output = run_repro(test_file, release_root("0.33.0"), blockers)
+    assert status == 0 and "1 passed" in output, output
+
+
+def test_the_engines_agree_with_the_floor() -> None:
+    """The bounded search over the symbolic step (the eligible count a free action, M // n
+    non-linear) finds a violation where the explorer does, and its trace replays; where the
+    explorer proves, it finds none (BOUNDED)."""
+    policy = get_builtin("vllm-0.33")
+    space = user_space({**FLOOR, "prompt": "3,5"}, None, production=False)
+    explored, _ = explore_system(policy, space, 2, adaptive=True)
+    model = SchedulerStepModel(
+        policy,
+        scheduler_step.request_sets(policy, list(space.configs()), 2),
+        adaptive=True,
+    )
+    depth = max(int(explore_batch(model, b).depth.max()) for b in model.batches())
+    proofs, info = prove_system(policy, space, 2, depth=max(depth, 1), adaptive=True)
+    expected = {v.property: BOUNDED if v.status == PROVED else v.status for v in explored}
+    assert {p.property: p.status for p in proofs} == expected
+    assert expected["S-LIVE"] != BOUNDED and "adaptive floor on" in info["threshold"]
