@@ -10,15 +10,16 @@ budget left; a zero breaks the waiting loop, or from C9 (0.33) skips a request w
 more than 0. Every request's chunk comes from the real split and reservation, and for the
 request with encoder items (at most one, as in the model) from the tree's own encoder too
 (:data:`chunkproof.checker.repro.ENCODER_STEP`), its cache kept from step to step. Starting from
-the recorded arrival order, the test offers the recorded budgets step by step (the system
-properties are judged on one step, so no budget beyond them) and checks every step the way a
-single-request repro does: first SPEC P0 on every request a loop reached, then the file's
-property (HOL: the waiting loop broke at a zero while a request behind it gets a chunk from
-the budget left; S-LIVE: the whole budget M schedules nothing while work is left; STARVE: a
-step schedules nothing while a request alone would get a chunk from its budget). A failure
-names the property and the step (``AssertionError: HOL: step 0 (budget 3): ...``): the file
-fails while the property is violated and passes on a fix. The recorded stage values are in
-the file (``RECORDED``) and in each failure message beside the real code's.
+the recorded arrival order, the test offers the recorded budgets step by step (with the adaptive
+floor, at the recorded eligible counts; the system properties are judged on one step, so no
+budget beyond them) and checks every step the way a single-request repro does: first SPEC P0 on
+every request a loop reached, then the file's property (HOL: the waiting loop broke at a zero
+while a request behind it gets a chunk from the budget left; S-LIVE: the whole budget M
+schedules nothing while work is left; STARVE: a step schedules nothing while a request alone
+would get a chunk from its budget). A failure names the property and the step (``AssertionError:
+HOL: step 0 (budget 3): ...``): the file fails while the property is violated and passes on a
+fix. The recorded stage values are in the file (``RECORDED``) and in each failure message beside
+the real code's.
 """
 
 from __future__ import annotations

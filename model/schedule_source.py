@@ -756,7 +756,7 @@ def _theta_mode(composition: Composition) -> str:
             return "static"
         if isinstance(theta, ast.Name):
             definitions = _definitions(composition.prologue, theta.id)
-            if definitions and _is_lone_theta(definitions, theta.id):
+            if definitions and _is_lone_theta(composition.prologue, definitions, theta.id):
                 return "lone"
             if (
                 len(definitions) == 1
@@ -771,9 +771,20 @@ def _is_static_theta(node: ast.expr) -> bool:
     return ast.unparse(node) == "self.scheduler_config.long_prefill_token_threshold"
 
 
-def _is_lone_theta(definitions: list[ast.stmt], name: str) -> bool:
-    """``theta = <static> if <more than one request> else 0``, then only rewrites guarded by
-    ``theta > 0`` (the adaptive floor)."""
+ADAPTIVE_FLOOR = (
+    "if {theta} > 0 and self.adaptive_long_prefill_threshold:\n"
+    "    {theta} = max({theta}, input_budget // num_eligible_reqs)"
+)
+"""The adaptive floor of 0.31-0.33 (history note 6), the one rewrite of a per-step theta the
+model has (``chunkproof system --adaptive-threshold``), as ``ast.unparse`` prints it."""
+INPUT_BUDGET = "input_budget = self.scheduler_config.max_num_batched_tokens"
+"""What the floor divides: M, as 0.31-0.33 define it."""
+
+
+def _is_lone_theta(prologue: list[ast.stmt], definitions: list[ast.stmt], name: str) -> bool:
+    """``theta = <static> if <more than one request> else 0``, then at most the release's
+    adaptive floor (:data:`ADAPTIVE_FLOOR`, over M: :data:`INPUT_BUDGET`); any other rewrite is
+    code the model does not know."""
     first = definitions[0]
     if not (isinstance(first, ast.Assign) and isinstance(first.value, ast.IfExp)):
         return False
@@ -785,10 +796,11 @@ def _is_lone_theta(definitions: list[ast.stmt], name: str) -> bool:
         and "num_eligible_reqs" in _names(value.test)
     ):
         return False
-    for later in definitions[1:]:
-        if not (isinstance(later, ast.If) and f"{name} > 0" in ast.unparse(later.test)):
-            return False
-    return True
+    floor = ADAPTIVE_FLOOR.format(theta=name)
+    if any(ast.unparse(later) != floor for later in definitions[1:]):
+        return False
+    budget = _definitions(prologue, "input_budget")
+    return len(definitions) == 1 or (bool(budget) and ast.unparse(budget[0]) == INPUT_BUDGET)
 
 
 def _definitions(stmts: list[ast.stmt], name: str) -> list[ast.stmt]:

@@ -3,10 +3,12 @@
 
 A file of schema :data:`SYSTEM_SCHEMA` holds: the policy (name, sha256 of its source when it
 came from a file, the options it was checked with); the engine the requests share
-(``max_num_seqs``, ``max_num_batched_tokens`` M, the budget model ``adversarial(1..M)`` of
-SPEC S4, FCFS order); the requests' full configurations (SPEC S1; request ``#i`` is
-``requests[i]``) and the order they arrived in (the waiting queue at Init); the property id;
-the trace, one entry per step: the budget offered, and per request the list it was in
+(``max_num_seqs``, ``max_num_batched_tokens`` M, ``long_prefill_token_threshold_adaptive``,
+the budget model ``adversarial(1..M)`` of SPEC S4, FCFS order); the requests' full
+configurations (SPEC S1; request ``#i`` is ``requests[i]``) and the order they arrived in (the
+waiting queue at Init); the property id; the trace, one entry per step: the budget offered,
+with the adaptive floor the number of eligible requests the step counted, and per request the
+list it was in
 (running, waiting, finished) and its place there, whether the step scheduled it, and, where a
 loop reached it, the SPEC C stage values of its step at the budget that loop offered it
 (c, budget, n before the split, after the split, after the encoder cap, after the

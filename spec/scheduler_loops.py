@@ -92,6 +92,7 @@ def theta_cap(
     count = least_eligible(ops, phase, budget, whole) if eligible is None else eligible
     theta_eff = ops.where(count >= 2, theta, 0)
     if eligible is not None:
+        # a count of 0 (no request left) has theta_eff 0; the guard keeps M // count defined
         share = ops.div(whole, ops.where(count >= 1, count, 1))
         theta_eff = ops.where(ops.all_(theta_eff > 0, share > theta_eff), share, theta_eff)
     return lambda left: ops.where(ops.all_(theta_eff > 0, left > theta_eff), theta_eff, left)

@@ -69,6 +69,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -148,9 +149,10 @@ def split_action(action: int) -> tuple[int, int]:
 @functools.lru_cache(maxsize=4096)
 def eligible_choices(whole: int, theta: int, least: int) -> tuple[int, ...]:
     """The environment's eligible counts under the adaptive floor (module docstring, Actions):
-    from ``least`` up, the least count of each distinct theta_eff (0 below two eligible
-    requests, else max(theta, M // eligible); only one when theta is 0)."""
-    count = max(least, 1)
+    from ``least`` (at least 1: a state the model expands has an unfinished request) up, the
+    least count of each distinct theta_eff (0 below two eligible requests, else max(theta,
+    M // eligible); only one when theta is 0)."""
+    count = least
     if theta <= 0:
         return (count,)
     choices: list[int] = []
@@ -277,6 +279,7 @@ class SchedulerStepModel:
     """``long_prefill_token_threshold_adaptive`` (module docstring, Actions)."""
 
     def __post_init__(self) -> None:
+        loop_variant(self.policy)
         if self.adaptive:
             check_adaptive(self.policy)
         for group in self.instances:
@@ -286,7 +289,7 @@ class SchedulerStepModel:
     def skips(self) -> bool:
         """Whether a waiting request's zero after the split is ``skip_request`` + ``continue``
         rather than ``break`` (C9, 0.33; history note 6)."""
-        return int(self.policy.composition[1:]) >= 9
+        return loop_variant(self.policy) >= 9
 
     def batches(self) -> Iterator[SchedulerBatch]:
         """The instances, grouped by size and their requests' :func:`batch_key` values, at
@@ -543,12 +546,25 @@ def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:
         check_threshold_cap(policy)
 
 
+def loop_variant(policy: Policy) -> int:
+    """The number of the C-variant whose loop rules ``policy``'s ``schedule()`` has (history
+    note 6; ``C9+extra`` is 9: extra stages change no loop rule). A ``schedule()`` read from
+    source that matches no C-variant is refused: the step model runs a release's rules."""
+    match = re.match(r"C(\d+)", policy.composition)
+    if match is None:
+        raise ConfigError(
+            f"scheduler step: the schedule() of {policy.name} matches none of the releases' "
+            "loops (C1-C9), whose rules the scheduler step runs"
+        )
+    return int(match.group(1))
+
+
 def check_threshold_cap(policy: Policy) -> None:
     """Under C8-C9 a threshold > 0 needs the release's threshold cap (static or per step): a
     cap of the policy's own code could read the eligible requests in any way."""
     cap = policy.stage("cap")
     known = cap is not None and cap.function in (cap_lone_request, cap_static_threshold)
-    if int(policy.composition[1:]) >= 8 and not known:
+    if loop_variant(policy) >= 8 and not known:
         raise ConfigError(
             "scheduler step: a threshold under C8-C9 needs the release's threshold cap; "
             "this policy's cap is its own code"

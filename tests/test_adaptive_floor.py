@@ -11,12 +11,14 @@ livelock (T=5: one chunk to c=3, then 0 for ever).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
+from vllm_copies import copy_release
 
 from chunkproof.checker.defaults import user_space
 from chunkproof.checker.explorer import explore_batch
@@ -27,6 +29,7 @@ from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import load_any
 from chunkproof.model.errors import ConfigError
+from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.releases import release_root
 from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.spec import scheduler_step
@@ -34,6 +37,7 @@ from chunkproof.spec.scheduler_loops import WAITING
 from chunkproof.spec.scheduler_step import (
     SchedulerStepModel,
     eligible_choices,
+    loop_variant,
     make_scheduler_batch,
     split_action,
 )
@@ -87,24 +91,29 @@ def test_the_explorer_agrees_with_every_eligible_count(monkeypatch: pytest.Monke
     assert dict((v.property, v.violating) for v in every)["S-LIVE"] > 0
 
 
-def test_one_step_offers_the_floor() -> None:
-    """Two waiting requests (T=20, T=3), theta=1, M=12 offered 12: the head is offered 1
-    without the floor, 12 // 2 = 6 with two eligible requests, 12 // 4 = 3 with four."""
-    head, behind = (
-        Config(block=4, prompt=20, max_sched=12, threshold=1),
-        Config(block=4, prompt=3, max_sched=12, threshold=1),
+def head_offer(theta: int, adaptive: bool, eligible: int | None) -> int:
+    """What the head of two waiting requests (T=20, then T=3), M=12, is offered at b=12."""
+    head = Config(block=4, prompt=20, max_sched=12, threshold=theta)
+    behind = replace(head, prompt=3)
+    model = SchedulerStepModel(
+        get_builtin("vllm-0.33"), [(head, behind)], symmetry=False, adaptive=adaptive
     )
-    policy = get_builtin("vllm-0.33")
-    offered = {}
-    for adaptive, eligible in ((False, None), (True, 2), (True, 4)):
-        model = SchedulerStepModel(policy, [(head, behind)], symmetry=False, adaptive=adaptive)
-        batch = make_scheduler_batch([(head, behind)])
-        row = np.array([[0, 0, WAITING, 0, 1, WAITING, 0]], dtype=np.int64)
-        count = None if eligible is None else np.array([eligible])
-        moved = model.step(batch, row, np.zeros(1, dtype=np.int64), np.array([12]), count)
-        offered[eligible] = int(moved.record["offered0"][0])
-        assert split_action(int(moved.action[0])) == (12, eligible or 0)
-    assert offered == {None: 1, 2: 6, 4: 3}
+    batch = make_scheduler_batch([(head, behind)])
+    row = np.array([[0, 0, WAITING, 0, 1, WAITING, 0]], dtype=np.int64)
+    count = None if eligible is None else np.array([eligible])
+    moved = model.step(batch, row, np.zeros(1, dtype=np.int64), np.array([12]), count)
+    assert split_action(int(moved.action[0])) == (12, eligible or 0)
+    return int(moved.record["offered0"][0])
+
+
+def test_one_step_offers_the_floor() -> None:
+    """theta=1: the head is offered 1 without the floor, 12 // 2 = 6 with two eligible
+    requests, 12 // 4 = 3 with four; theta=0: no cap, floor or not (vLLM floors a theta > 0
+    only)."""
+    assert head_offer(1, False, None) == 1
+    assert head_offer(1, True, 2) == 6
+    assert head_offer(1, True, 4) == 3
+    assert head_offer(0, True, 2) == 12
 
 
 def test_s_live_asks_the_instance_alone() -> None:
@@ -221,3 +230,28 @@ def test_the_engines_agree_with_the_floor() -> None:
     expected = {v.property: BOUNDED if v.status == PROVED else v.status for v in explored}
     assert {p.property: p.status for p in proofs} == expected
     assert expected["S-LIVE"] != BOUNDED and "adaptive floor on" in info["threshold"]
+
+
+@pytest.mark.fidelity
+def test_a_fork_with_another_floor_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """The per-step threshold is the release's only with the release's floor: a copy of 0.33.0
+    whose floor halves the fair share matches none of the releases' loops, and the scheduler
+    step refuses it in one line (exit 2); the unedited copy runs."""
+    root = copy_release("0.33.0", tmp_path / "fork", with_manifest=False)
+    scheduler = root / SCHEDULER_FILE
+    text = scheduler.read_text()
+    assert text.count("input_budget // num_eligible_reqs") == 1
+    out = ["--out", str(tmp_path / "out")]
+    assert cli("system", str(scheduler), *ARGV, *out).code == 1
+    scheduler.write_text(text.replace("// num_eligible_reqs", "// (2 * num_eligible_reqs)"))
+    run = cli("system", str(scheduler), *ARGV, *out)
+    assert run.code == 2 and run.err.count("\n") == 1, run.err
+    assert "matches none of the releases' loops" in run.err
+
+
+def test_the_loop_rules_are_the_variants() -> None:
+    """Extra stages keep the variant's loop rules; a schedule() of no variant is refused."""
+    policy = get_builtin("vllm-0.33")
+    assert loop_variant(replace(policy, composition="C9+extra:_grid_stop")) == 9
+    with pytest.raises(ConfigError, match="matches none"):
+        loop_variant(replace(policy, composition="schedule()"))
