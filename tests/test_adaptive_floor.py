@@ -255,3 +255,26 @@ def test_the_loop_rules_are_the_variants() -> None:
     assert loop_variant(replace(policy, composition="C9+extra:_grid_stop")) == 9
     with pytest.raises(ConfigError, match="matches none"):
         loop_variant(replace(policy, composition="schedule()"))
+
+
+def test_every_state_gets_every_budget_with_its_choices() -> None:
+    """The actions at each state of a batch whose instances differ in M and theta: every
+    budget 1..M of its own instance, each with the eligible counts of its own M, theta and
+    least count (two waiting requests, plus one when b < M)."""
+    policy = get_builtin("vllm-0.33")
+    small = Config(block=4, prompt=9, max_sched=6, threshold=1)
+    large = Config(block=4, prompt=9, max_sched=12, threshold=2)
+    instances = [(small, replace(small, prompt=5)), (large, replace(large, prompt=5))]
+    model = SchedulerStepModel(policy, instances, adaptive=True)
+    (batch,) = model.batches()
+    states = model.initial(batch)
+    moved = model.successors(batch, states)
+    for row, state in enumerate(states):
+        group = instances[int(state[0])]
+        whole, theta = group[0].max_sched, group[0].threshold
+        found = {split_action(a) for a in moved.action[moved.source == row].tolist()}
+        assert found == {
+            (b, n)
+            for b in range(1, whole + 1)
+            for n in eligible_choices(whole, theta, 2 + (b < whole))
+        }
