@@ -511,7 +511,10 @@ def per_step_theta(policy: Policy) -> bool:
 def threshold_rule(policy: Policy, positive: bool, adaptive: bool = False) -> str | None:
     """How the step caps a request by the threshold, when it is C8-C9's per-step theta_eff and
     some instance has a threshold > 0 (``positive``): the reports name it, with the adaptive
-    floor on or fixed off; ``None`` otherwise."""
+    floor on or fixed off; that the floor has nothing to floor when it is on and no instance
+    has a threshold > 0; ``None`` otherwise."""
+    if adaptive and not positive:
+        return "adaptive floor on, but no threshold > 0 in the range: nothing to floor"
     if not (positive and per_step_theta(policy)):
         return None
     rule = "threshold per step: theta from 2 eligible requests, else off; adaptive floor "

@@ -135,6 +135,11 @@ def test_the_floor_removes_the_theta_livelock() -> None:
     assert {v.property: v.violating for v in on} == {"P0": 0, "S-LIVE": 30, "HOL": 0, "STARVE": 0}
     assert info_off["threshold"].endswith("adaptive floor off")
     assert "adaptive floor on" in info_on["threshold"] and info_on["adaptive"]
+    unthresholded = user_space({**FLOOR, "threshold": "0"}, None, production=False)
+    _, info_zero = explore_system(policy, unthresholded, 2, adaptive=True)
+    assert info_zero["threshold"] == (
+        "adaptive floor on, but no threshold > 0 in the range: nothing to floor"
+    )
 
 
 def test_the_floor_needs_the_per_step_threshold(cli: Cli, tmp_path: Path) -> None:
