@@ -71,6 +71,15 @@ def least_eligible(ops: Ops, phase: Sequence[Any], budget: Any, whole: Any) -> A
     return sum(ops.where(ph != FINISHED, 1, 0) for ph in phase) + ops.where(budget < whole, 1, 0)
 
 
+def alone(ops: Ops, phase: Sequence[Any], budget: Any, whole: Any, eligible: Any | None) -> Any:
+    """Whether no eligible request is outside the instance: always without the adaptive floor
+    (``eligible`` None), else when the environment's count is :func:`least_eligible` (S-LIVE
+    asks for the instance alone)."""
+    if eligible is None:
+        return ops.not_(ops.false)
+    return eligible == least_eligible(ops, phase, budget, whole)
+
+
 def theta_cap(
     ops: Ops,
     phase: Sequence[Any],

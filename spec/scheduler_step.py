@@ -91,6 +91,7 @@ from chunkproof.spec.scheduler_loops import (
     Got,
     Ops,
     Stages,
+    alone,
     alone_fit,
     least_eligible,
     schedule_step,
@@ -420,7 +421,11 @@ class SchedulerStepModel:
         bad = {
             "P0": done.unsafe,
             "S-LIVE": sysprops.system_live(
-                unchanged, unfinished, budget, batch.whole[inst], _others(eligible, phase)
+                unchanged,
+                unfinished,
+                budget,
+                batch.whole[inst],
+                alone(ops, phases, budget, batch.whole[inst], eligible),
             ),
             "HOL": safe & sysprops.head_of_line(done.broke, done.behind_fit),
             "STARVE": sysprops.starvation(unchanged, fit),
@@ -473,15 +478,6 @@ def _offsets(sizes: np.ndarray) -> np.ndarray:
     total = np.arange(int(sizes.sum()), dtype=np.int64)
     offsets: np.ndarray = total - np.repeat(np.cumsum(sizes) - sizes, sizes)
     return offsets
-
-
-def _others(eligible: np.ndarray | None, phase: np.ndarray) -> np.ndarray | int:
-    """How many eligible requests the environment put outside the instance (0 without the
-    adaptive floor)."""
-    if eligible is None:
-        return 0
-    others: np.ndarray = eligible - (phase != FINISHED).sum(axis=1)
-    return others
 
 
 def numpy_ops(lanes: int) -> Ops:

@@ -57,6 +57,7 @@ from chunkproof.spec.scheduler_loops import (
     WAITING,
     Got,
     Ops,
+    alone,
     alone_fit,
     least_eligible,
     schedule_step,
@@ -292,12 +293,10 @@ class SymbolicSchedulerStep:
         if pid == "P0":
             return got.unsafe
         if pid == "S-LIVE":
-            alone = (
-                action[1] == least_eligible(Z3_OPS, state[_PHASE::3], action[0], self.whole)
-                if self.adaptive
-                else z3.BoolVal(True)
+            by_itself = alone(
+                Z3_OPS, state[_PHASE::3], action[0], self.whole, self._eligible(action)
             )
-            return z3.And(got.unchanged, got.unfinished, action[0] == self.whole, alone)
+            return z3.And(got.unchanged, got.unfinished, action[0] == self.whole, by_itself)
         if pid == "HOL":
             return z3.And(z3.Not(got.unsafe), got.broke, got.behind_fit)
         if pid == "STARVE":

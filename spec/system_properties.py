@@ -50,14 +50,14 @@ def system_live(
     unfinished: np.ndarray,
     budget: np.ndarray,
     whole: np.ndarray,
-    others: np.ndarray | int = 0,
+    alone: np.ndarray,
 ) -> np.ndarray:
     """S-LIVE is violated by a step offered the whole budget (``budget == whole``, M) from a
     state where some request is unfinished, with no eligible request outside the instance
-    (``others``, which only the adaptive floor's environment sets), that schedules nothing:
+    (``alone``: :func:`~chunkproof.spec.scheduler_loops.alone`), that schedules nothing:
     the state is its own successor when the instance runs alone under the best budget the
     environment can give, so no request progresses for ever (the system form of SPEC P1)."""
-    bad: np.ndarray = unchanged & unfinished & (budget == whole) & (others == 0)
+    bad: np.ndarray = unchanged & unfinished & (budget == whole) & alone
     return bad
 
 

@@ -33,12 +33,13 @@ from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.releases import release_root
 from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.spec import scheduler_step
-from chunkproof.spec.scheduler_loops import WAITING
+from chunkproof.spec.scheduler_loops import WAITING, alone
 from chunkproof.spec.scheduler_step import (
     SchedulerStepModel,
     eligible_choices,
     loop_variant,
     make_scheduler_batch,
+    numpy_ops,
     split_action,
 )
 from chunkproof.spec.system_properties import system_live
@@ -119,9 +120,13 @@ def test_one_step_offers_the_floor() -> None:
 def test_s_live_asks_the_instance_alone() -> None:
     """A step offered M that schedules nothing breaks S-LIVE only when no eligible request is
     outside the instance."""
+    ops, phases = numpy_ops(1), [np.array([WAITING]), np.array([WAITING])]
     yes, whole = np.array([True]), np.array([8])
-    assert system_live(yes, yes, whole, whole, np.array([0]))[0]
-    assert not system_live(yes, yes, whole, whole, np.array([1]))[0]
+    by_itself = alone(ops, phases, whole, whole, np.array([2]))
+    with_other = alone(ops, phases, whole, whole, np.array([3]))
+    assert system_live(yes, yes, whole, whole, by_itself)[0]
+    assert not system_live(yes, yes, whole, whole, with_other)[0]
+    assert alone(ops, phases, whole, whole, None)[0]
 
 
 def test_the_floor_removes_the_theta_livelock() -> None:
