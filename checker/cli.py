@@ -1017,6 +1017,7 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
     print(f"chunkproof system {policy.name} --prove ({policy.summary})")
     print(f"range (each configuration one request): {_range_words(space.describe())}")
     print(fixed_line(fixed_inputs(policy)))
+    print(f"loops: {info['loops']}")
     for line in report_lines(proofs, info):
         print(line)
     if out.written:
@@ -1073,6 +1074,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
     print(f"chunkproof system {policy.name} ({policy.summary})")
     print(f"range (each configuration one request): {_range_words(space.describe())}")
     print(fixed_line(fixed_inputs(policy)))
+    print(f"loops: {info['loops']}")
     print(
         f"{info['instances']} instances of {info['requests']} requests (max_num_seqs "
         f"{info['max_seqs']}, every budget 1..M per step{threshold_words(info)}), "

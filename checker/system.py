@@ -39,6 +39,7 @@ from chunkproof.spec.scheduler_step import (
     engine_settings,
     request_sets,
     split_action,
+    step_loop_rules,
     threshold_rule,
 )
 from chunkproof.spec.space import Space
@@ -218,6 +219,7 @@ def explore_system(
     info = {
         "requests": requests,
         "max_seqs": max_seqs,
+        "loops": step_loop_rules(policy).describe(),
         "threshold": threshold_rule(policy, any(g[0].threshold > 0 for g in sets), adaptive),
         "adaptive": adaptive,
         "symmetry": symmetry,

@@ -65,6 +65,7 @@ from chunkproof.spec.scheduler_step import (
     action_of,
     describe_state,
     make_scheduler_batch,
+    step_loop_rules,
     threshold_rule,
 )
 from chunkproof.spec.scheduler_step_symbolic import SYMBOLIC_REQUESTS, SymbolicSchedulerStep
@@ -192,6 +193,7 @@ def prove_system(
     info = {
         "requests": requests,
         "max_seqs": max_seqs,
+        "loops": step_loop_rules(policy).describe(),
         "threshold": threshold_rule(policy, positive, adaptive),
         "adaptive": adaptive,
         "depth": depth,

@@ -6,9 +6,11 @@ prelude, ``Step`` record, P0 check, real methods read from a vLLM source tree, c
 budget-cap functions, source loader) around ``schedule()``'s two loops over the requests as
 :class:`~chunkproof.spec.scheduler_step.SchedulerStepModel` models them: the running list in
 order, then the waiting queue in order while budget and a seat remain, each request offered the
-budget left; a zero breaks the waiting loop, or from C9 (0.33) skips a request whose split gave
-more than 0. Every request's chunk comes from the real split and reservation, and for the
-request with encoder items (at most one, as in the model) from the tree's own encoder too
+budget left, a zero doing what the policy's loop rules say (every release: ``continue`` in the
+running loop, ``break`` in the waiting loop, except that from C9 (0.33) a zero after the split
+skips the request; a fork's own rules, read from its ``schedule()``). Every request's chunk
+comes from the real split and reservation, and for the request with encoder items (at most
+one, as in the model) from the tree's own encoder too
 (:data:`chunkproof.checker.repro.ENCODER_STEP`), its cache kept from step to step. Starting from
 the recorded arrival order, the test offers the recorded budgets step by step (with the adaptive
 floor, at the recorded eligible counts; the system properties are judged on one step, so no
@@ -56,9 +58,9 @@ from chunkproof.model.system_counterexample import SystemCounterexample, SystemS
 from chunkproof.spec.properties import PROPERTIES, Property
 from chunkproof.spec.scheduler_step import (
     PHASE_NAMES,
-    SchedulerStepModel,
     engine_settings,
     per_step_theta,
+    step_loop_rules,
 )
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
 
@@ -86,17 +88,13 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
         )
     attributes = [standins(cx, cfg, source_name) for cfg in cx.requests]
     policy = recorded_policy(cx)
-    skips = SchedulerStepModel(policy, ()).skips
+    rules = step_loop_rules(policy)
     rule = _property(cx.property)
     checked = "P0" if cx.property == "P0" else f"P0 and {cx.property}"
-    loops = (
-        "a zero from the split breaks the waiting loop, a later stage's zero skips the request"
-        if skips
-        else "any zero breaks the waiting loop"
-    )
     offered = (
         "the counterexample's budgets step by step to schedule()'s two loops over the requests "
-        f"as chunkproof models them (``schedule`` below: FCFS, {loops}), and asserts {checked}"
+        f"as chunkproof models them (``schedule`` below: FCFS, {rules.describe()}), and "
+        f"asserts {checked}"
     )
     requests = "; ".join(f"#{i}: {cfg.describe()}" for i, cfg in enumerate(cx.requests))
     title = f"{cx.property} {rule.name} breaks on {cx.policy} ({requests})"
@@ -110,10 +108,12 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
         "arrival": repr(list(cx.arrival)),
         "max_seqs": str(cx.max_seqs),
         "whole": str(cx.budget_model().high),
-        "skips": str(skips),
+        "running_zero": repr(rules.running),
+        "split_zero": repr(rules.split),
+        "later_zero": repr(rules.later),
         "theta": str(cx.requests[0].threshold if per_step_theta(policy) else 0),
         "adaptive": str(cx.adaptive),
-        "skip_words": _skip_words(policy.composition, skips),
+        "composition": policy.composition,
         "policy": one_line(cx.policy),
         "recorded": _recorded_literal(cx),
         "test_name": f"test_{name}",
@@ -141,13 +141,6 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
 def _property(pid: str) -> Property:
     """The scheduler step's property ``pid``: P0 (SPEC P) or a system property."""
     return SYSTEM_PROPERTIES[pid] if pid in SYSTEM_PROPERTIES else PROPERTIES[pid]
-
-
-def _skip_words(composition: str, skips: bool) -> str:
-    """The comment on ``SKIPS``: what a waiting request's zero does in ``composition``."""
-    if skips:
-        return f"{composition}: a waiting request's zero after the split skips it (skip_request)"
-    return f"{composition}: every zero of a waiting request breaks the waiting loop"
 
 
 def _list_literal(items: list[str]) -> str:
@@ -278,7 +271,13 @@ PREFILL_ENDS = $prefill_ends  # E = max(P, T - 1) per request: it is done when c
 ARRIVAL = $arrival  # the waiting queue at Init (FCFS), by request label
 MAX_NUM_SEQS = $max_seqs  # max_num_seqs: the most requests the running list holds
 WHOLE_BUDGET = $whole  # M = max_num_batched_tokens: the most tokens one step can offer
-SKIPS = $skips  # $skip_words
+# What a zero does ($composition): RUNNING_ZERO in the running loop (continue: the next
+# running request; break: the loop ends), in the waiting loop SPLIT_ZERO for a zero the split
+# gives and LATER_ZERO for one a later stage gives (break: the loop ends, head-of-line
+# blocking; skip: skip_request, the request keeps its place in the queue)
+RUNNING_ZERO = $running_zero
+SPLIT_ZERO = $split_zero
+LATER_ZERO = $later_zero
 # From C8 (0.31) a request is offered the budget left capped by theta_eff: THETA (the static
 # long_prefill_token_threshold) when two or more requests are eligible, else no cap; 0 here
 # when the policy has no per-step threshold or THETA is off. With ADAPTIVE
@@ -350,11 +349,11 @@ def schedule(
     eligible: int,$encoders_parameter
 ) -> Outcome:
     """One schedule() step over the requests as chunkproof models it (history note 6): the
-    running loop offers each running request in order the budget left and takes its chunk (0:
-    continue) until no budget is left; the waiting loop then offers each waiting request in
-    queue order the budget left while budget and a seat remain, and admits one that gets a
-    chunk to the end of the running list; a zero breaks the loop (SKIPS: a zero after the split
-    skips the request, which keeps its place). A request whose step breaks P0 gets nothing.
+    running loop offers each running request in order the budget left and takes its chunk (a
+    zero: RUNNING_ZERO) until no budget is left; the waiting loop then offers each waiting
+    request in queue order the budget left while budget and a seat remain, and admits one that
+    gets a chunk to the end of the running list (a zero: SPLIT_ZERO or LATER_ZERO, a skipped
+    request keeping its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
     reaches its E is done and leaves both lists. Each request is offered the budget left
     capped by theta_eff (THETA_PER_STEP; ADAPTIVE: floored at WHOLE_BUDGET // ``eligible``,
@@ -368,10 +367,12 @@ def schedule(
     for label in running:
         if left == 0:
             break
-        reached[label] = schedule_step(
+        step = reached[label] = schedule_step(
             vllm, scheduler, c[label], offer(left, theta), label$encoder_of
         )
-        left -= taken(reached[label])
+        left -= taken(step)
+        if RUNNING_ZERO == "break" and unsafe(step) is None and step.chunk == 0:
+            break
     admitted, broke_at, behind = [], None, {}
     for label in waiting:
         if broke_at is not None:
@@ -387,7 +388,7 @@ def schedule(
         if taken(step) > 0:
             admitted.append(label)
             left -= step.chunk
-        elif unsafe(step) is None and not (SKIPS and step.split > 0):
+        elif unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
             broke_at = label
     after = list(c)
     for label, step in reached.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,6 +26,45 @@ FIXED_INPUTS = {
 }
 """The inputs of ``schedule()`` and of the engine that SPEC S3's step fixes, and at which
 value, keyed by the name the code reads (every report names them: :attr:`Policy.fixed`)."""
+
+
+@dataclass(frozen=True)
+class LoopRules:
+    """What a chunk of 0 does in each loop of ``schedule()`` (history note 6), read from its
+    zero tests (``if num_new_tokens == 0:``). ``running``: in the running loop, ``continue``
+    (the next running request; every release) or ``break`` (the running loop ends). In the
+    waiting loop, for a zero the split gives (``split``, the test right after the split, or
+    the first one after it) and for a zero a later stage gives (``later``: the encoder cap,
+    the reservation): ``break`` ends the waiting loop (head-of-line blocking), ``skip`` is a
+    call that takes the request out of the queue, then ``continue`` (0.33's
+    ``skip_request``), and ``continue`` alone leaves the request at the head of the queue,
+    where the next turn of the loop finds it again."""
+
+    running: str = "continue"
+    split: str = "break"
+    later: str = "break"
+    unknown: str = ""
+    """Why ``schedule()``'s zero tests give no rules of this form (the actions then mean
+    nothing); empty when they do."""
+
+    def describe(self) -> str:
+        waiting = (
+            self.split
+            if self.split == self.later
+            else f"{self.split} after the split, {self.later} after a later stage"
+        )
+        return f"running: 0 => {self.running}, waiting: 0 => {waiting}"
+
+
+def variant_loop_rules(composition: str) -> LoopRules | None:
+    """The loop rules of a built-in C-variant (history note 6; ``C9+extra`` is C9: extra
+    stages change no zero test): every zero of the running loop is ``continue``, every zero
+    of the waiting loop ``break``, except that from C9 (0.33) a zero after the split is
+    ``skip_request``; ``None`` for a composition that is no C-variant (``schedule()``)."""
+    match = re.match(r"C(\d+)", composition)
+    if match is None:
+        return None
+    return LoopRules(later="skip" if int(match.group(1)) >= 9 else "break")
 
 
 class StageSource(Protocol):
@@ -84,6 +124,9 @@ class Policy:
     fixed: tuple[str, ...] = tuple(FIXED_INPUTS.values())
     """What the model fixes of the code it stands for (:data:`FIXED_INPUTS`): all of them for
     a built-in composition, those its ``schedule()`` reads for one read from source."""
+    loop_rules: LoopRules | None = None
+    """What a zero does in each loop, read from the ``schedule()`` of a policy read from
+    source; ``None``: those of its composition's C-variant (:meth:`rules`)."""
 
     @property
     def file_stem(self) -> str:
@@ -93,6 +136,12 @@ class Policy:
     def accepts(self, cfg: Config) -> str | None:
         """``None`` if the release accepts ``cfg`` at start-up, else why it refuses it."""
         return next((rule.reason for rule in self.acceptance if not rule.holds(cfg)), None)
+
+    def rules(self) -> LoopRules | None:
+        """The loop rules the scheduler step runs: those read from ``schedule()``, else those
+        of the composition's C-variant (:func:`variant_loop_rules`); ``None`` when neither
+        is known."""
+        return self.loop_rules or variant_loop_rules(self.composition)
 
     def stage(self, name: str) -> Stage | None:
         """The stage called ``name``, if this policy has one."""

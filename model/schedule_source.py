@@ -68,7 +68,7 @@ from chunkproof.model import stages as builtin_stages
 from chunkproof.model.class_source import ClassLoader, ClassValue, FunctionValue
 from chunkproof.model.errors import PolicyError
 from chunkproof.model.extraction import RESERVE_METHOD, SPLIT_METHOD
-from chunkproof.model.policy import FIXED_INPUTS
+from chunkproof.model.policy import FIXED_INPUTS, LoopRules
 from chunkproof.model.source_model import interpret
 from chunkproof.model.subset import SubsetFunction, Value
 
@@ -78,6 +78,8 @@ START = "chunkproof_c0"
 """The synthesized stages' parameters for c and c0 (names no vLLM code uses)."""
 ENCODER_METHOD = "_try_schedule_encoder_inputs"
 COMMIT = "allocate_slots"
+POP = "pop_request"
+"""What takes a request out of its queue (``RequestQueue.pop_request``)."""
 
 ANCHORS = ("split", "reservation")
 """Stage kinds both loops must call in the same order."""
@@ -236,9 +238,78 @@ class Composition:
             parts.append(f"{loop.role}: 0 => {'/'.join(dict.fromkeys(actions)) or 'none'}")
         return ", ".join(parts)
 
+    def loop_rules(self) -> LoopRules:
+        """What a zero does in each loop (:class:`~chunkproof.model.policy.LoopRules`), read
+        from the zero tests a request with encoder items reaches (the encoder cap's own test
+        included): in the running loop the action of every one; in the waiting loop the action
+        of the first after the split, which every one before it must share (a zero before the
+        split stays 0 through it), and that of every one after it (the first's, if none is).
+        ``unknown`` says why there are no such rules (:func:`_unruled`), or which tests of one
+        part disagree."""
+        running = [e for e in self.running.events if _reached(e)]
+        waiting = [e for e in self.waiting.events if _reached(e)]
+        problem = _unruled("running", running) or _unruled("waiting", waiting)
+        if problem:
+            return LoopRules(unknown=problem)
+        split = next(i for i, e in enumerate(waiting) if e.kind == "split")
+        first = next(i for i, e in enumerate(waiting) if e.kind == "zero" and i > split)
+        parts = {
+            "running loop": _actions(running),
+            "waiting loop up to the split": _actions(waiting[: first + 1]),
+            "waiting loop after the split": _actions(waiting[first + 1 :]),
+        }
+        if not parts["waiting loop after the split"]:
+            parts["waiting loop after the split"] = parts["waiting loop up to the split"]
+        for where, actions in parts.items():
+            if len(actions) > 1:
+                return LoopRules(
+                    unknown=f"the zero tests of the {where} disagree ({', '.join(actions)})"
+                )
+        return LoopRules(*(actions[0] for actions in parts.values()))
+
     def describe(self) -> str:
         stages = [_short(e) for e in self.running.active if e.kind not in ("zero",)]
         return " > ".join(dict.fromkeys(stages))
+
+
+LOOP_ACTIONS = ("continue", "break", "skip")
+"""What a zero test can do that the scheduler step models (:class:`LoopRules`)."""
+STAGE_KINDS = frozenset({"split", "encoder", "reservation", "extra"})
+"""Events whose store to n can make it 0."""
+ENCODER_GUARD = "request.has_encoder_inputs"
+
+
+def _reached(event: Event) -> bool:
+    """Whether a request with encoder items reaches ``event`` under the model's other
+    assumptions (the encoder cap and the tests it guards included)."""
+    if event.kind in INACTIVE and event.kind != "encoder":
+        return False
+    guards = tuple(g for g in event.guards if ast.unparse(g[0]) != ENCODER_GUARD)
+    return not _guards_false(guards)
+
+
+def _unruled(role: str, events: list[Event]) -> str:
+    """Why the reached ``events`` of the ``role`` loop give no loop rules: an exit test other
+    than ``n == 0``, an action the step does not model, no split (waiting loop), or a stage
+    after the last zero test (its zero would reach the commit); empty when they give them."""
+    exits = [e for e in events if e.kind == "exit"]
+    if exits:
+        return f"the {role} loop leaves on another test than a zero ({exits[0].text()})"
+    odd = [e for e in events if e.kind == "zero" and e.action not in LOOP_ACTIONS]
+    if odd:
+        return f"the {role} loop's zero test {odd[0].text()} does {odd[0].action or 'nothing'}"
+    kinds = [e.kind for e in events]
+    if role == "waiting" and ("split" not in kinds or "zero" not in kinds[kinds.index("split") :]):
+        return "the waiting loop tests no zero after the split"
+    last = max((i for i, kind in enumerate(kinds) if kind == "zero"), default=-1)
+    if any(kind in STAGE_KINDS for kind in kinds[last + 1 :]):
+        return f"a stage of the {role} loop comes after its last zero test"
+    return ""
+
+
+def _actions(events: list[Event]) -> list[str]:
+    """The distinct actions of the zero tests of ``events``, in order."""
+    return list(dict.fromkeys(e.action for e in events if e.kind == "zero"))
 
 
 def _short(event: Event) -> str:
@@ -285,8 +356,9 @@ def extract_composition(
     first = min(loop.lineno for loop in loops)
     prologue = [s for s in node.body if s.lineno < first]
     chains = {}
+    removers = _removers(node)
     for role, loop in roles.items():
-        walker = _Walker(role)
+        walker = _Walker(role, removers)
         walker.walk(loop.body, ())
         if not walker.events or walker.commit is None:
             raise PolicyError(
@@ -386,18 +458,43 @@ def _names(node: ast.AST) -> set[str]:
     return out
 
 
-def _exit_action(body: list[ast.stmt]) -> str:
-    """What an exit test's body does: ``continue``, ``break``, ``skip`` (a call of a function
-    of ``schedule()`` then ``continue``), ``return``; empty when it does not leave the loop."""
+def _exit_action(body: list[ast.stmt], removers: frozenset[str]) -> str:
+    """What an exit test's body does: ``continue``, ``break``, ``skip`` (``continue`` after a
+    call that takes the request out of its queue: ``*.pop_request(...)``, or a function of
+    ``schedule()`` that calls it, ``removers``, as 0.33's ``skip_request``), ``return``; empty
+    when it does not leave the loop. A ``continue`` after other calls only (a log line) is a
+    ``continue``."""
     last = body[-1] if body else None
     if isinstance(last, ast.Continue):
-        calls = [s for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)]
-        return "skip" if calls else "continue"
+        return "skip" if any(_removes(s, removers) for s in body) else "continue"
     if isinstance(last, ast.Break):
         return "break"
     if isinstance(last, ast.Return):
         return "return"
     return ""
+
+
+def _removes(stmt: ast.stmt, removers: frozenset[str]) -> bool:
+    """Whether ``stmt`` calls ``*.pop_request(...)`` or a function named in ``removers``."""
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == POP:
+                return True
+            if isinstance(func, ast.Name) and func.id in removers:
+                return True
+    return False
+
+
+def _removers(function: ast.FunctionDef) -> frozenset[str]:
+    """The functions defined in ``function``'s body that call ``*.pop_request(...)``."""
+    return frozenset(
+        node.name
+        for node in ast.walk(function)
+        if isinstance(node, ast.FunctionDef)
+        and node is not function
+        and any(_removes(stmt, frozenset()) for stmt in node.body)
+    )
 
 
 def _is_zero_test(test: ast.expr) -> bool:
@@ -421,8 +518,9 @@ def _is_zero_test(test: ast.expr) -> bool:
 class _Walker:
     """Linearises one loop body into events (module docstring, points 2-3)."""
 
-    def __init__(self, role: str) -> None:
+    def __init__(self, role: str, removers: frozenset[str]) -> None:
         self.role = role
+        self.removers = removers
         self.events: list[Event] = []
         self.commit: int | None = None
         self.started = False
@@ -540,7 +638,7 @@ class _Walker:
 
     def test(self, s: ast.If, guards: tuple[tuple[ast.expr, bool], ...]) -> bool:
         """An ``if`` testing n; True when it is an event (not walked into)."""
-        action = _exit_action(s.body)
+        action = _exit_action(s.body, self.removers)
         if _is_zero_test(s.test) and action and not s.orelse:
             self.add("zero", s, guards, action=action)
             return True

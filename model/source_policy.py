@@ -462,6 +462,7 @@ def _build(
         source_sha256=sha,
         options=_options(compose, overrides, class_name, base),
         fixed=fixed,
+        loop_rules=None if composition is None else composition.loop_rules(),
     )
 
 

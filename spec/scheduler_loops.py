@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from chunkproof.model.policy import LoopRules
+
 RUNNING, WAITING, FINISHED = 0, 1, 2
 """Phase codes, in the order a row lists the positions."""
 
@@ -115,26 +117,30 @@ def schedule_step(
     budget: Any,
     cap: Callable[[Any], Any],
     max_seqs: int,
-    skips: bool,
+    rules: LoopRules,
 ) -> Outcome:
     """The two loops of ``schedule()`` (history note 6) at budget ``budget``, each request
-    offered ``cap(budget left)``. Running loop: each running request in order gets its chunk;
-    0 is ``continue``; the loop stops when no budget is left. Waiting loop: the waiting
-    requests in queue order while budget and a seat (``max_seqs``) remain; a request that gets
-    a chunk is admitted; a zero breaks the loop, except that with ``skips`` (C9) a zero after
-    the split is ``skip_request``. Every waiting request behind a break is run at the budget
-    left, for HOL."""
+    offered ``cap(budget left)``, a zero doing what ``rules`` say. Running loop: each running
+    request in order gets its chunk; a zero is ``continue`` (every release) or ``break``; the
+    loop stops when no budget is left. Waiting loop: the waiting requests in queue order while
+    budget and a seat (``max_seqs``) remain; a request that gets a chunk is admitted; a zero
+    the split gives, and one a later stage gives, each breaks the loop (every release; a
+    ``continue`` alone is refused before) or is ``skip_request`` (from C9, a later stage's).
+    Every waiting request behind a break is run at the budget left, for HOL."""
     k = len(phase)
     chunk: list[Any] = []
     offered: list[Any] = []
-    left, unsafe = budget, ops.false
+    left, unsafe, stopped = budget, ops.false, ops.false
     for p in range(k):
-        reach = ops.all_(phase[p] == RUNNING, left > 0)
+        reach = ops.all_(phase[p] == RUNNING, left > 0, ops.not_(stopped))
         offer = cap(left)
         got = stages(p, c[p], offer, reach)
         chunk.append(ops.where(ops.all_(reach, ops.not_(got.unsafe)), got.chunk, 0))
         offered.append(ops.where(reach, offer, 0))
         unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
+        if rules.running == "break":
+            zero = ops.all_(reach, ops.not_(got.unsafe), got.chunk == 0)
+            stopped = ops.any_(stopped, zero)
         left = left - chunk[p]
     admitted: list[Any] = []
     seated = sum(ops.where(ph == RUNNING, 1, 0) for ph in phase)
@@ -148,7 +154,9 @@ def schedule_step(
         fits = ops.all_(ops.not_(got.unsafe), got.chunk > 0)
         behind_fit = ops.any_(behind_fit, ops.all_(behind, fits))
         zero = ops.all_(ops.not_(got.unsafe), got.chunk == 0)
-        stop = ops.all_(zero, got.split <= 0) if skips else zero
+        breaks = [got.split <= 0] if rules.split == "break" else []
+        breaks += [got.split > 0] if rules.later == "break" else []
+        stop = ops.all_(zero, ops.any_(*breaks)) if breaks else ops.false
         broke = ops.any_(broke, ops.all_(reach, stop))
         admitted.append(ops.all_(reach, fits))
         seated = seated + ops.where(admitted[p], 1, 0)

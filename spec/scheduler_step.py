@@ -32,12 +32,12 @@
   An action is one integer (:data:`ACTION_STRIDE`).
 * Next (history note 6; the rules written once for this model and its symbolic form:
   :func:`~chunkproof.spec.scheduler_loops.schedule_step`): the running loop visits the
-  running requests in order with
-  token_budget = b; each gets n from the policy's own stages (:func:`chunkproof.model.step.
-  vectorised_stages`) at (c, token_budget) and token_budget -= n; n = 0 is ``continue``. The
-  loop stops when token_budget is 0. Then the waiting loop visits the waiting requests in
-  queue order while token_budget > 0 and the running list has fewer than ``max_seqs``
-  requests (no preemption: the model has no KV allocation to fail). Each request is offered
+  running requests in order with token_budget = b; each gets n from the policy's own stages
+  (:func:`chunkproof.model.step.vectorised_stages`) at (c, token_budget) and token_budget -=
+  n; n = 0 is ``continue`` (in every release; the loop rules below). The loop stops when
+  token_budget is 0. Then the waiting loop visits the waiting requests in queue order while
+  token_budget > 0 and the running list has fewer than ``max_seqs`` requests (no preemption:
+  the model has no KV allocation to fail). Each request is offered
   the budget left, capped from C8 (0.31) by the per-step threshold theta_eff (history note 6,
   running loop step 2): theta when more than one request is eligible, else 0 (off). The
   eligible requests are the instance's unfinished ones, plus one when b < M (the rest of M
@@ -50,8 +50,11 @@
   with n > 0 joins the end of the running list; a zero **breaks** the loop (head-of-line
   blocking) in every release, except that from 0.33 (C9) a zero after the split (from the
   encoder cap or the reservation) is ``skip_request`` + ``continue``: the request stays at its
-  place in the queue. Skipped requests precede every request the loop did not reach, so both
-  lists keep their order in every step (the basis of :mod:`chunkproof.spec.system_properties`'
+  place in the queue. These loop rules (:class:`~chunkproof.model.policy.LoopRules`) are read
+  from the ``schedule()`` of a policy read from source, so a fork's own (a ``break`` in the
+  running loop, a skip after the split) is what the step runs (:func:`step_loop_rules`).
+  Skipped requests precede every request the loop did not reach, so both lists keep their
+  order in every step (the basis of :mod:`chunkproof.spec.system_properties`'
   cycles-are-self-loops argument).
 * Properties: P0 (a stage that runs raises or leaves [0, its input]; such a step does not lead
   on), and the system properties S-LIVE, HOL, STARVE
@@ -78,7 +81,7 @@ import numpy as np
 
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
-from chunkproof.model.policy import Policy
+from chunkproof.model.policy import LoopRules, Policy
 from chunkproof.model.stages import cap_lone_request, cap_static_threshold
 from chunkproof.model.step import stage_order, unsafe_lanes, vectorised_stages
 from chunkproof.spec import system_properties as sysprops
@@ -280,17 +283,16 @@ class SchedulerStepModel:
     """``long_prefill_token_threshold_adaptive`` (module docstring, Actions)."""
 
     def __post_init__(self) -> None:
-        loop_variant(self.policy)
+        step_loop_rules(self.policy)
         if self.adaptive:
             check_adaptive(self.policy)
         for group in self.instances:
             _check_instance(self.policy, group)
 
     @property
-    def skips(self) -> bool:
-        """Whether a waiting request's zero after the split is ``skip_request`` + ``continue``
-        rather than ``break`` (C9, 0.33; history note 6)."""
-        return loop_variant(self.policy) >= 9
+    def rules(self) -> LoopRules:
+        """What a zero does in each loop (:func:`step_loop_rules`)."""
+        return step_loop_rules(self.policy)
 
     def batches(self) -> Iterator[SchedulerBatch]:
         """The instances, grouped by size and their requests' :func:`batch_key` values, at
@@ -406,7 +408,7 @@ class SchedulerStepModel:
         phases, cs = list(phase.T), list(c.T)
         at = self._at(batch, request_rows)
         cap = self._cap(ops, batch, inst, phases, budget, eligible)
-        done = schedule_step(ops, phases, cs, at, budget, cap, self.max_seqs, self.skips)
+        done = schedule_step(ops, phases, cs, at, budget, cap, self.max_seqs, self.rules)
         chunk, admitted = np.stack(done.chunk, axis=1), np.stack(done.admitted, axis=1)
         after = c + chunk
         finished = after >= batch.requests.end[request_rows]
@@ -545,28 +547,39 @@ def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:
         check_threshold_cap(policy)
 
 
-def loop_variant(policy: Policy) -> int:
-    """The number of the C-variant whose loop rules ``policy``'s ``schedule()`` has (history
-    note 6; ``C9+extra`` is 9: extra stages change no loop rule). A ``schedule()`` read from
-    source that matches no C-variant is refused: the step model runs a release's rules."""
-    match = re.match(r"C(\d+)", policy.composition)
-    if match is None:
+def step_loop_rules(policy: Policy) -> LoopRules:
+    """The loop rules the step runs for ``policy`` (:meth:`~chunkproof.model.policy.Policy.
+    rules`: read from its ``schedule()``, or its C-variant's). Refused: rules that are unknown,
+    and a waiting loop whose zero is ``continue`` alone, which leaves the request at the head
+    of the queue, where the loop finds it again: ``schedule()`` never returns."""
+    rules = policy.rules()
+    if rules is None:
         raise ConfigError(
-            f"scheduler step: the schedule() of {policy.name} matches none of the releases' "
-            "loops (C1-C9), whose rules the scheduler step runs"
+            f"scheduler step: {policy.name} has no loop rules (its composition "
+            f"{policy.composition} is none of the releases' C1-C9)"
         )
-    return int(match.group(1))
+    if rules.unknown:
+        raise ConfigError(f"scheduler step: the schedule() of {policy.name}: {rules.unknown}")
+    if "continue" in (rules.split, rules.later):
+        raise ConfigError(
+            f"scheduler step: the waiting loop of {policy.name}'s schedule() answers a zero "
+            "with continue alone: the request stays at the head of the queue and schedule() "
+            "tests it again for ever"
+        )
+    return rules
 
 
 def check_threshold_cap(policy: Policy) -> None:
-    """Under C8-C9 a threshold > 0 needs the release's threshold cap (static or per step): a
-    cap of the policy's own code could read the eligible requests in any way."""
+    """Under C8-C9, or a ``schedule()`` of no C-variant, a threshold > 0 needs the release's
+    threshold cap (static or per step): a cap of the policy's own code could read the
+    eligible requests in any way."""
     cap = policy.stage("cap")
     known = cap is not None and cap.function in (cap_lone_request, cap_static_threshold)
-    if loop_variant(policy) >= 8 and not known:
+    variant = re.match(r"C(\d+)", policy.composition)
+    if not known and (variant is None or int(variant.group(1)) >= 8):
         raise ConfigError(
-            "scheduler step: a threshold under C8-C9 needs the release's threshold cap; "
-            "this policy's cap is its own code"
+            "scheduler step: a threshold under C8-C9 (or a schedule() of no C-variant) needs "
+            "the release's threshold cap; this policy's cap is its own code"
         )
 
 

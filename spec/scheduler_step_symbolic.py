@@ -67,10 +67,10 @@ from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
     REQUEST_FIELDS,
     SCHEDULER_PROPERTIES,
-    SchedulerStepModel,
     check_adaptive,
     check_threshold_cap,
     per_step_theta,
+    step_loop_rules,
 )
 from chunkproof.spec.space import INPUT_NAMES
 
@@ -122,7 +122,7 @@ class SymbolicSchedulerStep:
         self.policy, self.cell, self.k, self.max_seqs = policy, cell, k, max_seqs
         self.adaptive = adaptive
         self.properties = SCHEDULER_PROPERTIES
-        self.skips = SchedulerStepModel(policy, ()).skips
+        self.rules = step_loop_rules(policy)
         self.request = SymbolicRequest(policy, cell, None, main=False)
         own = [p for p in self.request.parameters if _per_request(str(p))]
         shared = [p for p in self.request.parameters if not _per_request(str(p))]
@@ -196,7 +196,7 @@ class SymbolicSchedulerStep:
             b,
             cap,
             self.max_seqs,
-            self.skips,
+            self.rules,
         )
         mine = [[rank[i] == p for p in range(k)] for i in range(k)]
         got_chunk = [_pick(mine[i], done.chunk) for i in range(k)]

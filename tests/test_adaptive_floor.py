@@ -37,7 +37,6 @@ from chunkproof.spec.scheduler_loops import WAITING, alone
 from chunkproof.spec.scheduler_step import (
     SchedulerStepModel,
     eligible_choices,
-    loop_variant,
     make_scheduler_batch,
     numpy_ops,
     split_action,
@@ -245,8 +244,9 @@ def test_the_engines_agree_with_the_floor() -> None:
 @pytest.mark.fidelity
 def test_a_fork_with_another_floor_is_refused(cli: Cli, tmp_path: Path) -> None:
     """The per-step threshold is the release's only with the release's floor: a copy of 0.33.0
-    whose floor halves the fair share matches none of the releases' loops, and the scheduler
-    step refuses it in one line (exit 2); the unedited copy runs."""
+    whose floor halves the fair share matches none of the releases' loops: its cap is its own
+    code, which the scheduler step refuses under a threshold in one line (exit 2); the
+    unedited copy runs."""
     root = copy_release("0.33.0", tmp_path / "fork", with_manifest=False)
     scheduler = root / SCHEDULER_FILE
     text = scheduler.read_text()
@@ -256,15 +256,7 @@ def test_a_fork_with_another_floor_is_refused(cli: Cli, tmp_path: Path) -> None:
     scheduler.write_text(text.replace("// num_eligible_reqs", "// (2 * num_eligible_reqs)"))
     run = cli("system", str(scheduler), *ARGV, *out)
     assert run.code == 2 and run.err.count("\n") == 1, run.err
-    assert "matches none of the releases' loops" in run.err
-
-
-def test_the_loop_rules_are_the_variants() -> None:
-    """Extra stages keep the variant's loop rules; a schedule() of no variant is refused."""
-    policy = get_builtin("vllm-0.33")
-    assert loop_variant(replace(policy, composition="C9+extra:_grid_stop")) == 9
-    with pytest.raises(ConfigError, match="matches none"):
-        loop_variant(replace(policy, composition="schedule()"))
+    assert "needs the release's threshold cap" in run.err
 
 
 def test_every_state_gets_every_budget_with_its_choices() -> None:

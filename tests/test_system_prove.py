@@ -27,6 +27,7 @@ from chunkproof.checker.system_counterexamples import build
 from chunkproof.checker.system_prove import BOUNDED, prove_system, replayed
 from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.builtin import get_builtin
+from chunkproof.model.policy import LoopRules
 from chunkproof.proofs import isolated
 from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.certificate import holds, recheck
@@ -113,7 +114,7 @@ def test_a_trace_that_does_not_replay_is_an_error() -> None:
     policy = get_builtin("vllm-0.33")
     (cell,) = cells(space_of(RESERVATION))
     model = SymbolicSchedulerStep(policy, cell, 2)
-    model.skips = False
+    model.rules = LoopRules()
     found = bounded_search(model, "HOL", 2, [z3.Sum(model.tokens)], 60_000)
     assert isinstance(found, SolverTrace)
     with pytest.raises(ModelMismatch):

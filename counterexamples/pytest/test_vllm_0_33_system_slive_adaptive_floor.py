@@ -7,10 +7,10 @@ The test reads the real Scheduler._mamba_block_aligned_split and
 Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not imported: no
 torch, no GPU), runs them on stand-ins holding exactly the values below, offers the
 counterexample's budgets step by step to schedule()'s two loops over the requests as
-chunkproof models them (``schedule`` below: FCFS, a zero from the split breaks the waiting
-loop, a later stage's zero skips the request), and asserts P0 and S-LIVE on every step (P0:
-the code raises, or a stage returns a value outside [0, its input]). It fails while the bug
-is in the code and passes once it is fixed.
+chunkproof models them (``schedule`` below: FCFS, running: 0 => continue, waiting: 0 =>
+break after the split, skip after a later stage), and asserts P0 and S-LIVE on every step
+(P0: the code raises, or a stage returns a value outside [0, its input]). It fails while the
+bug is in the code and passes once it is fixed.
 
 The source tree: $CHUNKPROOF_VLLM_SOURCE (the root of a vLLM checkout or unpacked wheel),
 else the installed vllm (located, not imported).
@@ -151,7 +151,13 @@ PREFILL_ENDS = [3, 5]  # E = max(P, T - 1) per request: it is done when c reache
 ARRIVAL = [0, 1]  # the waiting queue at Init (FCFS), by request label
 MAX_NUM_SEQS = 256  # max_num_seqs: the most requests the running list holds
 WHOLE_BUDGET = 8  # M = max_num_batched_tokens: the most tokens one step can offer
-SKIPS = True  # C9: a waiting request's zero after the split skips it (skip_request)
+# What a zero does (C9): RUNNING_ZERO in the running loop (continue: the next
+# running request; break: the loop ends), in the waiting loop SPLIT_ZERO for a zero the split
+# gives and LATER_ZERO for one a later stage gives (break: the loop ends, head-of-line
+# blocking; skip: skip_request, the request keeps its place in the queue)
+RUNNING_ZERO = 'continue'
+SPLIT_ZERO = 'break'
+LATER_ZERO = 'skip'
 # From C8 (0.31) a request is offered the budget left capped by theta_eff: THETA (the static
 # long_prefill_token_threshold) when two or more requests are eligible, else no cap; 0 here
 # when the policy has no per-step threshold or THETA is off. With ADAPTIVE
@@ -275,11 +281,11 @@ def schedule(
     eligible: int,
 ) -> Outcome:
     """One schedule() step over the requests as chunkproof models it (history note 6): the
-    running loop offers each running request in order the budget left and takes its chunk (0:
-    continue) until no budget is left; the waiting loop then offers each waiting request in
-    queue order the budget left while budget and a seat remain, and admits one that gets a
-    chunk to the end of the running list; a zero breaks the loop (SKIPS: a zero after the split
-    skips the request, which keeps its place). A request whose step breaks P0 gets nothing.
+    running loop offers each running request in order the budget left and takes its chunk (a
+    zero: RUNNING_ZERO) until no budget is left; the waiting loop then offers each waiting
+    request in queue order the budget left while budget and a seat remain, and admits one that
+    gets a chunk to the end of the running list (a zero: SPLIT_ZERO or LATER_ZERO, a skipped
+    request keeping its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
     reaches its E is done and leaves both lists. Each request is offered the budget left
     capped by theta_eff (THETA_PER_STEP; ADAPTIVE: floored at WHOLE_BUDGET // ``eligible``,
@@ -293,10 +299,12 @@ def schedule(
     for label in running:
         if left == 0:
             break
-        reached[label] = schedule_step(
+        step = reached[label] = schedule_step(
             vllm, scheduler, c[label], offer(left, theta), label
         )
-        left -= taken(reached[label])
+        left -= taken(step)
+        if RUNNING_ZERO == "break" and unsafe(step) is None and step.chunk == 0:
+            break
     admitted, broke_at, behind = [], None, {}
     for label in waiting:
         if broke_at is not None:
@@ -312,7 +320,7 @@ def schedule(
         if taken(step) > 0:
             admitted.append(label)
             left -= step.chunk
-        elif unsafe(step) is None and not (SKIPS and step.split > 0):
+        elif unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
             broke_at = label
     after = list(c)
     for label, step in reached.items():

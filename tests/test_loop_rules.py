@@ -1,0 +1,174 @@
+"""The loop rules of the scheduler step read from ``schedule()`` (issue 11 item 2: what a zero
+does in each loop; history note section 6).
+
+Every release's ``schedule()`` gives its C-variant's rules (fidelity). Small ``schedule()``
+sources written here (never vLLM text: the shape of tests/test_schedule_composition.py) pin
+the rules a fork can have and what the step makes of each: a ``break`` in the running loop
+leaves the running requests after a zero unoffered, a skip after the split ends head-of-line
+blocking (both engines agree), and rules the step cannot run are one-line errors naming the
+test: a ``continue`` alone in the waiting loop (``schedule()`` would test the same request
+for ever), zero tests that disagree, a stage after the last zero test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import Cli
+from test_fidelity import RELEASES
+from test_schedule_composition import (
+    QUARTER,
+    RESERVE_RUNNING,
+    RESERVE_WAITING,
+    SPLIT_RUNNING,
+    SPLIT_WAITING,
+    write_scheduler,
+)
+
+from chunkproof.checker.report import PROVED, VIOLATED
+from chunkproof.checker.system import explore_system
+from chunkproof.checker.system_prove import BOUNDED, prove_system
+from chunkproof.model.builtin import policy_for_release
+from chunkproof.model.errors import ConfigError
+from chunkproof.model.loading import resolve_policy
+from chunkproof.model.policy import LoopRules, variant_loop_rules
+from chunkproof.model.source_policy import source_composition
+from chunkproof.spec.scheduler_loops import RUNNING, WAITING, Got, Ops, schedule_step
+from chunkproof.spec.scheduler_step import step_loop_rules
+from chunkproof.spec.space import Space, grid_from
+
+SKIP_AFTER_SPLIT = SPLIT_WAITING.replace(
+    "break",
+    "self.waiting.pop_request()\n                    self.skipped.append(request)\n"
+    "                    continue",
+)
+"""The waiting loop's split with a zero that takes the request out of the queue (a skip)."""
+ZERO = "            if num_new_tokens == 0:\n                {}\n"
+PLAIN = Ops(
+    all_=lambda *terms: all(terms),
+    any_=lambda *terms: any(terms),
+    not_=lambda term: not term,
+    where=lambda cond, then, other: then if cond else other,
+    div=lambda a, b: a // b,
+    false=False,
+)
+"""The loop rules' connectives on plain Python values."""
+SMALL = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3-9", "max_sched": "6"}
+"""A range where the split's zero breaks the waiting loop of the shape's own rules (HOL)."""
+
+
+@pytest.mark.fidelity
+@pytest.mark.parametrize("version", RELEASES)
+def test_every_release_reads_its_variants_loop_rules(version: str) -> None:
+    """The zero tests of each release's schedule() give the rules of its C-variant (C9:
+    skip after a later stage; before: break in the waiting loop; continue when running)."""
+    composition = source_composition(f"vllm=={version}")
+    assert composition is not None
+    expected = variant_loop_rules(policy_for_release(version).composition)
+    assert composition.loop_rules() == expected
+    assert expected == LoopRules(later="skip" if composition.name == "C9" else "break")
+
+
+def test_a_running_break_leaves_the_requests_after_a_zero_unoffered(tmp_path: Path) -> None:
+    """A fork whose running loop breaks on a zero has that rule; in the step (the loop rules'
+    one definition, on plain integers), two running requests offered 6, the first taking 0:
+    with ``continue`` the second is offered 6 and takes 4, with ``break`` no loop offers it
+    anything and the waiting request behind them gets the budget left."""
+    path = write_scheduler(tmp_path, running_zero="break")
+    assert resolve_policy(str(path)).rules() == LoopRules(running="break")
+    takes = {0: Got(0, 0, False), 1: Got(4, 4, False), 2: Got(2, 2, False)}
+
+    def stages(p: int, c: int, offer: int, where: bool) -> Got:
+        return takes[p]
+
+    phases = [RUNNING, RUNNING, WAITING]
+    outcomes = {
+        action: schedule_step(
+            PLAIN, phases, [4, 4, 0], stages, 6, lambda left: left, 256, LoopRules(running=action)
+        )
+        for action in ("continue", "break")
+    }
+    assert outcomes["continue"].chunk == [0, 4, 2] and outcomes["continue"].offered == [6, 6, 2]
+    assert outcomes["break"].chunk == [0, 0, 2] and outcomes["break"].offered == [6, 0, 6]
+
+
+def test_a_skip_after_the_split_ends_head_of_line_blocking(tmp_path: Path) -> None:
+    """The shape's waiting loop breaks on the split's zero: HOL is violated, by both engines;
+    a copy that skips the request instead has no HOL, by both engines (the bounded search:
+    BOUNDED), and S-LIVE and P0 are unchanged."""
+    space = Space((grid_from(SMALL),))
+    verdicts = {}
+    for name, waiting in (("break", SPLIT_WAITING), ("skip", SKIP_AFTER_SPLIT)):
+        policy = resolve_policy(str(write_scheduler(tmp_path / name, waiting=waiting)))
+        assert policy.rules() == LoopRules(split=name, later=name)
+        explored, _ = explore_system(policy, space, 2)
+        proofs, _ = prove_system(policy, space, 2, depth=3)
+        verdicts[name] = {v.property: v.status for v in explored}
+        assert {p.property: p.status for p in proofs} == {
+            pid: BOUNDED if status == PROVED else status for pid, status in verdicts[name].items()
+        }
+    assert verdicts["break"]["HOL"] == VIOLATED and verdicts["skip"]["HOL"] == PROVED
+    for pid in ("P0", "S-LIVE"):
+        assert verdicts["break"][pid] == verdicts["skip"][pid]
+
+
+@pytest.mark.parametrize("before", ["", "logger.debug(request)\n                    "])
+def test_a_waiting_continue_alone_is_refused(tmp_path: Path, cli: Cli, before: str) -> None:
+    """A zero answered by ``continue`` alone, or after a call that does not take the request
+    out of the queue (a log line), leaves it at the head of the waiting queue: schedule()
+    would test it again for ever. One line, exit 2; the single-request commands still run the
+    policy (its chunk does not depend on the loop)."""
+    waiting = SPLIT_WAITING.replace("break", before + "continue")
+    path = write_scheduler(tmp_path, waiting=waiting)
+    policy = resolve_policy(str(path))
+    assert policy.rules() == LoopRules(split="continue", later="continue")
+    with pytest.raises(ConfigError, match="for ever"):
+        step_loop_rules(policy)
+    run = cli("system", str(path), "--block", "4", "--prompt", "3-5", "--max-sched", "4")
+    assert run.code == 2 and run.err.count("\n") == 1 and "continue alone" in run.err, run.err
+    assert cli("explore", str(path), "--block", "4", "--prompt", "3-5").code in (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("waiting", "why"),
+    [
+        (
+            SPLIT_WAITING
+            + RESERVE_WAITING
+            + ZERO.format("break")
+            + QUARTER
+            + ZERO.format("return"),
+            "does return",
+        ),
+        (
+            SPLIT_WAITING
+            + RESERVE_WAITING
+            + ZERO.format(
+                "self.waiting.pop_request()\n                self.x.append(request)\n"
+                "                continue"
+            )
+            + QUARTER
+            + ZERO.format("break"),
+            "after the split disagree (skip, break)",
+        ),
+        (SPLIT_WAITING + RESERVE_WAITING, "a stage of the waiting loop comes after its last zero"),
+        (
+            SPLIT_WAITING.replace("if num_new_tokens == 0:", "if num_new_tokens < 2:")
+            + RESERVE_WAITING
+            + ZERO.format("break"),
+            "leaves on another test",
+        ),
+    ],
+)
+def test_rules_the_step_cannot_run_are_named(
+    tmp_path: Path, cli: Cli, waiting: str, why: str
+) -> None:
+    """Zero tests of an action the step does not model, that disagree within one part of the
+    waiting loop, a stage after the last one, or another exit test: no rules, and ``system``
+    names why in one line (exit 2)."""
+    path = write_scheduler(tmp_path, waiting=waiting, running=SPLIT_RUNNING + RESERVE_RUNNING)
+    composition = source_composition(str(path))
+    assert composition is not None and why in composition.loop_rules().unknown
+    run = cli("system", str(path), "--block", "4", "--prompt", "3-5", "--max-sched", "4")
+    assert run.code == 2 and run.err.count("\n") == 1 and why in run.err, run.err
