@@ -31,14 +31,14 @@ value, keyed by the name the code reads (every report names them: :attr:`Policy.
 @dataclass(frozen=True)
 class LoopRules:
     """What a chunk of 0 does in each loop of ``schedule()`` (history note 6), read from its
-    zero tests (``if num_new_tokens == 0:``). ``running``: in the running loop, ``continue``
-    (the next running request; every release) or ``break`` (the running loop ends). In the
-    waiting loop, for a zero the split gives (``split``, the test right after the split, or
-    the first one after it) and for a zero a later stage gives (``later``: the encoder cap,
-    the reservation): ``break`` ends the waiting loop (head-of-line blocking), ``skip`` is a
-    call that takes the request out of the queue, then ``continue`` (0.33's
-    ``skip_request``), and ``continue`` alone leaves the request at the head of the queue,
-    where the next turn of the loop finds it again."""
+    zero tests (``if num_new_tokens == 0:``). ``running``: in the running loop; ``split`` and
+    ``later``: in the waiting loop, for a zero the split gives (the test right after the
+    split, or the first one after it) and for a zero a later stage gives (the encoder cap, the
+    reservation). An action is ``break`` (the loop ends: in the waiting loop, head-of-line
+    blocking), ``continue`` (the loop's counter moves past the request: the running loop's
+    ``req_index += 1``), ``skip`` (a call takes the request out of its queue, then
+    ``continue``: 0.33's ``skip_request``; it keeps its place for the next step) or ``stay``
+    (a ``continue`` that does neither: the loop finds the same request again)."""
 
     running: str = "continue"
     split: str = "break"

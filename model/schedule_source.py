@@ -20,8 +20,10 @@ release number:
    the max_model_len cap, the split ``self._mamba_block_aligned_split(...)``, the encoder cap
    ``self._try_schedule_encoder_inputs(...)``, the reservation
    ``self._reserve_prefill_lookahead(...)``, the decode padding, zero tests (``if n == 0:``
-   with what the zero does: ``continue``, ``break``, ``skip_request`` + ``continue``) and other
-   exits. Any other store to n (a call of another method, arithmetic) is an **extra stage**.
+   with what the zero does: ``continue`` past the loop's counter, ``break``, ``skip_request``
+   + ``continue``, or a ``continue`` that stays on the request) and other exits; the zero
+   tests give the loop rules of the scheduler step (:meth:`Composition.loop_rules`). Any
+   other store to n (a call of another method, arithmetic) is an **extra stage**.
 4. **What the model keeps** (SPEC S3, one text-only request in align mode): the initial chunk,
    theta, the budget, the split, the reservation, extra stages and the tests that turn n into
    0. Stages outside the model's assumptions are dropped, and those for an input the model
@@ -272,7 +274,7 @@ class Composition:
         return " > ".join(dict.fromkeys(stages))
 
 
-LOOP_ACTIONS = ("continue", "break", "skip")
+LOOP_ACTIONS = ("continue", "break", "skip", "stay")
 """What a zero test can do that the scheduler step models (:class:`LoopRules`)."""
 STAGE_KINDS = frozenset({"split", "encoder", "reservation", "extra"})
 """Events whose store to n can make it 0."""
@@ -358,7 +360,7 @@ def extract_composition(
     chains = {}
     removers = _removers(node)
     for role, loop in roles.items():
-        walker = _Walker(role, removers)
+        walker = _Walker(role, removers, _names(loop.test))
         walker.walk(loop.body, ())
         if not walker.events or walker.commit is None:
             raise PolicyError(
@@ -458,15 +460,26 @@ def _names(node: ast.AST) -> set[str]:
     return out
 
 
-def _exit_action(body: list[ast.stmt], removers: frozenset[str]) -> str:
-    """What an exit test's body does: ``continue``, ``break``, ``skip`` (``continue`` after a
-    call that takes the request out of its queue: ``*.pop_request(...)``, or a function of
-    ``schedule()`` that calls it, ``removers``, as 0.33's ``skip_request``), ``return``; empty
-    when it does not leave the loop. A ``continue`` after other calls only (a log line) is a
-    ``continue``."""
+def _exit_action(body: list[ast.stmt], removers: frozenset[str], counters: frozenset[str]) -> str:
+    """What an exit test's body does: ``break``, ``return``, or for a ``continue``: ``skip``
+    after a call that takes the request out of its queue (``*.pop_request(...)``, or a
+    function of ``schedule()`` that calls it, ``removers``: 0.33's ``skip_request``),
+    ``continue`` after a step of the loop's counter (``req_index += 1``: a name of the loop's
+    test, ``counters``), else ``stay``: the next turn of the loop finds the same request (a
+    log line does not move it); empty when the body does not leave the loop."""
     last = body[-1] if body else None
     if isinstance(last, ast.Continue):
-        return "skip" if any(_removes(s, removers) for s in body) else "continue"
+        if any(_removes(stmt, removers) for stmt in body):
+            return "skip"
+        steps = [
+            stmt
+            for stmt in body
+            if isinstance(stmt, ast.AugAssign)
+            and isinstance(stmt.op, ast.Add)
+            and isinstance(stmt.target, ast.Name)
+            and stmt.target.id in counters
+        ]
+        return "continue" if steps else "stay"
     if isinstance(last, ast.Break):
         return "break"
     if isinstance(last, ast.Return):
@@ -518,9 +531,10 @@ def _is_zero_test(test: ast.expr) -> bool:
 class _Walker:
     """Linearises one loop body into events (module docstring, points 2-3)."""
 
-    def __init__(self, role: str, removers: frozenset[str]) -> None:
+    def __init__(self, role: str, removers: frozenset[str], counters: set[str]) -> None:
         self.role = role
         self.removers = removers
+        self.counters = frozenset(counters)
         self.events: list[Event] = []
         self.commit: int | None = None
         self.started = False
@@ -638,7 +652,7 @@ class _Walker:
 
     def test(self, s: ast.If, guards: tuple[tuple[ast.expr, bool], ...]) -> bool:
         """An ``if`` testing n; True when it is an event (not walked into)."""
-        action = _exit_action(s.body, self.removers)
+        action = _exit_action(s.body, self.removers, self.counters)
         if _is_zero_test(s.test) and action and not s.orelse:
             self.add("zero", s, guards, action=action)
             return True

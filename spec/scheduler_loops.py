@@ -124,9 +124,10 @@ def schedule_step(
     request in order gets its chunk; a zero is ``continue`` (every release) or ``break``; the
     loop stops when no budget is left. Waiting loop: the waiting requests in queue order while
     budget and a seat (``max_seqs``) remain; a request that gets a chunk is admitted; a zero
-    the split gives, and one a later stage gives, each breaks the loop (every release; a
-    ``continue`` alone is refused before) or is ``skip_request`` (from C9, a later stage's).
-    Every waiting request behind a break is run at the budget left, for HOL."""
+    the split gives, and one a later stage gives, each breaks the loop (every release) or
+    passes the request, which keeps its place (``skip_request`` from C9, a later stage's;
+    ``stay`` is refused before). Every waiting request behind a break is run at the budget
+    left, for HOL."""
     k = len(phase)
     chunk: list[Any] = []
     offered: list[Any] = []

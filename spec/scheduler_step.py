@@ -550,8 +550,9 @@ def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:
 def step_loop_rules(policy: Policy) -> LoopRules:
     """The loop rules the step runs for ``policy`` (:meth:`~chunkproof.model.policy.Policy.
     rules`: read from its ``schedule()``, or its C-variant's). Refused: rules that are unknown,
-    and a waiting loop whose zero is ``continue`` alone, which leaves the request at the head
-    of the queue, where the loop finds it again: ``schedule()`` never returns."""
+    and a zero answered by ``stay`` (``continue`` with the request neither taken out of the
+    queue nor passed by the loop's counter), where the loop finds the same request again and
+    ``schedule()`` never returns."""
     rules = policy.rules()
     if rules is None:
         raise ConfigError(
@@ -560,11 +561,20 @@ def step_loop_rules(policy: Policy) -> LoopRules:
         )
     if rules.unknown:
         raise ConfigError(f"scheduler step: the schedule() of {policy.name}: {rules.unknown}")
-    if "continue" in (rules.split, rules.later):
+    stays = [
+        role
+        for role, action in (
+            ("running", rules.running),
+            ("waiting", rules.split),
+            ("waiting", rules.later),
+        )
+        if action == "stay"
+    ]
+    if stays:
         raise ConfigError(
-            f"scheduler step: the waiting loop of {policy.name}'s schedule() answers a zero "
-            "with continue alone: the request stays at the head of the queue and schedule() "
-            "tests it again for ever"
+            f"scheduler step: the {stays[0]} loop of {policy.name}'s schedule() answers a zero "
+            "with a continue that neither takes the request out of its queue nor moves past "
+            "it: the loop finds the same request again and schedule() never returns"
         )
     return rules
 

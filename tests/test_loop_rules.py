@@ -6,8 +6,8 @@ sources written here (never vLLM text: the shape of tests/test_schedule_composit
 the rules a fork can have and what the step makes of each: a ``break`` in the running loop
 leaves the running requests after a zero unoffered, a skip after the split ends head-of-line
 blocking (both engines agree), and rules the step cannot run are one-line errors naming the
-test: a ``continue`` alone in the waiting loop (``schedule()`` would test the same request
-for ever), zero tests that disagree, a stage after the last zero test.
+test: a ``continue`` that stays on the same request (``schedule()`` would never return), zero
+tests that disagree, a stage after the last zero test, another exit test.
 """
 
 from __future__ import annotations
@@ -113,20 +113,30 @@ def test_a_skip_after_the_split_ends_head_of_line_blocking(tmp_path: Path) -> No
         assert verdicts["break"][pid] == verdicts["skip"][pid]
 
 
-@pytest.mark.parametrize("before", ["", "logger.debug(request)\n                    "])
-def test_a_waiting_continue_alone_is_refused(tmp_path: Path, cli: Cli, before: str) -> None:
-    """A zero answered by ``continue`` alone, or after a call that does not take the request
-    out of the queue (a log line), leaves it at the head of the waiting queue: schedule()
-    would test it again for ever. One line, exit 2; the single-request commands still run the
-    policy (its chunk does not depend on the loop)."""
-    waiting = SPLIT_WAITING.replace("break", before + "continue")
-    path = write_scheduler(tmp_path, waiting=waiting)
+@pytest.mark.parametrize(
+    ("loop", "body"),
+    [
+        ("waiting", "continue"),
+        ("waiting", "logger.debug(request)\n                    continue"),
+        ("running", "continue"),
+    ],
+)
+def test_a_continue_that_stays_is_refused(tmp_path: Path, cli: Cli, loop: str, body: str) -> None:
+    """A zero answered by a ``continue`` that neither takes the request out of the waiting
+    queue (a log line does not) nor steps the running loop's ``req_index`` past it: the loop
+    finds the same request again, so schedule() would never return. One line, exit 2; the
+    single-request commands still run the policy (its chunk does not depend on the loop)."""
+    if loop == "waiting":
+        path = write_scheduler(tmp_path, waiting=SPLIT_WAITING.replace("break", body))
+    else:
+        path = write_scheduler(tmp_path, running_zero=body)
     policy = resolve_policy(str(path))
-    assert policy.rules() == LoopRules(split="continue", later="continue")
-    with pytest.raises(ConfigError, match="for ever"):
+    rules = policy.rules()
+    assert rules is not None and (rules.running if loop == "running" else rules.split) == "stay"
+    with pytest.raises(ConfigError, match="never returns"):
         step_loop_rules(policy)
     run = cli("system", str(path), "--block", "4", "--prompt", "3-5", "--max-sched", "4")
-    assert run.code == 2 and run.err.count("\n") == 1 and "continue alone" in run.err, run.err
+    assert run.code == 2 and run.err.count("\n") == 1 and f"the {loop} loop" in run.err, run.err
     assert cli("explore", str(path), "--block", "4", "--prompt", "3-5").code in (0, 1)
 
 
