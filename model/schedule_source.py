@@ -246,8 +246,8 @@ class Composition:
         included): in the running loop the action of every one; in the waiting loop the action
         of the first after the split, which every one before it must share (a zero before the
         split stays 0 through it), and that of every one after it (the first's, if none is).
-        ``unknown`` says why there are no such rules (:func:`_unruled`), or which tests of one
-        part disagree."""
+        ``unknown`` says why there are no such rules (:func:`_unruled`), which tests of one
+        part disagree, or that a running request is taken out of a queue."""
         running = [e for e in self.running.events if _reached(e)]
         waiting = [e for e in self.waiting.events if _reached(e)]
         problem = _unruled("running", running) or _unruled("waiting", waiting)
@@ -267,6 +267,11 @@ class Composition:
                 return LoopRules(
                     unknown=f"the zero tests of the {where} disagree ({', '.join(actions)})"
                 )
+        if parts["running loop"] == ["skip"]:
+            return LoopRules(
+                unknown="the running loop's zero test takes the request out of a queue (the "
+                "step keeps a running request in the running list until its prefill ends)"
+            )
         return LoopRules(*(actions[0] for actions in parts.values()))
 
     def describe(self) -> str:

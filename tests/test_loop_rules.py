@@ -140,6 +140,17 @@ def test_a_continue_that_stays_is_refused(tmp_path: Path, cli: Cli, loop: str, b
     assert cli("explore", str(path), "--block", "4", "--prompt", "3-5").code in (0, 1)
 
 
+def test_a_running_zero_that_pops_the_request_is_named(tmp_path: Path, cli: Cli) -> None:
+    """A running loop whose zero takes the request out of a queue has rules the step (which
+    keeps a running request in the running list) cannot run: one line, exit 2."""
+    body = "self.waiting.pop_request()\n                continue"
+    path = write_scheduler(tmp_path, running_zero=body)
+    composition = source_composition(str(path))
+    assert composition is not None and "out of a queue" in composition.loop_rules().unknown
+    run = cli("system", str(path), "--block", "4", "--prompt", "3-5", "--max-sched", "4")
+    assert run.code == 2 and run.err.count("\n") == 1 and "out of a queue" in run.err, run.err
+
+
 @pytest.mark.parametrize(
     ("waiting", "why"),
     [
