@@ -274,7 +274,7 @@ WHOLE_BUDGET = $whole  # M = max_num_batched_tokens: the most tokens one step ca
 # What a zero does ($composition): RUNNING_ZERO in the running loop (continue: the next
 # running request; break: the loop ends), in the waiting loop SPLIT_ZERO for a zero the split
 # gives and LATER_ZERO for one a later stage gives (break: the loop ends, head-of-line
-# blocking; skip: skip_request, the request keeps its place in the queue)
+# blocking; skip, or continue past it: the request keeps its place in the queue)
 RUNNING_ZERO = $running_zero
 SPLIT_ZERO = $split_zero
 LATER_ZERO = $later_zero

@@ -297,8 +297,9 @@ def _reached(event: Event) -> bool:
 
 def _unruled(role: str, events: list[Event]) -> str:
     """Why the reached ``events`` of the ``role`` loop give no loop rules: an exit test other
-    than ``n == 0``, an action the step does not model, no split (waiting loop), or a stage
-    after the last zero test (its zero would reach the commit); empty when they give them."""
+    than ``n == 0``, an action the step does not model, no zero test (in the waiting loop,
+    none after the split), or a stage after the last zero test (its zero would reach the
+    commit); empty when they give them."""
     exits = [e for e in events if e.kind == "exit"]
     if exits:
         return f"the {role} loop leaves on another test than a zero ({exits[0].text()})"
@@ -306,9 +307,11 @@ def _unruled(role: str, events: list[Event]) -> str:
     if odd:
         return f"the {role} loop's zero test {odd[0].text()} does {odd[0].action or 'nothing'}"
     kinds = [e.kind for e in events]
+    if "zero" not in kinds:
+        return f"the {role} loop tests no zero"
     if role == "waiting" and ("split" not in kinds or "zero" not in kinds[kinds.index("split") :]):
         return "the waiting loop tests no zero after the split"
-    last = max((i for i, kind in enumerate(kinds) if kind == "zero"), default=-1)
+    last = max(i for i, kind in enumerate(kinds) if kind == "zero")
     if any(kind in STAGE_KINDS for kind in kinds[last + 1 :]):
         return f"a stage of the {role} loop comes after its last zero test"
     return ""

@@ -175,6 +175,13 @@ def test_a_running_zero_that_pops_the_request_is_named(tmp_path: Path, cli: Cli)
         ),
         (SPLIT_WAITING + RESERVE_WAITING, "a stage of the waiting loop comes after its last zero"),
         (
+            SPLIT_WAITING.replace(
+                "                if num_new_tokens == 0:\n                    break\n", ""
+            )
+            + RESERVE_WAITING,
+            "the waiting loop tests no zero",
+        ),
+        (
             SPLIT_WAITING.replace("if num_new_tokens == 0:", "if num_new_tokens < 2:")
             + RESERVE_WAITING
             + ZERO.format("break"),

@@ -154,7 +154,7 @@ WHOLE_BUDGET = 8  # M = max_num_batched_tokens: the most tokens one step can off
 # What a zero does (C9): RUNNING_ZERO in the running loop (continue: the next
 # running request; break: the loop ends), in the waiting loop SPLIT_ZERO for a zero the split
 # gives and LATER_ZERO for one a later stage gives (break: the loop ends, head-of-line
-# blocking; skip: skip_request, the request keeps its place in the queue)
+# blocking; skip, or continue past it: the request keeps its place in the queue)
 RUNNING_ZERO = 'continue'
 SPLIT_ZERO = 'break'
 LATER_ZERO = 'skip'
