@@ -247,7 +247,8 @@ class Composition:
         of the first after the split, which every one before it must share (a zero before the
         split stays 0 through it), and that of every one after it (the first's, if none is).
         ``unknown`` says why there are no such rules (:func:`_unruled`), which tests of one
-        part disagree, or that a running request is taken out of a queue."""
+        part disagree, that a stage between the split and its test would have its zero taken
+        for a later stage's, or that a running request is taken out of a queue."""
         running = [e for e in self.running.events if _reached(e)]
         waiting = [e for e in self.waiting.events if _reached(e)]
         problem = _unruled("running", running) or _unruled("waiting", waiting)
@@ -267,6 +268,19 @@ class Composition:
                 return LoopRules(
                     unknown=f"the zero tests of the {where} disagree ({', '.join(actions)})"
                 )
+        between = [e for e in waiting[split + 1 : first] if e.kind in STAGE_KINDS]
+        if (
+            between
+            and len(
+                set(parts["waiting loop up to the split"] + parts["waiting loop after the split"])
+            )
+            > 1
+        ):
+            return LoopRules(
+                unknown=f"a stage of the waiting loop ({between[0].text()}) runs between the "
+                "split and its zero test, whose action differs from a later zero's (the step "
+                "tells a split's zero from a later one by the split's value)"
+            )
         if parts["running loop"] == ["skip"]:
             return LoopRules(
                 unknown="the running loop's zero test takes the request out of a queue (the "

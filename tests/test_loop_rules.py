@@ -176,6 +176,15 @@ def test_a_running_zero_that_pops_the_request_is_named(tmp_path: Path, cli: Cli)
         (SPLIT_WAITING + RESERVE_WAITING, "a stage of the waiting loop comes after its last zero"),
         (
             SPLIT_WAITING.replace(
+                "                if num_new_tokens == 0:\n                    break\n",
+                "            num_new_tokens -= num_new_tokens % 4\n" + ZERO.format("break"),
+            )
+            + RESERVE_WAITING
+            + ZERO.format("self.waiting.pop_request()\n                continue"),
+            "runs between the split and its zero test",
+        ),
+        (
+            SPLIT_WAITING.replace(
                 "                if num_new_tokens == 0:\n                    break\n", ""
             )
             + RESERVE_WAITING,
