@@ -269,13 +269,11 @@ class Composition:
                     unknown=f"the zero tests of the {where} disagree ({', '.join(actions)})"
                 )
         between = [e for e in waiting[split + 1 : first] if e.kind in STAGE_KINDS]
-        if (
-            between
-            and len(
-                set(parts["waiting loop up to the split"] + parts["waiting loop after the split"])
-            )
-            > 1
-        ):
+        waiting_actions = {
+            *parts["waiting loop up to the split"],
+            *parts["waiting loop after the split"],
+        }
+        if between and len(waiting_actions) > 1:
             return LoopRules(
                 unknown=f"a stage of the waiting loop ({between[0].text()}) runs between the "
                 "split and its zero test, whose action differs from a later zero's (the step "
@@ -303,8 +301,6 @@ ENCODER_GUARD = "request.has_encoder_inputs"
 def _reached(event: Event) -> bool:
     """Whether a request with encoder items reaches ``event`` under the model's other
     assumptions (the encoder cap and the tests it guards included)."""
-    if event.kind in INACTIVE and event.kind != "encoder":
-        return False
     guards = tuple(g for g in event.guards if ast.unparse(g[0]) != ENCODER_GUARD)
     return not _guards_false(guards)
 

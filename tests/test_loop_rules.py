@@ -34,7 +34,7 @@ from chunkproof.model.errors import ConfigError
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import LoopRules, variant_loop_rules
 from chunkproof.model.source_policy import source_composition
-from chunkproof.spec.scheduler_loops import RUNNING, WAITING, Got, Ops, schedule_step
+from chunkproof.spec.scheduler_loops import RUNNING, WAITING, Got, Ops, Stages, schedule_step
 from chunkproof.spec.scheduler_step import step_loop_rules
 from chunkproof.spec.space import Space, grid_from
 
@@ -77,11 +77,7 @@ def test_a_running_break_leaves_the_requests_after_a_zero_unoffered(tmp_path: Pa
     anything and the waiting request behind them gets the budget left."""
     path = write_scheduler(tmp_path, running_zero="break")
     assert resolve_policy(str(path)).rules() == LoopRules(running="break")
-    takes = {0: Got(0, 0, False), 1: Got(4, 4, False), 2: Got(2, 2, False)}
-
-    def stages(p: int, c: int, offer: int, where: bool) -> Got:
-        return takes[p]
-
+    stages = fixed_stages([Got(0, 0, False), Got(4, 4, False), Got(2, 2, False)])
     phases = [RUNNING, RUNNING, WAITING]
     outcomes = {
         action: schedule_step(
@@ -91,6 +87,26 @@ def test_a_running_break_leaves_the_requests_after_a_zero_unoffered(tmp_path: Pa
     }
     assert outcomes["continue"].chunk == [0, 4, 2] and outcomes["continue"].offered == [6, 6, 2]
     assert outcomes["break"].chunk == [0, 0, 2] and outcomes["break"].offered == [6, 0, 6]
+
+
+def fixed_stages(takes: list[Got]) -> Stages:
+    """A step that gives the request at position p ``takes[p]`` whatever it is offered."""
+    return lambda p, c, offer, where: takes[p]
+
+
+@pytest.mark.parametrize("split", ["break", "skip"])
+@pytest.mark.parametrize("later", ["break", "skip"])
+def test_each_waiting_zero_does_its_own_action(split: str, later: str) -> None:
+    """Two waiting requests offered 6: the first's zero comes from the split (split value 0)
+    or from a later stage (split value 3, chunk 0); it breaks the loop, leaving the second
+    unoffered, exactly when that zero's action is ``break``, else the second takes 2."""
+    rules = LoopRules(split=split, later=later)
+    for split_value, action in ((0, split), (3, later)):
+        stages = fixed_stages([Got(0, split_value, False), Got(2, 2, False)])
+        done = schedule_step(PLAIN, [WAITING] * 2, [0, 0], stages, 6, lambda left: left, 256, rules)
+        assert done.broke == (action == "break")
+        second = (0, 0) if action == "break" else (6, 2)
+        assert (done.offered[1], done.chunk[1]) == second
 
 
 def test_a_skip_after_the_split_ends_head_of_line_blocking(tmp_path: Path) -> None:
@@ -140,6 +156,32 @@ def test_a_continue_that_stays_is_refused(tmp_path: Path, cli: Cli, loop: str, b
     assert cli("explore", str(path), "--block", "4", "--prompt", "3-5").code in (0, 1)
 
 
+@pytest.mark.parametrize(
+    "waiting",
+    [
+        # a stage between the split and its zero test, every zero breaking
+        SPLIT_WAITING.replace(
+            "                if num_new_tokens == 0:\n                    break\n",
+            "            num_new_tokens -= num_new_tokens % 4\n" + ZERO.format("break"),
+        )
+        + RESERVE_WAITING
+        + ZERO.format("break"),
+        # a zero test the model's request never reaches (no asynchronous KV load)
+        "            if load_kv_async:\n"
+        "                if num_new_tokens == 0:\n"
+        "                    self.waiting.pop_request()\n"
+        "                    continue\n" + SPLIT_WAITING + RESERVE_WAITING + ZERO.format("break"),
+    ],
+)
+def test_rules_are_read_past_what_does_not_change_them(tmp_path: Path, waiting: str) -> None:
+    """A stage between the split and its zero test is harmless when every zero breaks, and a
+    zero test under a guard the model's request never passes does not count: the rules are
+    every release's before C9."""
+    path = write_scheduler(tmp_path, waiting=waiting, running=SPLIT_RUNNING + RESERVE_RUNNING)
+    composition = source_composition(str(path))
+    assert composition is not None and composition.loop_rules() == LoopRules()
+
+
 def test_a_running_zero_that_pops_the_request_is_named(tmp_path: Path, cli: Cli) -> None:
     """A running loop whose zero takes the request out of a queue has rules the step (which
     keeps a running request in the running list) cannot run: one line, exit 2."""
@@ -174,6 +216,24 @@ def test_a_running_zero_that_pops_the_request_is_named(tmp_path: Path, cli: Cli)
             "after the split disagree (skip, break)",
         ),
         (SPLIT_WAITING + RESERVE_WAITING, "a stage of the waiting loop comes after its last zero"),
+        (
+            ZERO.format("break")
+            + SPLIT_WAITING.replace(
+                "                if num_new_tokens == 0:\n                    break\n", ""
+            )
+            + RESERVE_WAITING,
+            "the waiting loop tests no zero after the split",
+        ),
+        (
+            "            if request.has_encoder_inputs:\n"
+            "                if num_new_tokens == 0:\n"
+            "                    self.waiting.pop_request()\n"
+            "                    continue\n"
+            + SPLIT_WAITING
+            + RESERVE_WAITING
+            + ZERO.format("break"),
+            "up to the split disagree (skip, break)",
+        ),
         (
             SPLIT_WAITING.replace(
                 "                if num_new_tokens == 0:\n                    break\n",
