@@ -7,7 +7,10 @@ the rules a fork can have and what the step makes of each: a ``break`` in the ru
 leaves the running requests after a zero unoffered, a skip after the split ends head-of-line
 blocking (both engines agree), and rules the step cannot run are one-line errors naming the
 test: a ``continue`` that stays on the same request (``schedule()`` would never return), zero
-tests that disagree, a stage after the last zero test, another exit test.
+tests that disagree (the encoder cap's own test counts, one under a guard the model's request
+never passes does not), a stage after the last zero test or between the split and its test
+where the split's and a later zero's actions differ, a loop with no zero test, another exit
+test, a running zero that pops the request.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ SKIP_AFTER_SPLIT = SPLIT_WAITING.replace(
 )
 """The waiting loop's split with a zero that takes the request out of the queue (a skip)."""
 ZERO = "            if num_new_tokens == 0:\n                {}\n"
+SPLIT_ZERO_TEST = "                if num_new_tokens == 0:\n                    break\n"
+"""The split's zero test in SPLIT_WAITING."""
+STAGE_BEFORE_ZERO = SPLIT_WAITING.replace(SPLIT_ZERO_TEST, QUARTER + ZERO.format("break"))
+"""The waiting loop's split with a stage between it and its zero test."""
+NO_SPLIT_ZERO = SPLIT_WAITING.replace(SPLIT_ZERO_TEST, "")
+"""The waiting loop's split with no zero test after it."""
 PLAIN = Ops(
     all_=lambda *terms: all(terms),
     any_=lambda *terms: any(terms),
@@ -87,6 +96,16 @@ def test_a_running_break_leaves_the_requests_after_a_zero_unoffered(tmp_path: Pa
     }
     assert outcomes["continue"].chunk == [0, 4, 2] and outcomes["continue"].offered == [6, 6, 2]
     assert outcomes["break"].chunk == [0, 0, 2] and outcomes["break"].offered == [6, 0, 6]
+
+
+def guarded_skip(guard: str) -> str:
+    """A zero test under ``if guard:`` that skips the request (waiting loop)."""
+    return (
+        f"            if {guard}:\n"
+        "                if num_new_tokens == 0:\n"
+        "                    self.waiting.pop_request()\n"
+        "                    continue\n"
+    )
 
 
 def fixed_stages(takes: list[Got]) -> Stages:
@@ -160,17 +179,9 @@ def test_a_continue_that_stays_is_refused(tmp_path: Path, cli: Cli, loop: str, b
     "waiting",
     [
         # a stage between the split and its zero test, every zero breaking
-        SPLIT_WAITING.replace(
-            "                if num_new_tokens == 0:\n                    break\n",
-            "            num_new_tokens -= num_new_tokens % 4\n" + ZERO.format("break"),
-        )
-        + RESERVE_WAITING
-        + ZERO.format("break"),
+        STAGE_BEFORE_ZERO + RESERVE_WAITING + ZERO.format("break"),
         # a zero test the model's request never reaches (no asynchronous KV load)
-        "            if load_kv_async:\n"
-        "                if num_new_tokens == 0:\n"
-        "                    self.waiting.pop_request()\n"
-        "                    continue\n" + SPLIT_WAITING + RESERVE_WAITING + ZERO.format("break"),
+        guarded_skip("load_kv_async") + SPLIT_WAITING + RESERVE_WAITING + ZERO.format("break"),
     ],
 )
 def test_rules_are_read_past_what_does_not_change_them(tmp_path: Path, waiting: str) -> None:
@@ -217,37 +228,24 @@ def test_a_running_zero_that_pops_the_request_is_named(tmp_path: Path, cli: Cli)
         ),
         (SPLIT_WAITING + RESERVE_WAITING, "a stage of the waiting loop comes after its last zero"),
         (
-            ZERO.format("break")
-            + SPLIT_WAITING.replace(
-                "                if num_new_tokens == 0:\n                    break\n", ""
-            )
-            + RESERVE_WAITING,
+            ZERO.format("break") + NO_SPLIT_ZERO + RESERVE_WAITING,
             "the waiting loop tests no zero after the split",
         ),
         (
-            "            if request.has_encoder_inputs:\n"
-            "                if num_new_tokens == 0:\n"
-            "                    self.waiting.pop_request()\n"
-            "                    continue\n"
+            guarded_skip("request.has_encoder_inputs")
             + SPLIT_WAITING
             + RESERVE_WAITING
             + ZERO.format("break"),
             "up to the split disagree (skip, break)",
         ),
         (
-            SPLIT_WAITING.replace(
-                "                if num_new_tokens == 0:\n                    break\n",
-                "            num_new_tokens -= num_new_tokens % 4\n" + ZERO.format("break"),
-            )
+            STAGE_BEFORE_ZERO
             + RESERVE_WAITING
             + ZERO.format("self.waiting.pop_request()\n                continue"),
             "runs between the split and its zero test",
         ),
         (
-            SPLIT_WAITING.replace(
-                "                if num_new_tokens == 0:\n                    break\n", ""
-            )
-            + RESERVE_WAITING,
+            NO_SPLIT_ZERO + RESERVE_WAITING,
             "the waiting loop tests no zero",
         ),
         (
