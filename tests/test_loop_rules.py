@@ -1,7 +1,8 @@
 """The loop rules of the scheduler step read from ``schedule()`` (issue 11 item 2: what a zero
 does in each loop; history note section 6).
 
-Every release's ``schedule()`` gives its C-variant's rules (fidelity). Small ``schedule()``
+Every release's ``schedule()`` gives its C-variant's rules, and a copy of 0.33.0 that skips
+the split's zero has no HOL where 0.33.0 has it (the README's fork; fidelity). Small ``schedule()``
 sources written here (never vLLM text: the shape of tests/test_schedule_composition.py) pin
 the rules a fork can have and what the step makes of each: a ``break`` in the running loop
 leaves the running requests after a zero unoffered, a skip after the split ends head-of-line
@@ -28,12 +29,14 @@ from test_schedule_composition import (
     SPLIT_WAITING,
     write_scheduler,
 )
+from vllm_copies import copy_release
 
 from chunkproof.checker.report import PROVED, VIOLATED
 from chunkproof.checker.system import explore_system
 from chunkproof.checker.system_prove import BOUNDED, prove_system
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.errors import ConfigError
+from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import LoopRules, variant_loop_rules
 from chunkproof.model.source_policy import source_composition
@@ -77,6 +80,39 @@ def test_every_release_reads_its_variants_loop_rules(version: str) -> None:
     expected = variant_loop_rules(policy_for_release(version).composition)
     assert composition.loop_rules() == expected
     assert expected == LoopRules(later="skip" if composition.name == "C9" else "break")
+
+
+@pytest.mark.fidelity
+def test_a_release_copy_that_skips_the_splits_zero_has_no_hol(tmp_path: Path) -> None:
+    """The README's fork: a copy of 0.33.0 whose waiting loop answers the split's zero with
+    ``skip_request(request_queue); continue`` (as it answers the reservation's) reads as a
+    schedule() of no C-variant whose waiting zeros all skip; where 0.33.0 read from source
+    has HOL and STARVE, the copy has none."""
+    root = copy_release("0.33.0", tmp_path / "fork", with_manifest=False)
+    scheduler = root / SCHEDULER_FILE
+    text = scheduler.read_text()
+    indent = " " * 24
+    old = f"{indent}if num_new_tokens == 0:\n{indent}    break\n{indent}if (\n"
+    assert text.count(old) == 1
+    new = f"{indent}if num_new_tokens == 0:\n{indent}    skip_request(request_queue)\n"
+    scheduler.write_text(text.replace(old, new + f"{indent}    continue\n{indent}if (\n"))
+    space = Space((grid_from({**SMALL, "prompt": "3-4", "max_sched": "8"}),))
+    verdicts = {}
+    for name in ("vllm==0.33.0", str(scheduler)):
+        policy = resolve_policy(name)
+        explored, _ = explore_system(policy, space, 2)
+        verdicts[policy.rules()] = {v.property: v.status for v in explored}
+    assert verdicts == {
+        LoopRules(later="skip"): {
+            "P0": PROVED,
+            "S-LIVE": PROVED,
+            "HOL": VIOLATED,
+            "STARVE": VIOLATED,
+        },
+        LoopRules(split="skip", later="skip"): dict.fromkeys(
+            ("P0", "S-LIVE", "HOL", "STARVE"), PROVED
+        ),
+    }
 
 
 def test_a_running_break_leaves_the_requests_after_a_zero_unoffered(tmp_path: Path) -> None:
