@@ -56,15 +56,22 @@ class LoopRules:
         return f"running: 0 => {self.running}, waiting: 0 => {waiting}"
 
 
-def variant_loop_rules(composition: str) -> LoopRules | None:
-    """The loop rules of a built-in C-variant (history note 6; ``C9+extra`` is C9: extra
-    stages change no zero test): every zero of the running loop is ``continue``, every zero
-    of the waiting loop ``break``, except that from C9 (0.33) a zero after the split is
-    ``skip_request``; ``None`` for a composition that is no C-variant (``schedule()``)."""
+def variant_number(composition: str) -> int | None:
+    """The number of the built-in C-variant a composition is (``C9+extra`` is 9: extra
+    stages change no loop rule), ``None`` for one that is none (``schedule()``)."""
     match = re.match(r"C(\d+)", composition)
-    if match is None:
+    return None if match is None else int(match.group(1))
+
+
+def variant_loop_rules(composition: str) -> LoopRules | None:
+    """The loop rules of a built-in C-variant (history note 6): every zero of the running
+    loop is ``continue``, every zero of the waiting loop ``break``, except that from C9
+    (0.33) a zero after the split is ``skip_request``; ``None`` for a composition that is no
+    C-variant (:func:`variant_number`)."""
+    number = variant_number(composition)
+    if number is None:
         return None
-    return LoopRules(later="skip" if int(match.group(1)) >= 9 else "break")
+    return LoopRules(later="skip" if number >= 9 else "break")
 
 
 class StageSource(Protocol):

@@ -72,7 +72,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +80,7 @@ import numpy as np
 
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
-from chunkproof.model.policy import LoopRules, Policy
+from chunkproof.model.policy import LoopRules, Policy, variant_number
 from chunkproof.model.stages import cap_lone_request, cap_static_threshold
 from chunkproof.model.step import stage_order, unsafe_lanes, vectorised_stages
 from chunkproof.spec import system_properties as sysprops
@@ -281,18 +280,16 @@ class SchedulerStepModel:
     properties: tuple[str, ...] = SCHEDULER_PROPERTIES
     adaptive: bool = False
     """``long_prefill_token_threshold_adaptive`` (module docstring, Actions)."""
+    rules: LoopRules = dataclasses.field(init=False)
+    """What a zero does in each loop (:func:`step_loop_rules`), read once; the step refuses
+    the policy here, before any search, when it cannot run them."""
 
     def __post_init__(self) -> None:
-        step_loop_rules(self.policy)
+        self.rules = step_loop_rules(self.policy)
         if self.adaptive:
             check_adaptive(self.policy)
         for group in self.instances:
             _check_instance(self.policy, group)
-
-    @property
-    def rules(self) -> LoopRules:
-        """What a zero does in each loop (:func:`step_loop_rules`)."""
-        return step_loop_rules(self.policy)
 
     def batches(self) -> Iterator[SchedulerBatch]:
         """The instances, grouped by size and their requests' :func:`batch_key` values, at
@@ -585,8 +582,8 @@ def check_threshold_cap(policy: Policy) -> None:
     eligible requests in any way."""
     cap = policy.stage("cap")
     known = cap is not None and cap.function in (cap_lone_request, cap_static_threshold)
-    variant = re.match(r"C(\d+)", policy.composition)
-    if not known and (variant is None or int(variant.group(1)) >= 8):
+    variant = variant_number(policy.composition)
+    if not known and (variant is None or variant >= 8):
         raise ConfigError(
             "scheduler step: a threshold under C8-C9 (or a schedule() of no C-variant) needs "
             "the release's threshold cap; this policy's cap is its own code"
