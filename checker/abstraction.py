@@ -79,7 +79,7 @@ def realized_pairs(
         rows = explored.states[steps.source]
         for p in range(batch.k):
             offered = steps.record[f"offered{p}"]
-            label, phase, c = (rows[:, 1 + FIELDS * p + j] for j in range(FIELDS))
+            label, phase, c = (rows[:, 1 + FIELDS * p + j] for j in range(3))
             hit = np.flatnonzero((offered > 0) & (phase != FINISHED))
             for i in hit:
                 group = batch.instances[int(rows[i, 0])]

@@ -1084,8 +1084,9 @@ def _cmd_system(args: argparse.Namespace) -> int:
     if info["left_out"]:
         print(
             f"left out: {info['left_out']} set(s) of {info['requests']} requests in "
-            "which two or more requests carry encoder items (vLLM shares the encoder cache and "
-            "budget between them; the model gives each request its own)"
+            "which two or more requests carry encoder items under an encoder compute budget "
+            "below the cache (the budget they share then decides; the model has b0 >= C, "
+            "vLLM's own b0 = C)"
         )
     print()
     for v in verdicts:

@@ -366,7 +366,7 @@ def _trace(
         phase = np.array([[state[3 * i] for i in order]], dtype=np.int64)
         c = np.array([[state[3 * i + 1] for i in order]], dtype=np.int64)
         inst = np.zeros(1, dtype=np.int64)
-        rows.append(explicit.arrange(batch, inst, label, phase, c, phase)[0])
+        rows.append(explicit.arrange(batch, inst, label, phase, c, np.zeros_like(c), phase)[0])
     lines = [
         f"{describe_state(batch, row)}  {action_words(action_of(budget, count))}"
         for row, budget, count in zip(rows, witness.budgets, eligible, strict=True)

@@ -161,6 +161,12 @@ class Config:
         return item_views(self.items)
 
     @property
+    def encoder_shared(self) -> int:
+        """The encoder cache embeddings other requests' entries reference: none for a request
+        alone (the scheduler step sets it per visit on a step view: :func:`encoder_room`)."""
+        return 0
+
+    @property
     def has_items(self) -> bool:
         """Whether the request carries encoder items (the encoder stages are the identity
         without)."""
@@ -364,6 +370,14 @@ def encoder_capacity(cfg: Config) -> int:
     if cfg.encoder_cache > 0:
         return cfg.encoder_cache
     return max(cfg.max_sched, max((item.length for item in cfg.mm_items), default=0))
+
+
+def encoder_room(cfg: Config) -> int:
+    """What of the encoder cache one request's call can claim: C less the embeddings that
+    entries of the other requests reference (``encoder_shared``). vLLM's cache is one per
+    scheduler; an entry another request references is neither free nor evictable, so
+    ``can_allocate`` sees it as missing capacity (encoder-and-loops note 1.2)."""
+    return encoder_capacity(cfg) - cfg.encoder_shared
 
 
 def validity_reads_max_sched(items: Items) -> bool:

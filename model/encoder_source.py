@@ -10,7 +10,8 @@ called and validated then against the extended subset of
 
 :class:`EncoderMethodStage` is the stage: at state c with proposed chunk n it builds the
 stand-ins of :func:`chunkproof.model.vllm_source.encoder_standins`, brings the encoder cache
-manager to the state the request has at c by running the real ``__init__`` (capacity C) and
+manager to the state the request has at c by running the real ``__init__`` (capacity C, less
+what other requests' entries reference: :func:`~chunkproof.model.config.encoder_room`) and
 the real ``allocate`` of every item the request holds there
 (:func:`chunkproof.model.stages.item_held`, with the release's free margin), and calls the
 real ``_try_schedule_encoder_inputs(request, c, n, b0, shift_computed_tokens=shift)`` as
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkproof.model.concrete import ScalarDomain
-from chunkproof.model.config import encoder_capacity, encoder_compute_budget
+from chunkproof.model.config import encoder_compute_budget, encoder_room
 from chunkproof.model.errors import PolicyCrash, PolicyError, SubsetError
 from chunkproof.model.extraction import (
     SCHEDULER_FILE,
@@ -39,7 +40,13 @@ from chunkproof.model.extraction import (
     stripped,
     top_imports,
 )
-from chunkproof.model.imperative import ImperativeInterpreter, Logger, is_domain, stdlib_value
+from chunkproof.model.imperative import (
+    ImperativeInterpreter,
+    LaneList,
+    Logger,
+    is_domain,
+    stdlib_value,
+)
 from chunkproof.model.policy import Stage
 from chunkproof.model.stages import ENCODER_CALL_SITES, item_held
 from chunkproof.model.subset import (
@@ -321,10 +328,16 @@ class EncoderMethodStage:
     def interpret(self, domain: Domain, view: Any, c: Value, n: Value) -> Value:
         """The chunk after the real encoder scheduling at state ``c`` with proposed ``n``, in
         ``domain`` (crashes are reported to it)."""
+        return self.run(domain, view, c, n)[0]
+
+    def run(self, domain: Domain, view: Any, c: Value, n: Value) -> tuple[Value, Value]:
+        """:meth:`interpret`'s chunk, and the count of items up to the last one the call
+        scheduled (0 for none; :func:`~chunkproof.model.encoder_items.encoded_through`, read
+        here from the real call's ``encoder_inputs_to_schedule``)."""
         methods = self.methods
         shift = _own(domain, self.shift, [view])
         margin = _own(domain, self.margin, [view])
-        capacity = _own(domain, encoder_capacity, [view])
+        capacity = _own(domain, encoder_room, [view])
         budget = _own(domain, encoder_compute_budget, [view])
         scheduler, request, manager = encoder_standins(
             view,
@@ -353,7 +366,18 @@ class EncoderMethodStage:
             raise PolicyError(
                 f"{methods.path}: {ENCODER_METHOD} does not return (inputs, n, budget, ...)"
             )
-        return result[1]
+        return result[1], _through(domain, result[0])
+
+
+def _through(domain: Domain, inputs: Value) -> Value:
+    """1 + the largest index in ``inputs`` (a list, or a :class:`LaneList` whose entries hold
+    on some lanes), 0 when empty."""
+    through: Value = 0
+    entries = inputs.entries() if isinstance(inputs, LaneList) else ((i, True) for i in inputs)
+    for index, present in entries:
+        later = domain.binop("+", index, 1)
+        through = domain.ite(present, domain.maximum(through, later), through)
+    return through
 
 
 @dataclass(frozen=True)

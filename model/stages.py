@@ -10,7 +10,7 @@ request's items (:class:`~chunkproof.model.config.ItemView`); ``use_eagle`` is
 
 from collections.abc import Callable
 
-from chunkproof.model.config import Config, encoder_capacity, encoder_compute_budget
+from chunkproof.model.config import Config, encoder_compute_budget, encoder_room
 from chunkproof.model.step import eagle_family
 
 
@@ -106,7 +106,7 @@ def first_refused(cfg: Config, c: int, n: int, shift: int, margin: int) -> int:
     shows is tested too (and, in 0.15-0.27, not scheduled; it is the run's last).
     """
     window = c + n + shift
-    limit = min(encoder_compute_budget(cfg), encoder_capacity(cfg) - held_embeds(cfg, c, margin))
+    limit = min(encoder_compute_budget(cfg), encoder_room(cfg) - held_embeds(cfg, c, margin))
     admission = c <= cfg.start
     base = min(
         (
@@ -136,7 +136,7 @@ def blocking_item(cfg: Config, c: int, n: int, shift: int, margin: int) -> int:
     The items held at c must fit the cache (``allocate`` asserts it when they were encoded):
     at a reachable state they do, so the assertion only marks the states no run reaches.
     """
-    assert held_embeds(cfg, c, margin) <= encoder_capacity(cfg)
+    assert held_embeds(cfg, c, margin) <= encoder_room(cfg)
     if n == 0:
         return -1
     return first_refused(cfg, c, n, shift, margin)

@@ -179,6 +179,7 @@ ENCODER_VIEW_DEFAULTS: dict[str, Any] = {
     "has_items": False,
     "encoder_cache": 0,
     "encoder_budget": 0,
+    "encoder_shared": 0,
 }
 """The encoder fields of a step view without encoder items (SPEC S1: the optional feature
 off): ``mm_items`` are :class:`~chunkproof.model.config.ItemView` values, ``has_items`` a plain
@@ -203,9 +204,11 @@ def _fill(values: dict[str, Value], budget: Value, order: tuple[str, ...]) -> di
     return filled
 
 
-def step(policy: Policy, cfg: Config, c: int, budget: int) -> Step:
-    """SPEC S3: run the policy's stages on (c, b) in their concrete form."""
+def step(policy: Policy, cfg: Config, c: int, budget: int, shared: int = 0) -> Step:
+    """SPEC S3: run the policy's stages on (c, b) in their concrete form; ``shared`` is the
+    encoder cache the other requests of the step reference (0: the request alone)."""
     view = step_view(cfg, c, _native)
+    view.encoder_shared = shared
     order = stage_order(policy)
     first = order is ENCODER_FIRST_ORDER
     values: dict[str, Value] = {}
@@ -252,17 +255,25 @@ def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict
     the policy raises, SPEC P0): the vectorised form of :func:`step`.
 
     Derived from the stage source by :mod:`chunkproof.model.vectorised`. ``cfg`` may be a
-    :class:`Config` or any object with the same attributes holding arrays.
+    :class:`Config` or any object with the same attributes holding arrays. An encoder stage of
+    real code also gives ``"encoded"``: the count of items up to the last one its call
+    scheduled (:meth:`~chunkproof.model.encoder_source.EncoderMethodStage.run`).
     """
     view = step_view(cfg, c, _vectorised)
     values: dict[str, Value] = {}
     crashed: Value = False
+    encoded: Value | None = None
     n = budget
     for stage in policy.stages:
-        runner = getattr(stage.source, "interpret", None)
-        if runner is not None:  # real code that keeps state (the encoder scheduling)
+        run = getattr(stage.source, "run", None)
+        interpret = getattr(stage.source, "interpret", None)
+        if run is not None:  # real encoder code: the items it scheduled too
             domain = NumpyDomain()
-            value = runner(domain, view, c, n)
+            value, encoded = run(domain, view, c, n)
+            outcome = Outcome(value, domain.crashed, domain.where)
+        elif interpret is not None:  # real code that keeps state
+            domain = NumpyDomain()
+            value = interpret(domain, view, c, n)
             outcome = Outcome(value, domain.crashed, domain.where)
         else:
             outcome = evaluate(stage.subset(), stage.arguments(view, c, n))
@@ -272,4 +283,6 @@ def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict
     filled = _fill(values, budget, stage_order(policy))
     filled["chunk"] = n
     filled["crashed"] = crashed
+    if encoded is not None:
+        filled["encoded"] = encoded
     return filled

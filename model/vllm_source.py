@@ -337,7 +337,7 @@ def encoder_standins(
     ``self.max_num_encoder_input_tokens``               b0 (``budget``)
     ``self.encoder_cache_mismatch_reqs``                an empty set
     ``request.request_id``                              :data:`ENCODER_REQUEST_ID`
-    ``request.mm_features[i].identifier``               ``item-i`` (every item its own entry)
+    ``request.mm_features[i].identifier``               ``request-0/item-i`` (each its own entry)
     ``request.mm_features[i].mm_position.offset``       the item's start
     ``request.mm_features[i].mm_position.length``       its length
     ``request.mm_features[i].mm_position.is_embed``     None (every placeholder is an embedding)
@@ -364,7 +364,7 @@ def encoder_standins(
             SourceObject(
                 attribute_path(label),
                 {
-                    "identifier": f"item-{item.index}",
+                    "identifier": f"{ENCODER_REQUEST_ID}/item-{item.index}",
                     "mm_position": position,
                     "modality": "image",
                     "data": None,

@@ -23,16 +23,24 @@ RUNNING, WAITING, FINISHED = 0, 1, 2
 
 
 class Got(NamedTuple):
-    """A position's step: the chunk, the split's value, and whether it breaks SPEC P0."""
+    """A position's step: the chunk, the split's value, whether it breaks SPEC P0, and the
+    count of encoder items up to the last one its encoder call scheduled or found cached
+    (:func:`~chunkproof.model.encoder_items.encoded_through`; 0 without items)."""
 
     chunk: Any
     split: Any
     unsafe: Any
+    encoded: Any
 
 
-Stages = Callable[[int, Any, Any, Any], Got]
-"""``stages(p, c, offer, where)``: the step of the request at position ``p`` (module
-docstring)."""
+Stages = Callable[[int, Any, Any, Any, Any], Got]
+"""``stages(p, c, offer, where, shared)``: the step of the request at position ``p`` (module
+docstring), ``shared`` the encoder cache embeddings the other requests' entries reference."""
+
+Held = Callable[[int, Any, Any], Any]
+"""``held(p, c, e)``: the encoder cache embeddings the entries of the request at position
+``p`` reference at state (c, e) (:func:`~chunkproof.model.encoder_items.referenced_embeds`;
+0 for a finished request, whose entries ``_free_request`` freed)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,11 @@ class Outcome:
     broke: Any
     behind_fit: Any
     unsafe: Any
+    encoded: list[Any]
+    """Per position, e after the step (:mod:`chunkproof.model.encoder_items`)."""
+    shared: list[Any]
+    """Per position, the embeddings the other requests' entries referenced when a loop
+    visited it (0 where none did)."""
 
 
 def least_eligible(ops: Ops, phase: Sequence[Any], budget: Any, whole: Any) -> Any:
@@ -113,7 +126,9 @@ def schedule_step(
     ops: Ops,
     phase: Sequence[Any],
     c: Sequence[Any],
+    encoded: Sequence[Any],
     stages: Stages,
+    held: Held,
     budget: Any,
     cap: Callable[[Any], Any],
     max_seqs: int,
@@ -127,15 +142,35 @@ def schedule_step(
     the split gives, and one a later stage gives, each breaks the loop (every release) or
     passes the request, which keeps its place (``skip_request`` from C9, a later stage's;
     ``stay`` is refused before). Every waiting request behind a break is run at the budget
-    left, for HOL."""
+    left, for HOL.
+
+    The encoder cache is the step's, shared: each request's call sees what the entries of the
+    others reference (``held`` at their state (c, e), ``encoded`` being e), and a request the
+    step schedules allocates what its call scheduled, so its e becomes max(e, the call's
+    count) before the next request is visited (``schedule()`` allocates in the loop; entries
+    are freed after the step, in ``update_from_output``)."""
     k = len(phase)
     chunk: list[Any] = []
     offered: list[Any] = []
+    after = list(encoded)
+    refs = [held(p, c[p], after[p]) for p in range(k)]
+    shared: list[Any] = [0] * k
+
+    def visit(p: int, offer: Any, where: Any, reach: Any) -> Got:
+        """The step of position ``p`` on the lanes ``where``; on the lanes ``reach`` (a
+        loop reached it) a chunk > 0 allocates what its call scheduled."""
+        shared[p] = ops.where(where, sum(refs) - refs[p], shared[p])
+        got = stages(p, c[p], offer, where, shared[p])
+        took = ops.all_(reach, ops.not_(got.unsafe), got.chunk > 0, got.encoded > after[p])
+        after[p] = ops.where(took, got.encoded, after[p])
+        refs[p] = held(p, c[p], after[p])
+        return got
+
     left, unsafe, stopped = budget, ops.false, ops.false
     for p in range(k):
         reach = ops.all_(phase[p] == RUNNING, left > 0, ops.not_(stopped))
         offer = cap(left)
-        got = stages(p, c[p], offer, reach)
+        got = visit(p, offer, reach, reach)
         chunk.append(ops.where(ops.all_(reach, ops.not_(got.unsafe)), got.chunk, 0))
         offered.append(ops.where(reach, offer, 0))
         unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
@@ -151,7 +186,7 @@ def schedule_step(
         reach = ops.all_(waiting, ops.not_(broke), left > 0, seated < max_seqs)
         behind = ops.all_(waiting, broke)
         offer = cap(left)
-        got = stages(p, c[p], offer, ops.any_(reach, behind))
+        got = visit(p, offer, ops.any_(reach, behind), reach)
         fits = ops.all_(ops.not_(got.unsafe), got.chunk > 0)
         behind_fit = ops.any_(behind_fit, ops.all_(behind, fits))
         zero = ops.all_(ops.not_(got.unsafe), got.chunk == 0)
@@ -166,17 +201,26 @@ def schedule_step(
         offered[p] = ops.where(reach, offer, offered[p])
         unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
         left = left - taken
-    return Outcome(chunk, offered, admitted, left, broke, behind_fit, unsafe)
+    return Outcome(chunk, offered, admitted, left, broke, behind_fit, unsafe, after, shared)
 
 
 def alone_fit(
-    ops: Ops, phase: Sequence[Any], c: Sequence[Any], stages: Stages, offer: Any, where: Any
+    ops: Ops,
+    phase: Sequence[Any],
+    c: Sequence[Any],
+    encoded: Sequence[Any],
+    stages: Stages,
+    held: Held,
+    offer: Any,
+    where: Any,
 ) -> Any:
     """Whether some unfinished request would get a chunk > 0 if it were offered ``offer`` (the
-    whole budget b, capped by theta_eff) as the only one (STARVE), on the lanes ``where``."""
+    whole budget b, capped by theta_eff) as the only one (STARVE), on the lanes ``where``; the
+    other requests' encoder entries stay referenced."""
+    refs = [held(p, c[p], e) for p, e in enumerate(encoded)]
     fit = ops.false
     for p, ph in enumerate(phase):
         mine = ops.all_(where, ph != FINISHED)
-        got = stages(p, c[p], offer, mine)
+        got = stages(p, c[p], offer, mine, sum(refs) - refs[p])
         fit = ops.any_(fit, ops.all_(mine, ops.not_(got.unsafe), got.chunk > 0))
     return fit

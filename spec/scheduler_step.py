@@ -78,11 +78,19 @@ from typing import Any
 
 import numpy as np
 
-from chunkproof.model.config import Config
+from chunkproof.model.config import Config, encoder_capacity, encoder_compute_budget
+from chunkproof.model.encoder_items import (
+    CallRules,
+    call_rules,
+    encoded_through,
+    referenced_embeds,
+)
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import LoopRules, Policy, variant_number
 from chunkproof.model.stages import cap_lone_request, cap_static_threshold
 from chunkproof.model.step import stage_order, unsafe_lanes, vectorised_stages
+from chunkproof.model.subset import parse
+from chunkproof.model.vectorised import evaluate
 from chunkproof.spec import system_properties as sysprops
 from chunkproof.spec.interface import Transitions
 from chunkproof.spec.request import Batch, batch_key, make_batch
@@ -91,6 +99,7 @@ from chunkproof.spec.scheduler_loops import (
     RUNNING,
     WAITING,
     Got,
+    Held,
     Ops,
     Stages,
     alone,
@@ -124,6 +133,7 @@ MAX_SEQS = 256
 STEP_FIXED = (
     "no preemption or KV allocation failure",
     "no decode steps: every request arrives at the first step and leaves when its prefill ends",
+    "no encoder item of one request is another's (every item its own encoder cache entry)",
 )
 """What the scheduler step fixes beyond each request's step (the policy's ``fixed``); a report
 names both (:func:`fixed_inputs`)."""
@@ -170,8 +180,9 @@ def eligible_choices(whole: int, theta: int, least: int) -> tuple[int, ...]:
         count += 1
 
 
-FIELDS = 3
-"""Columns per position: label, phase, c."""
+FIELDS = 4
+"""Columns per position: label, phase, c, e (the request's encoder items up to the last one
+encoded: :mod:`chunkproof.model.encoder_items`; 0 without items and once finished)."""
 
 
 def engine_settings(cfg: Config) -> tuple[object, ...]:
@@ -183,16 +194,33 @@ def engine_settings(cfg: Config) -> tuple[object, ...]:
     )
 
 
+def shared_encoder(group: Sequence[Config]) -> tuple[int, int]:
+    """(C, b0): the encoder cache capacity and compute budget of the engine that runs
+    ``group``. Each is the requests' shared setting, or (0) vLLM's own max(M, the model's
+    largest item), the largest item being the largest any request of ``group`` carries (the
+    model's per-item maximum is a fixed input, as for one request:
+    :func:`~chunkproof.model.config.encoder_capacity`)."""
+    return (
+        max(encoder_capacity(cfg) for cfg in group),
+        max(encoder_compute_budget(cfg) for cfg in group),
+    )
+
+
 def encoder_exact(group: Sequence[Config]) -> bool:
     """Whether the model's step is vLLM's for ``group`` as far as the encoder goes: at most one
-    request carries encoder items (module docstring)."""
-    return sum(1 for cfg in group if cfg.items) <= 1
+    request carries encoder items, or the compute budget is at least the cache (b0 >= C, vLLM's
+    own b0 = C), where it never decides (:mod:`chunkproof.model.encoder_items`)."""
+    if sum(1 for cfg in group if cfg.items) <= 1:
+        return True
+    capacity, budget = shared_encoder(group)
+    return budget >= capacity
 
 
 def request_sets(policy: Policy, configs: Sequence[Config], k: int) -> list[tuple[Config, ...]]:
     """Every multiset of ``k`` of ``configs`` that one engine can run and the model covers: the
     requests share the engine's settings, ``policy`` accepts each of them (SPEC S1b) and at
-    most one carries encoder items (:func:`encoder_exact`)."""
+    most one carries encoder items or the compute budget is at least the cache
+    (:func:`encoder_exact`)."""
     accepted = [cfg for cfg in configs if policy.accepts(cfg) is None]
     return [
         group
@@ -236,7 +264,8 @@ class SchedulerBatch:
     """Instances evaluated together. ``requests`` holds their configurations flattened, row
     ``instance * k + label``; ``klass`` maps such a row to the least label of an equal
     configuration of the instance; ``whole`` is M and ``theta`` the static threshold per
-    instance, ``radix`` bounds every c."""
+    instance, ``radix`` bounds every c and ``items`` every e; ``encoder`` is (C, b0) per
+    instance (:func:`shared_encoder`), one column each."""
 
     instances: list[tuple[Config, ...]]
     k: int
@@ -245,6 +274,8 @@ class SchedulerBatch:
     whole: np.ndarray
     theta: np.ndarray
     radix: int
+    items: int
+    encoder: np.ndarray
 
     def __len__(self) -> int:
         return len(self.instances)
@@ -263,9 +294,13 @@ def make_scheduler_batch(instances: list[tuple[Config, ...]]) -> SchedulerBatch:
     whole = np.array([group[0].max_sched for group in instances], dtype=np.int64)
     theta = np.array([group[0].threshold for group in instances], dtype=np.int64)
     radix = max(cfg.tokens for cfg in flat) + 1
-    if len(instances) * (k * len(PHASE_NAMES) * radix) ** k >= 1 << 62:
+    items = max(len(cfg.items) for cfg in flat) + 1
+    if len(instances) * (k * len(PHASE_NAMES) * radix * items) ** k >= 1 << 62:
         raise ConfigError("scheduler step: too many instances or tokens for an int64 key")
-    return SchedulerBatch(instances, k, RequestRows.of(flat), klass, whole, theta, radix)
+    encoder = np.array([shared_encoder(group) for group in instances], dtype=np.int64)
+    return SchedulerBatch(
+        instances, k, RequestRows.of(flat), klass, whole, theta, radix, items, encoder
+    )
 
 
 @dataclass
@@ -284,12 +319,23 @@ class SchedulerStepModel:
     """What a zero does in each loop (:func:`step_loop_rules`), read once; the step refuses
     the policy here, before any search, when it cannot run them."""
 
+    encoder_call: CallRules | None = dataclasses.field(init=False)
+    """How the policy's encoder stage calls the encoder (:func:`~chunkproof.model.
+    encoder_items.call_rules`), which the shared cache needs."""
+
     def __post_init__(self) -> None:
         self.rules = step_loop_rules(self.policy)
+        self.encoder_call = call_rules(self.policy.stage("encoder"))
         if self.adaptive:
             check_adaptive(self.policy)
         for group in self.instances:
             _check_instance(self.policy, group)
+            if sum(1 for cfg in group if cfg.items) > 1 and self.encoder_call is None:
+                raise ConfigError(
+                    f"scheduler step: {self.policy.name}'s encoder stage is none of the "
+                    "releases', so which items its call encodes, which requests that share "
+                    "the encoder cache need, is unknown"
+                )
 
     def batches(self) -> Iterator[SchedulerBatch]:
         """The instances, grouped by size and their requests' :func:`batch_key` values, at
@@ -310,17 +356,18 @@ class SchedulerStepModel:
         label = np.tile(orders, (len(batch), 1))
         phase = np.full(label.shape, WAITING, dtype=np.int64)
         c = batch.requests.start[batch.rows(inst, label)]
-        states = self.arrange(batch, inst, label, phase, c, phase)
+        states = self.arrange(batch, inst, label, phase, c, np.zeros_like(c), phase)
         first = np.unique(self.key(batch, states), return_index=True)[1]
         return states[np.sort(first)]
 
     def key(self, batch: SchedulerBatch, states: np.ndarray) -> np.ndarray:
-        """Mixed radix over (instance, then per position label, phase, c)."""
-        digit = len(PHASE_NAMES) * batch.radix
+        """Mixed radix over (instance, then per position label, phase, c, e)."""
+        digit = len(PHASE_NAMES) * batch.radix * batch.items
         keys = states[:, 0].copy()
         for p in range(batch.k):
-            label, phase, c = (states[:, 1 + FIELDS * p + j] for j in range(FIELDS))
-            keys = keys * (batch.k * digit) + (label * len(PHASE_NAMES) + phase) * batch.radix + c
+            label, phase, c, e = (states[:, 1 + FIELDS * p + j] for j in range(FIELDS))
+            place = ((label * len(PHASE_NAMES) + phase) * batch.radix + c) * batch.items + e
+            keys = keys * (batch.k * digit) + place
         return keys
 
     def state_space(self, batch: SchedulerBatch) -> None:
@@ -334,17 +381,19 @@ class SchedulerStepModel:
         label: np.ndarray,
         phase: np.ndarray,
         c: np.ndarray,
+        encoded: np.ndarray,
         group: np.ndarray,
     ) -> np.ndarray:
         """Canonical rows: positions sorted by ``group`` (the list a request is in, in list
-        order), the finished requests by (label, c); labels replaced by their class under
-        symmetry reduction (module docstring)."""
+        order), the finished requests by (label, c) with e 0 (their entries are freed); labels
+        replaced by their class under symmetry reduction (module docstring)."""
         if self.symmetry:
             label = batch.klass[batch.rows(inst, label)]
         position = np.broadcast_to(np.arange(batch.k), label.shape)
         tie = np.where(phase == FINISHED, label * batch.radix + c, position)
         order = np.argsort(group * (batch.k * batch.radix) + tie, axis=1, kind="stable")
-        columns = [np.take_along_axis(a, order, axis=1) for a in (label, phase, c)]
+        encoded = np.where(phase == FINISHED, 0, encoded)
+        columns = [np.take_along_axis(a, order, axis=1) for a in (label, phase, c, encoded)]
         return np.concatenate([inst[:, None], np.stack(columns, axis=2).reshape(len(inst), -1)], 1)
 
     def successors(self, batch: SchedulerBatch, states: np.ndarray) -> Transitions:
@@ -369,22 +418,54 @@ class SchedulerStepModel:
         return self.step(batch, states, source[lane], budget[lane], eligible)
 
     def stages(
-        self, batch: SchedulerBatch, rows: np.ndarray, c: np.ndarray, budget: np.ndarray
+        self,
+        batch: SchedulerBatch,
+        rows: np.ndarray,
+        c: np.ndarray,
+        budget: np.ndarray,
+        shared: np.ndarray,
     ) -> Got:
         """The policy's stages for the requests ``rows`` at (c, budget) (SPEC S3), ``budget``
         the budget left capped by theta_eff (the cap stage is then min(T - c, theta_eff,
-        left), history note 6)."""
+        left), history note 6). A request with encoder items sees the engine's (C, b0)
+        (:func:`shared_encoder`) less the ``shared`` embeddings the other requests' entries
+        reference, and gives the items its call encodes through
+        (:mod:`chunkproof.model.encoder_items`)."""
         requests = batch.requests
-        got = Got(*(np.zeros(len(rows), dtype=t) for t in (np.int64, np.int64, bool)))
+        got = Got(*(np.zeros(len(rows), dtype=t) for t in (np.int64, np.int64, bool, np.int64)))
+        order = stage_order(self.policy)
         for index, part in enumerate(requests.parts):
             mine = np.flatnonzero(requests.part[rows] == index)
             if not len(mine):
                 continue
             view = part.view(requests.local[rows[mine]])
+            if part.items:
+                view.encoder_cache, view.encoder_budget = batch.encoder[rows[mine] // batch.k].T
+                view.encoder_shared = shared[mine]
             values = vectorised_stages(self.policy, view, c[mine], budget[mine])
             got.chunk[mine], got.split[mine] = values["chunk"], values["split"]
-            got.unsafe[mine] = unsafe_lanes(values, budget[mine], stage_order(self.policy))
+            got.unsafe[mine] = unsafe_lanes(values, budget[mine], order)
+            if part.items and self.encoder_call is not None:
+                through = values.get("encoded")
+                if through is None:
+                    through = self._through(view, c[mine], values, budget[mine])
+                got.encoded[mine] = through
         return got
+
+    def _through(
+        self, view: Any, c: np.ndarray, values: dict[str, Any], budget: np.ndarray
+    ) -> np.ndarray:
+        """:func:`~chunkproof.model.encoder_items.encoded_through` of a built-in encoder
+        stage, at the value the stage before it handed it."""
+        rules = self.encoder_call
+        assert rules is not None and rules.scheduled_shift is not None
+        order = stage_order(self.policy)
+        at = order.index("encoder")
+        n = values[order[at - 1]] if at else budget
+        shift = _subset(rules.shift, [view])
+        margin = _subset(rules.margin, [view])
+        scheduled = shift if rules.scheduled_shift else 0
+        return np.asarray(_subset(encoded_through, [view, c, n, shift, margin, scheduled]))
 
     def step(
         self,
@@ -399,24 +480,25 @@ class SchedulerStepModel:
         environment's count under the adaptive floor, ``None`` without it."""
         rows = states[source]
         inst = rows[:, 0]
-        label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(FIELDS))
+        label, phase, c, e = (rows[:, 1 + j :: FIELDS] for j in range(FIELDS))
         request_rows = batch.rows(inst, label)
         ops = numpy_ops(len(rows))
-        phases, cs = list(phase.T), list(c.T)
-        at = self._at(batch, request_rows)
+        phases, cs, es = list(phase.T), list(c.T), list(e.T)
+        at, held = self._at(batch, request_rows), self._held(batch, request_rows)
         cap = self._cap(ops, batch, inst, phases, budget, eligible)
-        done = schedule_step(ops, phases, cs, at, budget, cap, self.max_seqs, self.rules)
+        done = schedule_step(ops, phases, cs, es, at, held, budget, cap, self.max_seqs, self.rules)
         chunk, admitted = np.stack(done.chunk, axis=1), np.stack(done.admitted, axis=1)
+        encoded = np.stack(done.encoded, axis=1)
         after = c + chunk
         finished = after >= batch.requests.end[request_rows]
         moved = (phase == RUNNING) | admitted
         new_phase = np.where(finished, FINISHED, np.where(moved, RUNNING, phase))
         group = np.where(finished, 3, np.where(admitted, 1, np.where(moved, 0, 2)))
-        target = self.arrange(batch, inst, label, new_phase, after, group)
+        target = self.arrange(batch, inst, label, new_phase, after, encoded, group)
         unchanged = ~done.unsafe & (chunk.sum(axis=1) == 0)
         safe = ~done.unsafe
         unfinished = (phase != FINISHED).any(axis=1)
-        fit = alone_fit(ops, phases, cs, at, cap(budget), unchanged)
+        fit = alone_fit(ops, phases, cs, es, at, held, cap(budget), unchanged)
         bad = {
             "P0": done.unsafe,
             "S-LIVE": sysprops.system_live(
@@ -431,6 +513,7 @@ class SchedulerStepModel:
         }
         record = {f"chunk{p}": chunk[:, p] for p in range(batch.k)}
         record |= {f"offered{p}": np.asarray(done.offered[p]) for p in range(batch.k)}
+        record |= {f"shared{p}": np.asarray(done.shared[p]) for p in range(batch.k)}
         record["left"] = done.left
         return Transitions(
             source=source,
@@ -446,15 +529,37 @@ class SchedulerStepModel:
         """The policy's step of the request at a position, over the lanes ``where`` marks
         (zeros elsewhere): :data:`~chunkproof.spec.scheduler_loops.Stages` over NumPy."""
 
-        def at(p: int, c: np.ndarray, offer: np.ndarray, where: np.ndarray) -> Got:
+        def at(p: int, c: np.ndarray, offer: np.ndarray, where: np.ndarray, shared: Any) -> Got:
             sel = np.flatnonzero(where)
-            got = self.stages(batch, rows[sel, p], c[sel], offer[sel])
+            others = np.broadcast_to(np.asarray(shared, dtype=np.int64), where.shape)[sel]
+            got = self.stages(batch, rows[sel, p], c[sel], offer[sel], others)
             full = [np.zeros(len(where), dtype=a.dtype) for a in got]
             for whole, part in zip(full, got, strict=True):
                 whole[sel] = part
             return Got(*full)
 
         return at
+
+    def _held(self, batch: SchedulerBatch, rows: np.ndarray) -> Held:
+        """The embeddings the encoder entries of the request at a position reference
+        (:func:`~chunkproof.model.encoder_items.referenced_embeds`):
+        :data:`~chunkproof.spec.scheduler_loops.Held` over NumPy."""
+        requests, rules = batch.requests, self.encoder_call
+
+        def held(p: int, c: np.ndarray, e: np.ndarray) -> np.ndarray:
+            out = np.zeros(len(rows), dtype=np.int64)
+            if rules is None:
+                return out
+            for index, part in enumerate(requests.parts):
+                mine = np.flatnonzero(requests.part[rows[:, p]] == index)
+                if not part.items or not len(mine):
+                    continue
+                view = part.view(requests.local[rows[mine, p]])
+                margin = _subset(rules.margin, [view])
+                out[mine] = _subset(referenced_embeds, [view, c[mine], e[mine], margin])
+            return out
+
+        return held
 
     def _cap(
         self,
@@ -470,6 +575,11 @@ class SchedulerStepModel:
         theta_cap`), else the budget left."""
         theta = batch.theta[inst] if per_step_theta(self.policy) else None
         return theta_cap(ops, phases, budget, batch.whole[inst], theta, eligible)
+
+
+def _subset(function: Callable[..., Any], args: list[Any]) -> Any:
+    """One of chunkproof's own policy-subset functions over lanes (they never raise)."""
+    return evaluate(parse(function), args).value
 
 
 def _offsets(sizes: np.ndarray) -> np.ndarray:
@@ -537,8 +647,9 @@ def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:
         raise ConfigError("scheduler step: the requests of an instance must share the engine")
     if not encoder_exact(group):
         raise ConfigError(
-            "scheduler step: at most one request of an instance may carry encoder items (the "
-            "model gives each request its own encoder cache and budget; vLLM shares them)"
+            "scheduler step: two requests with encoder items need an encoder compute budget "
+            "of at least the encoder cache (vLLM's own: b0 = C); below it the budget the "
+            "requests share decides, which the model does not have"
         )
     if group[0].threshold > 0:
         check_threshold_cap(policy)
@@ -591,10 +702,12 @@ def check_threshold_cap(policy: Policy) -> None:
 
 
 def describe_state(batch: SchedulerBatch, row: np.ndarray) -> str:
-    """A row as the two lists and the finished requests, each request as T and c."""
+    """A row as the two lists and the finished requests, each request as T and c, and e when
+    it carries encoder items."""
     lists: dict[int, list[str]] = {phase: [] for phase in range(len(PHASE_NAMES))}
     group = batch.instances[int(row[0])]
     for p in range(batch.k):
-        label, phase, c = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
-        lists[phase].append(f"#{label}(T={group[label].tokens}, c={c})")
+        label, phase, c, e = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+        encoded = f", e={e}" if group[label].items else ""
+        lists[phase].append(f"#{label}(T={group[label].tokens}, c={c}{encoded})")
     return "; ".join(f"{PHASE_NAMES[ph]} [{', '.join(v)}]" for ph, v in lists.items())

@@ -161,13 +161,14 @@ class SymbolicSchedulerStep:
         def sub(term: Any) -> Any:
             return z3.substitute(_term(term), *chosen) if chosen else _term(term)
 
-        return Got(sub(values["chunk"]), sub(values["split"]), sub(unsafe))
+        return Got(sub(values["chunk"]), sub(values["split"]), sub(unsafe), 0)
 
     def _alone(self, i: int, c: Any, budget: Any) -> Got:
         """Request ``i``'s stages at (c, budget)."""
         values = self.request.stages(c, budget)
         unsafe = self.request.unsafe(c, budget)
-        return Got(self.of(i, values["chunk"]), self.of(i, values["split"]), self.of(i, unsafe))
+        chunk, split = self.of(i, values["chunk"]), self.of(i, values["split"])
+        return Got(chunk, split, self.of(i, unsafe), 0)
 
     # -- Next ------------------------------------------------------------------------------------
 
@@ -192,7 +193,9 @@ class SymbolicSchedulerStep:
             Z3_OPS,
             phases,
             cs,
-            lambda p, c_p, offer, where: self._at(here[p], c_p, offer),
+            [0] * k,
+            lambda p, c_p, offer, where, shared: self._at(here[p], c_p, offer),
+            _nothing_held,
             b,
             cap,
             self.max_seqs,
@@ -207,7 +210,9 @@ class SymbolicSchedulerStep:
             Z3_OPS,
             phase,
             c,
-            lambda i, c_i, offer, where: self._alone(i, c_i, offer),
+            [0] * k,
+            lambda i, c_i, offer, where, shared: self._alone(i, c_i, offer),
+            _nothing_held,
             cap(b),
             z3.BoolVal(True),
         )
@@ -352,3 +357,9 @@ def _term(value: Any) -> Any:
     if isinstance(value, bool):
         return z3.BoolVal(value)
     return z3.IntVal(value)
+
+
+def _nothing_held(p: int, c: Any, e: Any) -> int:
+    """No request references an encoder entry: a cell has no encoder items (module
+    docstring)."""
+    return 0

@@ -28,6 +28,7 @@ from chunkproof.spec.scheduler_step import (
     SchedulerStepModel,
     make_scheduler_batch,
     numpy_ops,
+    shared_encoder,
 )
 
 
@@ -60,7 +61,8 @@ def run_steps(
     label = np.array([arrival], dtype=np.int64)
     phase = np.full(label.shape, WAITING, dtype=np.int64)
     starts = np.array([[instance[i].start for i in arrival]], dtype=np.int64)
-    row = model.arrange(batch, np.zeros(1, dtype=np.int64), label, phase, starts, phase)[0]
+    zero = np.zeros(1, dtype=np.int64)
+    row = model.arrange(batch, zero, label, phase, starts, np.zeros_like(starts), phase)[0]
     steps = []
     for index, budget in enumerate(budgets):
         count = None if eligible is None else eligible[index]
@@ -81,13 +83,21 @@ def _requests(
     policy: Policy, instance: tuple[Config, ...], row: np.ndarray, record: dict[str, np.ndarray]
 ) -> tuple[RequestStep, ...]:
     """Each request's part in one step, in label order: from the state row its list, place
-    and c; from the step's record the budget it was offered (0: not reached) and its chunk."""
+    and c; from the step's record the budget it was offered (0: not reached), the encoder
+    cache the others referenced then, and its chunk. A request with encoder items runs with
+    the engine's cache and compute budget (:func:`~chunkproof.spec.scheduler_step.
+    shared_encoder`)."""
     parts: dict[int, RequestStep] = {}
     places = [0] * len(PHASE_NAMES)
+    capacity, budget = shared_encoder(instance)
     for p in range(len(instance)):
-        label, phase, c = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+        label, phase, c, _ = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
         offered = int(record[f"offered{p}"][0])
-        stages = step(policy, instance[label], c, offered) if offered > 0 else None
+        cfg = instance[label]
+        if cfg.items:
+            cfg = replace(cfg, encoder_cache=capacity, encoder_budget=budget)
+        shared = int(record[f"shared{p}"][0])
+        stages = step(policy, cfg, c, offered, shared) if offered > 0 else None
         scheduled = int(record[f"chunk{p}"][0]) > 0
         parts[label] = RequestStep(PHASE_NAMES[phase], places[phase], c, scheduled, stages)
         places[phase] += 1

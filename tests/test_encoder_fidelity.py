@@ -47,7 +47,8 @@ from chunkproof.model.config import (
     encoder_compute_budget,
     item_views,
 )
-from chunkproof.model.encoder_run import EncoderRun
+from chunkproof.model.encoder_items import call_rules, encoded_through, referenced_embeds
+from chunkproof.model.encoder_run import ENCODER_REQUEST_ID, EncoderRun
 from chunkproof.model.encoder_source import (
     ENCODER_METHOD,
     EncoderMethods,
@@ -333,12 +334,18 @@ class RealRun:
 
 def real_run(release: Release, cfg: Config, budgets: list[int], cache: Any) -> RealRun:
     """Drive one request (module docstring (b)): the budgets in order, the last one repeated,
-    until c >= E or a zero under the last budget (then three more steps, which must be zero)."""
+    until c >= E or a zero under the last budget (then three more steps, which must be zero).
+    Every step, the entries the cache references are the model's for the request's (c, e)
+    (:mod:`chunkproof.model.encoder_items`, e as the built-in stage's call moves it)."""
     policy = release.interpreted
     view0 = step_view(cfg, cfg.start, lambda function, args: function(*args))
     shift = (stages.shift_eagle if encoder_first(policy) else stages.shift_lookahead)(view0)
+    rules = call_rules(release.builtin.stage("encoder"))
+    assert rules is not None and rules.scheduled_shift is not None
+    margin = rules.margin(view0)
+    scheduled_shift = shift if rules.scheduled_shift else 0
     c, chunks, caches = cfg.start, [], []
-    index = 0
+    index = encoded = real_encoded = through = 0
     while c < cfg.prefill_end:
         budget = budgets[min(index, len(budgets) - 1)]
         view = step_view(cfg, c, lambda function, args: function(*args))
@@ -347,6 +354,7 @@ def real_run(release: Release, cfg: Config, budgets: list[int], cache: Any) -> R
         duplicates: list[int] = []
         for stage in policy.stages:
             if stage.name == "encoder":
+                through = encoded_through(view, c, n, shift, margin, scheduled_shift)
                 inputs, n, duplicates = cache.encode(c, n, shift)
             else:
                 n = stage.function(view, c, n)
@@ -354,7 +362,18 @@ def real_run(release: Release, cfg: Config, budgets: list[int], cache: Any) -> R
         if n > 0:
             c += n
             cache.advance(inputs, duplicates, c)
+            encoded = max(encoded, through)
+            real_encoded = max([real_encoded, *(i + 1 for i in inputs)])
+        assert encoded == real_encoded, f"{cfg.describe()} c={c}: e {encoded}, real {real_encoded}"
         caches.append(cache.referenced())
+        held = {
+            f"{ENCODER_REQUEST_ID}/item-{i}"
+            for i, (start, length) in enumerate(cfg.items)
+            if i < encoded and start + length > max(cfg.start, c - margin)
+        }
+        assert caches[-1][0] == held, f"{cfg.describe()} c={c} e={encoded}: {caches[-1][0]}"
+        ours = referenced_embeds(step_view(cfg, c, lambda f, a: f(*a)), c, encoded, margin)
+        assert ours == sum(cfg.items[int(h.rsplit("-", 1)[1])][1] for h in held)
         if n == 0 and index >= len(budgets) - 1:
             for _ in range(3):  # a zero repeats: nothing the step changed makes progress
                 again = budgets[-1]

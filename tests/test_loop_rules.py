@@ -40,7 +40,14 @@ from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import LoopRules, variant_loop_rules
 from chunkproof.model.source_policy import source_composition
-from chunkproof.spec.scheduler_loops import RUNNING, WAITING, Got, Ops, Stages, schedule_step
+from chunkproof.spec.scheduler_loops import (
+    RUNNING,
+    WAITING,
+    Got,
+    Ops,
+    Stages,
+    schedule_step,
+)
 from chunkproof.spec.scheduler_step import step_loop_rules
 from chunkproof.spec.space import Space, grid_from
 
@@ -122,11 +129,20 @@ def test_a_running_break_leaves_the_requests_after_a_zero_unoffered(tmp_path: Pa
     anything and the waiting request behind them gets the budget left."""
     path = write_scheduler(tmp_path, running_zero="break")
     assert resolve_policy(str(path)).rules() == LoopRules(running="break")
-    stages = fixed_stages([Got(0, 0, False), Got(4, 4, False), Got(2, 2, False)])
+    stages = fixed_stages([Got(0, 0, False, 0), Got(4, 4, False, 0), Got(2, 2, False, 0)])
     phases = [RUNNING, RUNNING, WAITING]
     outcomes = {
         action: schedule_step(
-            PLAIN, phases, [4, 4, 0], stages, 6, lambda left: left, 256, LoopRules(running=action)
+            PLAIN,
+            phases,
+            [4, 4, 0],
+            [0] * 3,
+            stages,
+            nothing_held,
+            6,
+            lambda left: left,
+            256,
+            LoopRules(running=action),
         )
         for action in ("continue", "break")
     }
@@ -146,7 +162,12 @@ def guarded_skip(guard: str) -> str:
 
 def fixed_stages(takes: list[Got]) -> Stages:
     """A step that gives the request at position p ``takes[p]`` whatever it is offered."""
-    return lambda p, c, offer, where: takes[p]
+    return lambda p, c, offer, where, shared: takes[p]
+
+
+def nothing_held(p: int, c: object, e: object) -> int:
+    """No request references an encoder cache entry (``Held`` without items)."""
+    return 0
 
 
 @pytest.mark.parametrize("split", ["break", "skip"])
@@ -157,8 +178,19 @@ def test_each_waiting_zero_does_its_own_action(split: str, later: str) -> None:
     unoffered, exactly when that zero's action is ``break``, else the second takes 2."""
     rules = LoopRules(split=split, later=later)
     for split_value, action in ((0, split), (3, later)):
-        stages = fixed_stages([Got(0, split_value, False), Got(2, 2, False)])
-        done = schedule_step(PLAIN, [WAITING] * 2, [0, 0], stages, 6, lambda left: left, 256, rules)
+        stages = fixed_stages([Got(0, split_value, False, 0), Got(2, 2, False, 0)])
+        done = schedule_step(
+            PLAIN,
+            [WAITING] * 2,
+            [0, 0],
+            [0, 0],
+            stages,
+            nothing_held,
+            6,
+            lambda left: left,
+            256,
+            rules,
+        )
         assert done.broke == (action == "break")
         second = (0, 0) if action == "break" else (6, 2)
         assert (done.offered[1], done.chunk[1]) == second

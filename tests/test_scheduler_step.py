@@ -334,33 +334,40 @@ def test_a_request_with_encoder_items_runs_beside_a_text_request(
     cli: Cli, tmp_path: Path, name: str, live: str
 ) -> None:
     """An instance mixes a request with encoder items and one without: #40707's livelock on
-    0.27 with a text request beside it (which finishes; the image request stays at c=4), gone
-    on 0.28, and the file replays. The set of two image requests is left out and counted:
-    the model gives each request its own encoder cache and budget, which vLLM shares."""
+    0.27 with a text request beside it (which finishes; the image request stays at c=4, its
+    first image encoded: e=1), gone on 0.28, and the file replays. The set of two image
+    requests is an instance too: they share the encoder cache."""
     run = cli("system", name, *ITEMS_RANGE, "--json", "--out", str(tmp_path))
     document = run.json()
-    assert (document["explored"]["instances"], document["explored"]["left_out"]) == (2, 1)
+    assert (document["explored"]["instances"], document["explored"]["left_out"]) == (3, 0)
     verdicts = {v["property"]: v for v in document["verdicts"]}
     assert verdicts["S-LIVE"]["status"] == live
     if live == "VIOLATED":
         assert verdicts["S-LIVE"]["example"] == (
             "#0: T=16 B=4 L=0 M=6; #1: T=16 B=4 L=0 M=6 items=1+4,6+4"
         )
-        assert verdicts["S-LIVE"]["trace"][-1].startswith("running [#1(T=16, c=4)]; waiting []")
+        last = verdicts["S-LIVE"]["trace"][-1]
+        assert last.startswith("running [#1(T=16, c=4, e=1)]; waiting []")
         replay = cli("replay", verdicts["S-LIVE"]["counterexample"], "--json")
         assert replay.code == 0 and replay.json()["reproduces"] is True
 
 
-def test_two_requests_with_encoder_items_are_not_an_instance() -> None:
-    """The explicit model refuses them, and the symbolic one a cell whose requests all carry
-    its items (--prove leaves such cells out and says so: the test below)."""
+def test_two_requests_with_encoder_items_share_the_cache_at_vllms_budget() -> None:
+    """The explicit model takes two requests with items at b0 >= C (vLLM's b0 = C) and
+    refuses them below it (the budget they share would decide), and the symbolic one refuses
+    a cell whose requests all carry its items (--prove leaves such cells out and says so: the
+    test below)."""
     item = Config(block=4, prompt=16, max_sched=6, items=Items(((1, 4), (6, 4))))
     text = Config(block=4, prompt=16, max_sched=6)
     policy = get_builtin("vllm-0.27")
     SchedulerStepModel(policy, [(item, text)])
-    with pytest.raises(ConfigError, match="at most one request of an instance may carry"):
-        SchedulerStepModel(policy, [(item, item)])
-    assert request_sets(policy, [item, text], 2) == [(item, text), (text, text)]
+    SchedulerStepModel(policy, [(item, item)])
+    one = replace(item, items=Items(((1, 4),)), encoder_cache=8)
+    low = [replace(cfg, encoder_budget=5) for cfg in (one, replace(text, encoder_cache=8))]
+    with pytest.raises(ConfigError, match="compute budget of at least the encoder cache"):
+        SchedulerStepModel(policy, [(low[0], low[0])])
+    assert request_sets(policy, low, 2) == [(low[0], low[1]), (low[1], low[1])]
+    assert len(request_sets(policy, [item, text], 2)) == 3
     texts = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "16", "max_sched": "6"}
     space = user_space({**texts, "layout": "none;1+4,6+4"}, None, production=False)
     with_items = [cell for cell in cells(space) if cell.layout]

@@ -1213,7 +1213,9 @@ def encoder_call_site(root: Path) -> tuple[bool, ast.expr]:
 class EncoderRun:
     """The encoder of one request with ``items`` ((start, length) pairs) under the real code of
     the tree at ``root``: a cache of ``capacity`` embeddings, ``budget`` encoder embeddings a
-    step, and the scheduler's ``use_eagle`` and lookahead L (module docstring)."""
+    step, and the scheduler's ``use_eagle`` and lookahead L (module docstring). Requests of
+    one scheduler share its cache: ``shared`` is another request's run, whose cache manager
+    this one uses; each request has its own ``request_id`` and item identifiers."""
 
     def __init__(
         self,
@@ -1223,6 +1225,8 @@ class EncoderRun:
         budget: int,
         use_eagle: bool,
         lookahead: int,
+        shared: EncoderRun | None = None,
+        request_id: str = ENCODER_REQUEST_ID,
     ) -> None:
         manager_type = compiled_class(root, ENCODER_CACHE_FILE, "EncoderCacheManager", None)
         request_type = compiled_class(root, REQUEST_FILE, "Request", REQUEST_MEMBERS, StandIn)
@@ -1230,7 +1234,7 @@ class EncoderRun:
         scheduler_type = compiled_class(
             root, SCHEDULER_FILE, "Scheduler", ENCODER_SCHEDULER_METHODS, StandIn
         )
-        self.manager = manager_type(capacity)
+        self.manager: Any = manager_type(capacity) if shared is None else shared.manager
         self.scheduler: Any = standin_tree(
             SCHEDULER_LABEL,
             {
@@ -1250,14 +1254,14 @@ class EncoderRun:
             position.__dict__.update(offset=start, length=length, is_embed=None)
             feature = standin_tree(
                 f"{REQUEST_LABEL}.mm_features[{index}]",
-                {"identifier": f"item-{index}", "mm_position": position},
+                {"identifier": f"{request_id}/item-{index}", "mm_position": position},
             )
             features.append(feature)
         self.request: Any = standin_tree(
             REQUEST_LABEL,
             {
                 "mm_features": features,
-                "request_id": ENCODER_REQUEST_ID,
+                "request_id": request_id,
                 "num_computed_tokens": 0,
                 "num_output_placeholders": 0,
             },
@@ -1280,16 +1284,29 @@ class EncoderRun:
         return list(result[0]), result[1], duplicates
 
     def advance(self, inputs: list[int], duplicates: list[int], end: int) -> None:
-        """After a step that scheduled tokens up to ``end``: the scheduled inputs are
-        allocated (``schedule()``), and once the step's tokens are computed the inputs the
-        request no longer needs are freed (``update_from_output``)."""
+        """After a step that scheduled tokens up to ``end``: :meth:`allocate`, then
+        :meth:`computed`."""
+        self.allocate(inputs, duplicates)
+        self.computed(end)
+
+    def allocate(self, inputs: list[int], duplicates: list[int]) -> None:
+        """The request is scheduled: the inputs its call scheduled are allocated, in the loop
+        of ``schedule()`` that scheduled it."""
         if hasattr(type(self.scheduler), "_allocate_encoder_inputs"):
             self.scheduler._allocate_encoder_inputs(self.request, inputs, duplicates)
         else:
             for i in inputs:
                 self.manager.allocate(self.request, i)
+
+    def computed(self, end: int) -> None:
+        """The step's tokens are computed up to ``end``: the inputs the request no longer
+        needs are freed (``update_from_output``)."""
         object.__setattr__(self.request, "num_computed_tokens", end)
         self.scheduler._free_encoder_inputs(self.request)
+
+    def finished(self) -> None:
+        """The request finished: every entry it references is freed (``_free_request``)."""
+        self.manager.free(self.request)
 
     def referenced(self) -> tuple[frozenset[str], int, int]:
         """The cache's state: the entries some request references, and its free and
