@@ -13,16 +13,18 @@ compares the two on every configuration of a space:
 * **verdicts**: for each property judged on one step (P0, P1, P3-P6), whether the
   single-request model finds it violated for the configuration
   (:func:`~chunkproof.checker.compare.native_failures`), and whether a realized step violates
-  it (:func:`~chunkproof.checker.traces.violates`, each step recomputed natively). A violation
-  only the scheduler realizes would make S4 unsound; one only the single-request model finds is
-  an over-approximation (a per-request verdict the scheduler would not reach with these
-  partners).
+  it (:func:`~chunkproof.checker.traces.violates`, each step recomputed natively, with the
+  encoder cache the other requests referenced then: S4 is about the budget only, so a request
+  whose encoder call finds the cache held by another is a step the single-request model does
+  not have). A violation only the scheduler realizes would make S4 unsound; one only the
+  single-request model finds is an over-approximation (a per-request verdict the scheduler
+  would not reach with these partners).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -32,7 +34,7 @@ from chunkproof.checker.explorer import explore_batch
 from chunkproof.checker.traces import violates
 from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
-from chunkproof.model.step import step
+from chunkproof.model.step import Step, step
 from chunkproof.spec.properties import DEFAULT_WINDOW
 from chunkproof.spec.request import budget_bounds
 from chunkproof.spec.scheduler_loops import FINISHED
@@ -67,24 +69,28 @@ class Abstraction:
         }
 
 
-def realized_pairs(
-    model: SchedulerStepModel,
-) -> dict[Config, set[tuple[int, int]]]:
-    """Every (c, offered budget) at which a request of each configuration is offered a budget
-    in a reachable global state (every transition the explorer takes from one)."""
-    realized: dict[Config, set[tuple[int, int]]] = defaultdict(set)
+Realized = tuple[int, int, int, int, int]
+"""A realized step of a request: (c, the budget offered, the encoder cache embeddings the
+other requests referenced, and the engine's encoder cache C and compute budget b0)."""
+
+
+def realized_pairs(model: SchedulerStepModel) -> dict[Config, set[Realized]]:
+    """Every :data:`Realized` step of a request of each configuration in a reachable global
+    state (every transition the explorer takes from one)."""
+    realized: dict[Config, set[Realized]] = defaultdict(set)
     for batch in model.batches():
         explored = explore_batch(model, batch)
         steps = explored.steps
         rows = explored.states[steps.source]
         for p in range(batch.k):
-            offered = steps.record[f"offered{p}"]
+            offered, shared = steps.record[f"offered{p}"], steps.record[f"shared{p}"]
             label, phase, c = (rows[:, 1 + FIELDS * p + j] for j in range(3))
             hit = np.flatnonzero((offered > 0) & (phase != FINISHED))
             for i in hit:
                 group = batch.instances[int(rows[i, 0])]
                 cfg = group[_member(group, int(label[i]), model.symmetry)]
-                realized[cfg].add((int(c[i]), int(offered[i])))
+                capacity, budget = (int(v) for v in batch.encoder[int(rows[i, 0])])
+                realized[cfg].add((int(c[i]), int(offered[i]), int(shared[i]), capacity, budget))
     return realized
 
 
@@ -113,14 +119,15 @@ def check_abstraction(
         offered = {(c, b) for c in _reachable(policy, cfg, low, high) for b in range(low, high + 1)}
         result.single_pairs += len(offered)
         # A budget above T - c0 acts as T - c0 (budget_bounds), as in the single model.
-        pairs = {(c, min(b, high)) for c, b in realized.get(cfg, set())}
+        steps = realized.get(cfg, set())
+        pairs = {(c, min(b, high)) for c, b, *_ in steps}
         result.realized_pairs += len(pairs & offered)
         result.beyond_pairs += len(pairs - offered)
         seen = {
             pid
-            for c, b in pairs
+            for taken in steps
             for pid in STEP_PROPERTIES
-            if violates(pid, cfg, step(policy, cfg, c, b), window, high)
+            if violates(pid, cfg, _realized_step(policy, cfg, taken, high), window, high)
         }
         for pid in STEP_PROPERTIES:
             mine, theirs = pid in single.fails, pid in seen
@@ -131,6 +138,15 @@ def check_abstraction(
             elif theirs:
                 result.only_scheduler[pid].append(cfg.describe())
     return result
+
+
+def _realized_step(policy: Policy, cfg: Config, taken: Realized, high: int) -> Step:
+    """The request's step as the scheduler step took it (:data:`Realized`); a budget above
+    T - c0 acts as T - c0, as in the single-request model."""
+    c, budget, shared, capacity, compute = taken
+    if cfg.items:
+        cfg = replace(cfg, encoder_cache=capacity, encoder_budget=compute)
+    return step(policy, cfg, c, min(budget, high), shared)
 
 
 def _reachable(policy: Policy, cfg: Config, low: int, high: int) -> set[int]:

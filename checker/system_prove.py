@@ -7,9 +7,8 @@ Per cell (:func:`~chunkproof.spec.request_symbolic.cells`) and property (P0, S-L
 STARVE):
 
 0. A cell whose item pattern has encoder items is left out (and counted): its K requests all
-   carry the pattern, and the model gives each its own encoder cache and budget, which vLLM
-   shares (:func:`~chunkproof.spec.scheduler_step.encoder_exact`; the explorer covers one
-   request with items beside requests without).
+   carry the pattern and share the encoder cache, whose state (each request's e) the
+   symbolic step does not have yet (the explorer covers such instances).
 1. *Scope*: a cell whose constraint holds no request set is empty and judges nothing.
 2. *Bounded search* to 1, 2, 4, ... and finally ``depth`` steps (idle steps allowed, so every
    shorter trace counts; a plain solver first, briefly, for an unsat, then Optimize), the
@@ -391,9 +390,8 @@ def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
     if info["cells_left_out"]:
         lines.append(
             f"left out: {info['cells_left_out']} cell(s) whose requests all carry encoder items "
-            "(vLLM shares the encoder cache and budget between them; the model gives each "
-            "request its own): the explorer, without --prove, covers one such request beside "
-            "requests without"
+            "(they share the encoder cache, whose state the Z3 step does not have yet): the "
+            "explorer, without --prove, covers them"
         )
     lines.append("")
     for proof in proofs:

@@ -1,27 +1,27 @@
 """Standalone pytest repros of a multi-request counterexample (``chunkproof repro FILE --pytest
 OUT`` on a file of ``chunkproof system``; issue 11 item 2).
 
-The generated file is a single-request repro's (:mod:`chunkproof.checker.repro`: the same
-prelude, ``Step`` record, P0 check, real methods read from a vLLM source tree, call-site and
-budget-cap functions, source loader) around ``schedule()``'s two loops over the requests as
-:class:`~chunkproof.spec.scheduler_step.SchedulerStepModel` models them: the running list in
-order, then the waiting queue in order while budget and a seat remain, each request offered the
-budget left, a zero doing what the policy's loop rules say (every release: ``continue`` in the
-running loop, ``break`` in the waiting loop, except that from C9 (0.33) a zero after the split
-skips the request; a fork's own rules, read from its ``schedule()``). Every request's chunk
-comes from the real split and reservation, and for the request with encoder items (at most
-one, as in the model) from the tree's own encoder too
-(:data:`chunkproof.checker.repro.ENCODER_STEP`), its cache kept from step to step. Starting from
-the recorded arrival order, the test offers the recorded budgets step by step (with the adaptive
-floor, at the recorded eligible counts; the system properties are judged on one step, so no
-budget beyond them) and checks every step the way a single-request repro does: first SPEC P0 on
-every request a loop reached, then the file's property (HOL: the waiting loop broke at a zero
-while a request behind it gets a chunk from the budget left; S-LIVE: the whole budget M
-schedules nothing while work is left; STARVE: a step schedules nothing while a request alone
-would get a chunk from its budget). A failure names the property and the step (``AssertionError:
-HOL: step 0 (budget 3): ...``): the file fails while the property is violated and passes on a
-fix. The recorded stage values are in the file (``RECORDED``) and in each failure message beside
-the real code's.
+The generated file is a single-request repro's (:mod:`chunkproof.checker.repro`: the same prelude,
+``Step`` record, P0 check, real methods read from a vLLM source tree, call-site and budget-cap
+functions, source loader) around ``schedule()``'s two loops over the requests as
+:class:`~chunkproof.spec.scheduler_step.SchedulerStepModel` models them: the running list in order,
+then the waiting queue in order while budget and a seat remain, each request offered the budget
+left, a zero doing what the policy's loop rules say (every release: ``continue`` in the running
+loop, ``break`` in the waiting loop, except that from C9 (0.33) a zero after the split skips the
+request; a fork's own rules, read from its ``schedule()``). Every request's chunk comes from the
+real split and reservation, and for a request with encoder items from the tree's own encoder too
+(:data:`chunkproof.checker.repro.ENCODER_STEP`), on one real ``EncoderCacheManager`` the requests
+share, kept from step to step: a request the step takes allocates what its call scheduled before
+the loop visits the next, and frees after the step. Starting from the recorded arrival order, the
+test offers the recorded budgets step by step (with the adaptive floor, at the recorded eligible
+counts; the system properties are judged on one step, so no budget beyond them) and checks every
+step the way a single-request repro does: first SPEC P0 on every request a loop reached, then the
+file's property (HOL: the waiting loop broke at a zero while a request behind it gets a chunk from
+the budget left; S-LIVE: the whole budget M schedules nothing while work is left; STARVE: a step
+schedules nothing while a request alone would get a chunk from its budget). A failure names the
+property and the step (``AssertionError: HOL: step 0 (budget 3): ...``): the file fails while the
+property is violated and passes on a fix. The recorded stage values are in the file (``RECORDED``)
+and in each failure message beside the real code's.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import textwrap
 from string import Template
 
 from chunkproof.checker.repro import (
-    ENCODER_CONSTANTS,
     ENCODER_DRIVER,
     ENCODER_STEP,
     PRELUDE,
@@ -60,6 +59,7 @@ from chunkproof.spec.scheduler_step import (
     PHASE_NAMES,
     engine_settings,
     per_step_theta,
+    shared_encoder,
     step_loop_rules,
 )
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
@@ -74,18 +74,11 @@ def any_repro_source(cx: Counterexample | SystemCounterexample, source_name: str
 
 def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     """The text of the standalone pytest file for ``cx`` (module docstring). Its requests
-    share the engine, so one stand-in scheduler serves them all. The one request with encoder
-    items, if any, runs the tree's own encoder (:data:`_ENCODER`); two such requests are
-    refused, as the model leaves them out (they would share one encoder cache)."""
+    share the engine, so one stand-in scheduler serves them all. The requests with encoder
+    items run the tree's own encoder (:data:`_ENCODER`), on one cache they share."""
     if len({engine_settings(cfg) for cfg in cx.requests}) != 1:
         raise ChunkproofError(f"{source_name}: the requests do not share the engine's settings")
     with_items = [label for label, cfg in enumerate(cx.requests) if cfg.items]
-    if len(with_items) > 1:
-        raise ChunkproofError(
-            f"{source_name}: no standalone repro for several requests with encoder items "
-            f"(#{', #'.join(map(str, with_items))}); `chunkproof replay {source_name}` "
-            "replays it"
-        )
     attributes = [standins(cx, cfg, source_name) for cfg in cx.requests]
     policy = recorded_policy(cx)
     rules = step_loop_rules(policy)
@@ -125,15 +118,17 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
         checks = Template(_CHECKS[cx.property]).substitute(encoder_of="")
         methods = real_methods(policy, [])
         return _TEMPLATE.substitute(values | _BY_LABEL | _NO_ENCODER | methods, check_body=checks)
-    label = with_items[0]
     imports, driver = module_source(encoder_run)
-    encoder = encoder_values(cx.requests[label]) | _ENCODER_CALLS
+    capacity, budget = shared_encoder(cx.requests)
+    encoder = encoder_values(cx.requests[with_items[0]]) | _ENCODER_CALLS
+    encoder |= {"encoder_cache": str(capacity), "encoder_budget": str(budget)}
+    items = {label: [tuple(item) for item in cx.requests[label].items] for label in with_items}
     checks = Template(_CHECKS[cx.property]).substitute(encoder_of=_ENCODER_CALLS["encoder_of"])
     methods = real_methods(policy, [], imports)
     return _ENCODER_TEMPLATE.substitute(
         values | _BY_LABEL | encoder | methods,
         check_body=checks,
-        encoder_label=str(label),
+        items_by_label=repr(items),
         encoder_run=driver,
     )
 
@@ -370,7 +365,7 @@ def schedule(
         step = reached[label] = schedule_step(
             vllm, scheduler, c[label], offer(left, theta), label$encoder_of
         )
-        left -= taken(step)
+        left -= taken(step)$allocate_running
         if RUNNING_ZERO == "break" and unsafe(step) is None and step.chunk == 0:
             break
     admitted, broke_at, behind = [], None, {}
@@ -387,7 +382,7 @@ def schedule(
         )
         if taken(step) > 0:
             admitted.append(label)
-            left -= step.chunk
+            left -= step.chunk$allocate_admitted
         elif unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
             broke_at = label
     after = list(c)
@@ -431,26 +426,42 @@ $check_body
 
 _TEMPLATE = Template(PRELUDE + _REQUESTS + STEP_CLASS + _TEST + REAL_METHODS)
 
-_ENCODER = (
-    ENCODER_CONSTANTS
-    + '''ENCODER_LABEL = $encoder_label  # the request with the encoder items
+_ENCODER = '''# The requests' encoders: the tree's EncoderCacheManager (one, which they
+# share), Request members, PlaceholderRange and the scheduler's encoder methods, compiled from
+# the source text (at the end of the file: chunkproof.model.encoder_run), driven as schedule()
+# and update_from_output drive them.
+ITEMS = $items_by_label  # by label: (start, length) of each item's placeholders
+ENCODER_CACHE = $encoder_cache  # C: the encoder cache in embeddings
+ENCODER_BUDGET = $encoder_budget  # b0: the encoder compute budget of a step
+USE_EAGLE = $use_eagle  # the scheduler's use_eagle
+# Where schedule() calls the encoder (before the split up to 0.27, after it from 0.28) and the
+# shift_computed_tokens it passes are read from the tree's schedule().
 
 
 @pytest.fixture
 def encoders() -> dict[int, EncoderRun]:
-    """The encoder of the request with items, by label, at admission: an empty cache."""
+    """The encoders of the requests with items, by label, at admission: one empty cache."""
     root = vllm_source_root()
-    lookahead = CONFIGS[ENCODER_LABEL].lookahead
+    runs: dict[int, EncoderRun] = {}
     try:
-        run = EncoderRun(root, ITEMS, ENCODER_CACHE, ENCODER_BUDGET, USE_EAGLE, lookahead)
+        for label, items in ITEMS.items():
+            runs[label] = EncoderRun(
+                root,
+                items,
+                ENCODER_CACHE,
+                ENCODER_BUDGET,
+                USE_EAGLE,
+                CONFIGS[label].lookahead,
+                shared=next(iter(runs.values()), None),
+                request_id=f"request-{label}",
+            )
     except SourceError as exc:
         pytest.fail(f"cannot read the encoder code from {root}: {exc}", pytrace=False)
-    return {ENCODER_LABEL: run}
+    return runs
 
 
 '''
-)
-"""The encoder of a file with a request with encoder items (a :class:`~string.Template`)."""
+"""The encoders of a file with requests with encoder items (a :class:`~string.Template`)."""
 
 _ENCODER_TEMPLATE = Template(
     PRELUDE + _REQUESTS + _ENCODER + STEP_CLASS + _TEST + ENCODER_STEP + REAL_REST + ENCODER_DRIVER
@@ -462,6 +473,8 @@ _NO_ENCODER: Values = {
     "encoders_parameter": "",
     "encoders_words": "",
     "encoder_of": "",
+    "allocate_running": "",
+    "allocate_admitted": "",
     "advance": "",
 }
 """The encoder's template values in a file whose requests have no encoder items."""
@@ -471,15 +484,26 @@ _ENCODER_CALLS: Values = {
     "step_extra": ", encoders",
     "encoders_parameter": "\n    encoders: dict[int, EncoderRun],",
     "encoders_words": (
-        " The request with encoder items runs its\n    encoder (``encoders``), which advances "
-        "after a step it takes."
+        " A request with encoder items runs its\n    encoder (``encoders``, one cache): a "
+        "step it takes allocates what its call scheduled\n    at once; after the step its "
+        "encoder frees what it no longer needs, and all once it is done."
     ),
     "encoder_of": ", encoders.get(label)",
+    "allocate_running": (
+        "\n        if label in encoders and taken(step) > 0:"
+        "\n            encoders[label].allocate(*step.scheduled)"
+    ),
+    "allocate_admitted": (
+        "\n            if label in encoders:"
+        "\n                encoders[label].allocate(*step.scheduled)"
+    ),
     "advance": (
         "    for label, step in reached.items():\n"
         "        if label in encoders and taken(step) > 0:\n"
-        "            encoders[label].advance(*step.scheduled, step.end)\n"
+        "            encoders[label].computed(after[label])\n"
+        "            if after[label] >= PREFILL_ENDS[label]:\n"
+        "                encoders[label].finished()\n"
     ),
 }
-"""... and in one with such a request: the test takes the ``encoders`` fixture, passes it
-through every step, and the request's encoder advances after a step it takes."""
+"""... and in one with such requests: the test takes the ``encoders`` fixture and passes it
+through every step; a request's encoder allocates in the loop and frees after the step."""

@@ -94,3 +94,9 @@ pick_system system-slive-encoder-two-items vllm-0.27 S-LIVE --requests 2 --block
 # trims #1 (T=5) to c=3, and alone there it livelocks (the single-request 0 < T mod B < L).
 # Without the floor every instance of this range livelocks at theta=1 instead.
 pick_system system-slive-adaptive-floor vllm-0.33 S-LIVE --block 4 --lookahead 2 --drop off --prompt 3-13 --max-sched 8 --threshold 1 --adaptive-threshold
+# vllm-0.28, two requests with two adjacent images each, a cache that holds one request's two
+# (C=8), theta=4 and L=1: each encodes its first image, then stops one token before its second,
+# which has no room while both first images are held; 0.28-0.32 free an image only once c
+# reaches its end + L, so neither moves again (S-LIVE). Alone the request is live; 0.33, which
+# frees an image at its end, has no deadlock.
+pick_system system-slive-shared-encoder-cache vllm-0.28 S-LIVE --block 1 --lookahead 1 --drop on --threshold 4 --prompt 12 --max-sched 8 --items 2+4,6+4 --encoder-cache 8

@@ -44,6 +44,19 @@ Held = Callable[[int, Any, Any], Any]
 
 
 @dataclass(frozen=True)
+class Positions:
+    """The k positions of a state as a step reads them, in list order: each one's phase, c and
+    e (:mod:`chunkproof.model.encoder_items`), the policy's step of the request there
+    (``stages``) and the encoder cache embeddings its entries reference (``held``)."""
+
+    phase: Sequence[Any]
+    c: Sequence[Any]
+    encoded: Sequence[Any]
+    stages: Stages
+    held: Held
+
+
+@dataclass(frozen=True)
 class Ops:
     """A value domain's connectives: conjunction and disjunction of any number of terms,
     negation, ``then if cond else other`` lane-wise and the floor of ``a / b`` for b >= 1;
@@ -124,11 +137,7 @@ def theta_cap(
 
 def schedule_step(
     ops: Ops,
-    phase: Sequence[Any],
-    c: Sequence[Any],
-    encoded: Sequence[Any],
-    stages: Stages,
-    held: Held,
+    at: Positions,
     budget: Any,
     cap: Callable[[Any], Any],
     max_seqs: int,
@@ -145,14 +154,15 @@ def schedule_step(
     left, for HOL.
 
     The encoder cache is the step's, shared: each request's call sees what the entries of the
-    others reference (``held`` at their state (c, e), ``encoded`` being e), and a request the
-    step schedules allocates what its call scheduled, so its e becomes max(e, the call's
-    count) before the next request is visited (``schedule()`` allocates in the loop; entries
-    are freed after the step, in ``update_from_output``)."""
+    others reference (``held`` at their state (c, e)), and a request the step schedules
+    allocates what its call scheduled, so its e becomes max(e, the call's count) before the
+    next request is visited (``schedule()`` allocates in the loop; entries are freed after the
+    step, in ``update_from_output``)."""
+    phase, c, held = at.phase, at.c, at.held
     k = len(phase)
     chunk: list[Any] = []
     offered: list[Any] = []
-    after = list(encoded)
+    after = list(at.encoded)
     refs = [held(p, c[p], after[p]) for p in range(k)]
     shared: list[Any] = [0] * k
 
@@ -160,7 +170,7 @@ def schedule_step(
         """The step of position ``p`` on the lanes ``where``; on the lanes ``reach`` (a
         loop reached it) a chunk > 0 allocates what its call scheduled."""
         shared[p] = ops.where(where, sum(refs) - refs[p], shared[p])
-        got = stages(p, c[p], offer, where, shared[p])
+        got = at.stages(p, c[p], offer, where, shared[p])
         took = ops.all_(reach, ops.not_(got.unsafe), got.chunk > 0, got.encoded > after[p])
         after[p] = ops.where(took, got.encoded, after[p])
         refs[p] = held(p, c[p], after[p])
@@ -204,23 +214,14 @@ def schedule_step(
     return Outcome(chunk, offered, admitted, left, broke, behind_fit, unsafe, after, shared)
 
 
-def alone_fit(
-    ops: Ops,
-    phase: Sequence[Any],
-    c: Sequence[Any],
-    encoded: Sequence[Any],
-    stages: Stages,
-    held: Held,
-    offer: Any,
-    where: Any,
-) -> Any:
+def alone_fit(ops: Ops, at: Positions, offer: Any, where: Any) -> Any:
     """Whether some unfinished request would get a chunk > 0 if it were offered ``offer`` (the
     whole budget b, capped by theta_eff) as the only one (STARVE), on the lanes ``where``; the
     other requests' encoder entries stay referenced."""
-    refs = [held(p, c[p], e) for p, e in enumerate(encoded)]
+    refs = [at.held(p, at.c[p], e) for p, e in enumerate(at.encoded)]
     fit = ops.false
-    for p, ph in enumerate(phase):
+    for p, ph in enumerate(at.phase):
         mine = ops.all_(where, ph != FINISHED)
-        got = stages(p, c[p], offer, mine, sum(refs) - refs[p])
+        got = at.stages(p, at.c[p], offer, mine, sum(refs) - refs[p])
         fit = ops.any_(fit, ops.all_(mine, ops.not_(got.unsafe), got.chunk > 0))
     return fit

@@ -7,14 +7,17 @@
   They share the engine's settings: every field but the per-request ones
   (:data:`REQUEST_FIELDS`: prompt, tokens, hits, junction, encoder items) is equal, and M =
   ``max_sched`` is the step's ``max_num_batched_tokens``. ``max_seqs`` is
-  ``max_num_seqs``, the most requests the running list holds. At most one request of an
-  instance carries encoder items (:func:`encoder_exact`): a request's encoder cache and
-  compute budget are its own here (its stages' state is a function of its c), which is vLLM's
-  step exactly when no other request uses them; vLLM shares both between requests, which the
-  model does not have, so instances with two such requests are left out (and counted).
+  ``max_num_seqs``, the most requests the running list holds. The requests share the
+  engine's encoder cache C and compute budget b0 (:func:`shared_encoder`): a request's
+  encoder call sees C less what the other requests' entries reference
+  (:mod:`chunkproof.model.encoder_items`). Two requests with items need b0 >= C (vLLM's own
+  b0 = C), where the budget never decides; instances below it are left out (and counted,
+  :func:`encoder_exact`).
 * State: vLLM's two lists, each in its order, then the finished requests: a row holds, per
-  position, (label, phase, c), label the request's index in the instance, phase
-  :data:`RUNNING`, :data:`WAITING` or :data:`FINISHED`, c its computed tokens. A request is
+  position, (label, phase, c, e), label the request's index in the instance, phase
+  :data:`RUNNING`, :data:`WAITING` or :data:`FINISHED`, c its computed tokens and e its
+  encoder items up to the last one encoded (the entries it references in the shared cache
+  follow from (c, e)). A request is
   finished when c >= E (SPEC S2) and then leaves both lists: its decode steps are part of the
   load the adversarial budget stands for.
 * Init: every arrival order of the k requests, all waiting at c0 (FCFS: the order is the queue;
@@ -31,31 +34,32 @@
   (:func:`eligible_choices`); S-LIVE asks for the instance alone (no other eligible request).
   An action is one integer (:data:`ACTION_STRIDE`).
 * Next (history note 6; the rules written once for this model and its symbolic form:
-  :func:`~chunkproof.spec.scheduler_loops.schedule_step`): the running loop visits the
-  running requests in order with token_budget = b; each gets n from the policy's own stages
-  (:func:`chunkproof.model.step.vectorised_stages`) at (c, token_budget) and token_budget -=
-  n; n = 0 is ``continue`` (in every release; the loop rules below). The loop stops when
-  token_budget is 0. Then the waiting loop visits the waiting requests in queue order while
-  token_budget > 0 and the running list has fewer than ``max_seqs`` requests (no preemption:
-  the model has no KV allocation to fail). Each request is offered
-  the budget left, capped from C8 (0.31) by the per-step threshold theta_eff (history note 6,
-  running loop step 2): theta when more than one request is eligible, else 0 (off). The
-  eligible requests are the instance's unfinished ones, plus one when b < M (the rest of M
-  went to another request's decode); more would change nothing, as theta_eff is theta from
-  two on. One unfinished request offered M could also be capped at theta by other eligible
-  requests that take no budget (waiting ones): it is then offered what b = theta offers it,
-  a step the model has (with the same successor and stage values), so no verdict needs it.
-  With the adaptive floor, theta_eff > 0 is raised to M // n where that is larger; without
-  it the floor is off, and the reports say so. A request admitted at c0
-  with n > 0 joins the end of the running list; a zero **breaks** the loop (head-of-line
-  blocking) in every release, except that from 0.33 (C9) a zero after the split (from the
-  encoder cap or the reservation) is ``skip_request`` + ``continue``: the request stays at its
-  place in the queue. These loop rules (:class:`~chunkproof.model.policy.LoopRules`) are read
-  from the ``schedule()`` of a policy read from source, so a fork's own (a ``break`` in the
-  running loop, a skip after the split) is what the step runs (:func:`step_loop_rules`).
-  Skipped requests precede every request the loop did not reach, so both lists keep their
-  order in every step (the basis of :mod:`chunkproof.spec.system_properties`'
-  cycles-are-self-loops argument).
+  :func:`~chunkproof.spec.scheduler_loops.schedule_step`): the running loop visits the running
+  requests in order with token_budget = b; each gets n from the policy's own stages
+  (:func:`chunkproof.model.step.vectorised_stages`) at (c, token_budget) and token_budget -= n; n =
+  0 is ``continue`` (in every release; the loop rules below). The loop stops when token_budget is
+  0. Then the waiting loop visits the waiting requests in queue order while token_budget > 0 and
+  the running list has fewer than ``max_seqs`` requests (no preemption: the model has no KV
+  allocation to fail). A request the step schedules allocates the encoder items its call scheduled
+  at once (e := max(e, the call's count)), so the requests visited after it see them; entries are
+  freed after the step (``update_from_output``), and all of a request's when it finishes. Each
+  request is offered the budget left, capped from C8 (0.31) by the per-step threshold theta_eff
+  (history note 6, running loop step 2): theta when more than one request is eligible, else 0
+  (off). The eligible requests are the instance's unfinished ones, plus one when b < M (the rest of
+  M went to another request's decode); more would change nothing, as theta_eff is theta from two
+  on. One unfinished request offered M could also be capped at theta by other eligible requests
+  that take no budget (waiting ones): it is then offered what b = theta offers it, a step the model
+  has (with the same successor and stage values), so no verdict needs it. With the adaptive floor,
+  theta_eff > 0 is raised to M // n where that is larger; without it the floor is off, and the
+  reports say so. A request admitted at c0 with n > 0 joins the end of the running list; a zero
+  **breaks** the loop (head-of-line blocking) in every release, except that from 0.33 (C9) a zero
+  after the split (from the encoder cap or the reservation) is ``skip_request`` + ``continue``: the
+  request stays at its place in the queue. These loop rules
+  (:class:`~chunkproof.model.policy.LoopRules`) are read from the ``schedule()`` of a policy read
+  from source, so a fork's own (a ``break`` in the running loop, a skip after the split) is what
+  the step runs (:func:`step_loop_rules`). Skipped requests precede every request the loop did not
+  reach, so both lists keep their order in every step (the basis of
+  :mod:`chunkproof.spec.system_properties`' cycles-are-self-loops argument).
 * Properties: P0 (a stage that runs raises or leaves [0, its input]; such a step does not lead
   on), and the system properties S-LIVE, HOL, STARVE
   (:mod:`chunkproof.spec.system_properties`).
@@ -101,6 +105,7 @@ from chunkproof.spec.scheduler_loops import (
     Got,
     Held,
     Ops,
+    Positions,
     Stages,
     alone,
     alone_fit,
@@ -483,10 +488,16 @@ class SchedulerStepModel:
         label, phase, c, e = (rows[:, 1 + j :: FIELDS] for j in range(FIELDS))
         request_rows = batch.rows(inst, label)
         ops = numpy_ops(len(rows))
-        phases, cs, es = list(phase.T), list(c.T), list(e.T)
-        at, held = self._at(batch, request_rows), self._held(batch, request_rows)
+        phases = list(phase.T)
+        at = Positions(
+            phases,
+            list(c.T),
+            list(e.T),
+            self._at(batch, request_rows),
+            self._held(batch, request_rows),
+        )
         cap = self._cap(ops, batch, inst, phases, budget, eligible)
-        done = schedule_step(ops, phases, cs, es, at, held, budget, cap, self.max_seqs, self.rules)
+        done = schedule_step(ops, at, budget, cap, self.max_seqs, self.rules)
         chunk, admitted = np.stack(done.chunk, axis=1), np.stack(done.admitted, axis=1)
         encoded = np.stack(done.encoded, axis=1)
         after = c + chunk
@@ -498,7 +509,7 @@ class SchedulerStepModel:
         unchanged = ~done.unsafe & (chunk.sum(axis=1) == 0)
         safe = ~done.unsafe
         unfinished = (phase != FINISHED).any(axis=1)
-        fit = alone_fit(ops, phases, cs, es, at, held, cap(budget), unchanged)
+        fit = alone_fit(ops, at, cap(budget), unchanged)
         bad = {
             "P0": done.unsafe,
             "S-LIVE": sysprops.system_live(
@@ -639,10 +650,10 @@ def check_adaptive(policy: Policy) -> None:
 
 
 def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:
-    """An instance the model covers: its requests share the engine's settings and at most one
-    carries encoder items (:func:`encoder_exact`); under C8-C9 a threshold needs the
-    release's per-step cap (a cap the model does not know could read the eligible requests in
-    any way)."""
+    """An instance the model covers: its requests share the engine's settings, and two with
+    encoder items a compute budget of at least the cache (:func:`encoder_exact`); under C8-C9
+    a threshold needs the release's per-step cap (a cap the model does not know could read the
+    eligible requests in any way)."""
     if len({engine_settings(cfg) for cfg in group}) != 1:
         raise ConfigError("scheduler step: the requests of an instance must share the engine")
     if not encoder_exact(group):
@@ -703,11 +714,11 @@ def check_threshold_cap(policy: Policy) -> None:
 
 def describe_state(batch: SchedulerBatch, row: np.ndarray) -> str:
     """A row as the two lists and the finished requests, each request as T and c, and e when
-    it carries encoder items."""
+    it carries encoder items and has not finished."""
     lists: dict[int, list[str]] = {phase: [] for phase in range(len(PHASE_NAMES))}
     group = batch.instances[int(row[0])]
     for p in range(batch.k):
         label, phase, c, e = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
-        encoded = f", e={e}" if group[label].items else ""
+        encoded = f", e={e}" if group[label].items and phase != FINISHED else ""
         lists[phase].append(f"#{label}(T={group[label].tokens}, c={c}{encoded})")
     return "; ".join(f"{PHASE_NAMES[ph]} [{', '.join(v)}]" for ph, v in lists.items())

@@ -11,9 +11,9 @@ requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicMo
   items, ...) are its own Z3 constants, each request within the cell's grid and accepted by
   the release (SPEC S1b). Every configuration counts, the degenerate region of SPEC CLI too,
   as in the explicit model. The K requests share the cell's grid and item pattern, which
-  must have no encoder items: K requests carrying items would each have their own encoder
-  cache and budget, which vLLM shares
-  (:func:`~chunkproof.spec.scheduler_step.encoder_exact`).
+  must have no encoder items: requests carrying items share the encoder cache, whose state
+  (each request's e, :mod:`chunkproof.model.encoder_items`) this form does not have yet; the
+  explicit model does.
 * Policy: one :class:`~chunkproof.spec.request_symbolic.SymbolicRequest` translates the policy
   once; request i's stages are that translation with its constants renamed. The request at a
   position of a list is the one whose rank is that position: its inputs are chosen among the
@@ -57,6 +57,7 @@ from chunkproof.spec.scheduler_loops import (
     WAITING,
     Got,
     Ops,
+    Positions,
     alone,
     alone_fit,
     least_eligible,
@@ -189,33 +190,27 @@ class SymbolicSchedulerStep:
         cs = [_pick(here[p], c) for p in range(k)]
         b = action[0]
         cap = theta_cap(Z3_OPS, phase, b, self.whole, self.theta, self._eligible(action))
-        done = schedule_step(
-            Z3_OPS,
+        at = Positions(
             phases,
             cs,
             [0] * k,
             lambda p, c_p, offer, where, shared: self._at(here[p], c_p, offer),
             _nothing_held,
-            b,
-            cap,
-            self.max_seqs,
-            self.rules,
         )
+        done = schedule_step(Z3_OPS, at, b, cap, self.max_seqs, self.rules)
         mine = [[rank[i] == p for p in range(k)] for i in range(k)]
         got_chunk = [_pick(mine[i], done.chunk) for i in range(k)]
         got_admitted = [_pick(mine[i], done.admitted) for i in range(k)]
         target = self._arrange(state, got_chunk, got_admitted)
         unchanged = z3.And(z3.Not(done.unsafe), z3.Sum(got_chunk) == 0)
-        alone = alone_fit(
-            Z3_OPS,
+        each = Positions(
             phase,
             c,
             [0] * k,
             lambda i, c_i, offer, where, shared: self._alone(i, c_i, offer),
             _nothing_held,
-            cap(b),
-            z3.BoolVal(True),
         )
+        alone = alone_fit(Z3_OPS, each, cap(b), z3.BoolVal(True))
         return StepTerms(
             target,
             done.unsafe,

@@ -45,6 +45,7 @@ from chunkproof.spec.scheduler_loops import (
     WAITING,
     Got,
     Ops,
+    Positions,
     Stages,
     schedule_step,
 )
@@ -134,11 +135,7 @@ def test_a_running_break_leaves_the_requests_after_a_zero_unoffered(tmp_path: Pa
     outcomes = {
         action: schedule_step(
             PLAIN,
-            phases,
-            [4, 4, 0],
-            [0] * 3,
-            stages,
-            nothing_held,
+            Positions(phases, [4, 4, 0], [0] * 3, stages, nothing_held),
             6,
             lambda left: left,
             256,
@@ -179,18 +176,8 @@ def test_each_waiting_zero_does_its_own_action(split: str, later: str) -> None:
     rules = LoopRules(split=split, later=later)
     for split_value, action in ((0, split), (3, later)):
         stages = fixed_stages([Got(0, split_value, False, 0), Got(2, 2, False, 0)])
-        done = schedule_step(
-            PLAIN,
-            [WAITING] * 2,
-            [0, 0],
-            [0, 0],
-            stages,
-            nothing_held,
-            6,
-            lambda left: left,
-            256,
-            rules,
-        )
+        at = Positions([WAITING] * 2, [0, 0], [0, 0], stages, nothing_held)
+        done = schedule_step(PLAIN, at, 6, lambda left: left, 256, rules)
         assert done.broke == (action == "break")
         second = (0, 0) if action == "break" else (6, 2)
         assert (done.offered[1], done.chunk[1]) == second

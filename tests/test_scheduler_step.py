@@ -418,6 +418,32 @@ def test_the_system_command_reports_the_abstraction(cli: Cli) -> None:
     assert "violated in only the scheduler step (S4 unsound): none" in text
 
 
+SHARED_CACHE_RANGE = ["--block", "1", "--lookahead", "1", "--drop", "on", "--threshold", "4",
+                      "--prompt", "12", "--max-sched", "8", "--items", "2+4,6+4",
+                      "--encoder-cache", "8"]  # fmt: skip
+"""Two requests with two adjacent images each and a cache that holds one request's both."""
+
+
+def test_two_requests_deadlock_on_the_shared_encoder_cache(cli: Cli) -> None:
+    """0.28 frees an image once c >= its end + L: both requests hold their first image at c = 5
+    while the second has no room, for ever (S-LIVE); each alone never livelocks (P1), so the
+    abstraction reports P1 in the scheduler step only (S4 does not cover the cache another
+    request holds). 0.33 frees at the end: no deadlock. (The real code agrees:
+    tests/test_shared_encoder.py.)"""
+    run = cli("system", "vllm-0.28", *SHARED_CACHE_RANGE, "--abstraction", "--json")
+    document = run.json()
+    verdicts = {v["property"]: v for v in document["verdicts"]}
+    assert verdicts["S-LIVE"]["status"] == "VIOLATED"
+    assert "c=5, e=1" in verdicts["S-LIVE"]["trace"][-1]
+    assert document["abstraction"]["violated_only_in_the_scheduler_step"] == {
+        "P1": ["T=12 B=1 L=1 M=8 theta=4 D=on items=2+4,6+4 C_enc=8"]
+    }
+    alone = cli("check", "vllm-0.28", *SHARED_CACHE_RANGE, "--json").json()
+    assert {v["property"]: v["status"] for v in alone["verdicts"]}["P1"] == "PROVED"
+    newer = cli("system", "vllm-0.33", *SHARED_CACHE_RANGE, "--json").json()
+    assert {v["property"]: v["status"] for v in newer["verdicts"]}["S-LIVE"] == "PROVED"
+
+
 # -- (d) the per-step threshold of C8-C9 ----------------------------------------------------------
 
 

@@ -239,3 +239,33 @@ def test_a_held_image_leaves_no_room_for_the_next(
         second = steps[1].requests[1].stages  # the encoder cuts to the image only when full
         assert second is not None and (second.encoder == 2) == (cache == 4)
         assert RealScheduler(release, instance).run((0, 1), budgets)[: len(expected)] == expected
+
+
+TWO_IMAGES = Config(
+    block=1,
+    prompt=12,
+    max_sched=8,
+    lookahead=1,
+    drop=True,
+    threshold=4,
+    items=Items(((2, 4), (6, 4))),
+    encoder_cache=8,
+)
+"""Two adjacent images of 4 embeddings, a cache that holds both (8), a static threshold of 4
+tokens a step and L = 1: alone, the request never livelocks."""
+
+
+@pytest.mark.parametrize("release", ["0.28.0"], indirect=True)
+def test_two_requests_deadlock_on_the_cache_in_the_real_code(release: Release) -> None:
+    """The deadlock `chunkproof system` finds on 0.28 (README, "Two requests, one encoder
+    cache"), on the real code: budgets 6 and 4 leave both requests at c = 5, each holding its
+    first image (0.28 frees an image only once c >= its end + L = 7) while its second has no
+    room; every budget after that schedules nothing. The model's trace is the same."""
+    budgets = [6, 4, 8, 8, 8]
+    real = RealScheduler(release, (TWO_IMAGES, TWO_IMAGES))
+    seen = real.run((0, 1), budgets)  # it stops at the first step that schedules nothing
+    assert seen == [(0, 0), (4, 2), (5, 5)] and real.c == [5, 5]
+    assert real.contended
+    steps = run_steps(release.builtin, (TWO_IMAGES, TWO_IMAGES), (0, 1), budgets, MAX_SEQS)
+    assert [tuple(r.c for r in s.requests) for s in steps] == seen
+    assert "S-LIVE" in steps[-1].breaks

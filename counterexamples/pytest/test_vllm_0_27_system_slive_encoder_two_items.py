@@ -175,29 +175,38 @@ THETA_PER_STEP = 0
 ADAPTIVE = False
 
 
-# The request's encoder: the tree's EncoderCacheManager, Request members,
-# PlaceholderRange and the scheduler's encoder methods, compiled from the source text (at the
-# end of the file: chunkproof.model.encoder_run), driven as schedule() and update_from_output
-# drive them.
-ITEMS = [(1, 4), (6, 4)]  # (start, length) of each item's placeholders
+# The requests' encoders: the tree's EncoderCacheManager (one, which they
+# share), Request members, PlaceholderRange and the scheduler's encoder methods, compiled from
+# the source text (at the end of the file: chunkproof.model.encoder_run), driven as schedule()
+# and update_from_output drive them.
+ITEMS = {1: [(1, 4), (6, 4)]}  # by label: (start, length) of each item's placeholders
 ENCODER_CACHE = 6  # C: the encoder cache in embeddings
 ENCODER_BUDGET = 6  # b0: the encoder compute budget of a step
 USE_EAGLE = False  # the scheduler's use_eagle
 # Where schedule() calls the encoder (before the split up to 0.27, after it from 0.28) and the
 # shift_computed_tokens it passes are read from the tree's schedule().
-ENCODER_LABEL = 1  # the request with the encoder items
 
 
 @pytest.fixture
 def encoders() -> dict[int, EncoderRun]:
-    """The encoder of the request with items, by label, at admission: an empty cache."""
+    """The encoders of the requests with items, by label, at admission: one empty cache."""
     root = vllm_source_root()
-    lookahead = CONFIGS[ENCODER_LABEL].lookahead
+    runs: dict[int, EncoderRun] = {}
     try:
-        run = EncoderRun(root, ITEMS, ENCODER_CACHE, ENCODER_BUDGET, USE_EAGLE, lookahead)
+        for label, items in ITEMS.items():
+            runs[label] = EncoderRun(
+                root,
+                items,
+                ENCODER_CACHE,
+                ENCODER_BUDGET,
+                USE_EAGLE,
+                CONFIGS[label].lookahead,
+                shared=next(iter(runs.values()), None),
+                request_id=f"request-{label}",
+            )
     except SourceError as exc:
         pytest.fail(f"cannot read the encoder code from {root}: {exc}", pytrace=False)
-    return {ENCODER_LABEL: run}
+    return runs
 
 
 class Step(NamedTuple):
@@ -352,8 +361,9 @@ def schedule(
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
     reaches its E is done and leaves both lists. Each request is offered the budget left
     capped by theta_eff (THETA_PER_STEP; ADAPTIVE: floored at WHOLE_BUDGET // ``eligible``,
-    the recorded count). The request with encoder items runs its
-    encoder (``encoders``), which advances after a step it takes."""
+    the recorded count). A request with encoder items runs its
+    encoder (``encoders``, one cache): a step it takes allocates what its call scheduled
+    at once; after the step its encoder frees what it no longer needs, and all once it is done."""
     if not ADAPTIVE:
         eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
@@ -367,6 +377,8 @@ def schedule(
             vllm, scheduler, c[label], offer(left, theta), label, encoders.get(label)
         )
         left -= taken(step)
+        if label in encoders and taken(step) > 0:
+            encoders[label].allocate(*step.scheduled)
         if RUNNING_ZERO == "break" and unsafe(step) is None and step.chunk == 0:
             break
     admitted, broke_at, behind = [], None, {}
@@ -384,6 +396,8 @@ def schedule(
         if taken(step) > 0:
             admitted.append(label)
             left -= step.chunk
+            if label in encoders:
+                encoders[label].allocate(*step.scheduled)
         elif unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
             broke_at = label
     after = list(c)
@@ -391,7 +405,9 @@ def schedule(
         after[label] += taken(step)
     for label, step in reached.items():
         if label in encoders and taken(step) > 0:
-            encoders[label].advance(*step.scheduled, step.end)
+            encoders[label].computed(after[label])
+            if after[label] >= PREFILL_ENDS[label]:
+                encoders[label].finished()
     return Outcome(
         budget,
         eligible,
