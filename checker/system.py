@@ -138,7 +138,8 @@ def _witness(explored: Explored, transition: int, adaptive: bool) -> Witness:
 def _set_count(policy: Policy, configs: list[Config], k: int) -> int:
     """How many multisets of k accepted configurations share the engine's settings, counted per
     settings without building them: the instances :func:`request_sets` builds, and those it
-    leaves out because two or more of their requests carry encoder items."""
+    leaves out because two or more of their requests carry encoder items under a compute
+    budget below the encoder cache."""
     groups = Counter(engine_settings(cfg) for cfg in configs if policy.accepts(cfg) is None)
     return sum(math.comb(size + k - 1, k) for size in groups.values())
 

@@ -40,7 +40,7 @@ docstring), ``shared`` the encoder cache embeddings the other requests' entries 
 Held = Callable[[int, Any, Any], Any]
 """``held(p, c, e)``: the encoder cache embeddings the entries of the request at position
 ``p`` reference at state (c, e) (:func:`~chunkproof.model.encoder_items.referenced_embeds`;
-0 for a finished request, whose entries ``_free_request`` freed)."""
+a finished request has e = 0: ``_free_request`` freed its entries)."""
 
 
 @dataclass(frozen=True)

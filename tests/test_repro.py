@@ -26,7 +26,6 @@ from chunkproof.checker.repro import repro_source
 from chunkproof.checker.system_repro import any_repro_source
 from chunkproof.model import step as model_step
 from chunkproof.model.counterexample import Counterexample, load_any
-from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.releases import release_root
 
@@ -34,6 +33,8 @@ COUNTEREXAMPLES = Path(__file__).resolve().parent.parent / "counterexamples"
 SPEC_K = COUNTEREXAMPLES / "vllm-0.33" / "p1-livelock-T49-B16-L3.json"
 ENCODER_TWO_ITEMS = COUNTEREXAMPLES / "vllm-0.27" / "p1-encoder-two-items.json"
 SYSTEM_ENCODER = COUNTEREXAMPLES / "vllm-0.27" / "system-slive-encoder-two-items.json"
+SHARED_CACHE = COUNTEREXAMPLES / "vllm-0.28" / "system-slive-shared-encoder-cache.json"
+"""Two requests with two images each, deadlocked on the encoder cache they share (0.28)."""
 P7_CONST = COUNTEREXAMPLES / "vllm-0.33" / "p7-const16-never-finishes-T49-B16-L3.json"
 P4_OFFGRID = COUNTEREXAMPLES / "vllm-0.33" / "p4-offgrid-reservation.json"
 P0_EXTERNAL = COUNTEREXAMPLES / "vllm-0.17" / "p0-external-hit-assert.json"
@@ -109,16 +110,21 @@ def test_the_40707_repros_run_the_tree_s_encoder_and_pass_from_0_28(
     assert status == 0 and "1 passed" in output, output
 
 
-def test_a_repro_of_two_requests_with_encoder_items_is_refused(tmp_path: Path) -> None:
-    """A multi-request file in which two requests carry encoder items (they would share one
-    encoder cache, which the model leaves out) has no standalone repro: a one-line error."""
-    data = json.loads(SYSTEM_ENCODER.read_text())
-    for request in data["requests"]:
-        request["items"] = [[1, 4], [6, 4]]
-    edited = tmp_path / "system-items.json"
-    edited.write_text(json.dumps(data))
-    with pytest.raises(ChunkproofError, match="several requests with encoder items"):
-        any_repro_source(load_any(edited), edited.name)
+@pytest.mark.fidelity
+def test_a_repro_of_two_image_requests_shares_one_real_cache(cli: Cli, tmp_path: Path) -> None:
+    """Two requests with encoder items run on one real ``EncoderCacheManager`` in their repro:
+    the deadlock of the curated 0.28 file (README, "Two requests, one encoder cache") fails on
+    0.28.0, which frees an image once c reaches its end + L, and passes on 0.33.0, which frees
+    it at its end."""
+    test_file = generate_repro(cli, SHARED_CACHE, tmp_path)
+    source = test_file.read_text()
+    assert "shared=next(iter(runs.values()), None)" in source
+    blockers = blocking_packages(tmp_path / "blockers")
+    status, output = run_repro(test_file, release_root("0.28.0"), blockers)
+    assert status == 1 and "AssertionError: S-LIVE: step 2 (budget 8)" in output, output
+    assert "#0 (T=12, c=5), #1 (T=12, c=5) have work left" in output, output
+    status, output = run_repro(test_file, release_root("0.33.0"), blockers)
+    assert status == 0 and "1 passed" in output, output
 
 
 @pytest.mark.fidelity
