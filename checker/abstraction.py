@@ -24,7 +24,7 @@ compares the two on every configuration of a space:
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ from chunkproof.model.step import Step, step
 from chunkproof.spec.properties import DEFAULT_WINDOW
 from chunkproof.spec.request import budget_bounds
 from chunkproof.spec.scheduler_loops import FINISHED
-from chunkproof.spec.scheduler_step import FIELDS, MAX_SEQS, SchedulerStepModel
+from chunkproof.spec.scheduler_step import FIELDS, MAX_SEQS, SchedulerStepModel, engine_encoder
 
 STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 """The per-request properties judged on one step."""
@@ -144,9 +144,8 @@ def _realized_step(policy: Policy, cfg: Config, taken: Realized, high: int) -> S
     """The request's step as the scheduler step took it (:data:`Realized`); a budget above
     T - c0 acts as T - c0, as in the single-request model."""
     c, budget, shared, capacity, compute = taken
-    if cfg.items:
-        cfg = replace(cfg, encoder_cache=capacity, encoder_budget=compute)
-    return step(policy, cfg, c, min(budget, high), shared)
+    engine = engine_encoder(cfg, (capacity, compute))
+    return step(policy, engine, c, min(budget, high), shared)
 
 
 def _reachable(policy: Policy, cfg: Config, low: int, high: int) -> set[int]:

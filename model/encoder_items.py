@@ -18,8 +18,8 @@ R, and R is at most C less what earlier calls of the step scheduled (their entri
 referenced), which is at most the budget they left. A smaller b0 with two requests that carry
 items is outside the model (:func:`~chunkproof.spec.scheduler_step.encoder_exact`).
 
-Written in the policy subset, so the explorer's NumPy form and the prover's Z3 form come from
-this one definition.
+Written in the policy subset: the explorer's NumPy form is derived from this one definition,
+as a Z3 form can be (the symbolic scheduler step has no encoder items yet).
 """
 
 from collections.abc import Callable

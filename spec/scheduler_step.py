@@ -211,6 +211,14 @@ def shared_encoder(group: Sequence[Config]) -> tuple[int, int]:
     )
 
 
+def engine_encoder(cfg: Config, encoder: tuple[int, int]) -> Config:
+    """``cfg`` as its engine runs it: with encoder items, the engine's (C, b0) of
+    :func:`shared_encoder` in place of its own."""
+    if not cfg.items:
+        return cfg
+    return dataclasses.replace(cfg, encoder_cache=encoder[0], encoder_budget=encoder[1])
+
+
 def encoder_exact(group: Sequence[Config]) -> bool:
     """Whether the model's step is vLLM's for ``group`` as far as the encoder goes: at most one
     request carries encoder items, or the compute budget is at least the cache (b0 >= C, vLLM's

@@ -26,6 +26,7 @@ from chunkproof.spec.scheduler_step import (
     FIELDS,
     PHASE_NAMES,
     SchedulerStepModel,
+    engine_encoder,
     make_scheduler_batch,
     numpy_ops,
     shared_encoder,
@@ -86,16 +87,14 @@ def _requests(
     and c; from the step's record the budget it was offered (0: not reached), the encoder
     cache the others referenced then, and its chunk. A request with encoder items runs with
     the engine's cache and compute budget (:func:`~chunkproof.spec.scheduler_step.
-    shared_encoder`)."""
+    engine_encoder`)."""
     parts: dict[int, RequestStep] = {}
     places = [0] * len(PHASE_NAMES)
-    capacity, budget = shared_encoder(instance)
+    encoder = shared_encoder(instance)
     for p in range(len(instance)):
         label, phase, c, _ = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
         offered = int(record[f"offered{p}"][0])
-        cfg = instance[label]
-        if cfg.items:
-            cfg = replace(cfg, encoder_cache=capacity, encoder_budget=budget)
+        cfg = engine_encoder(instance[label], encoder)
         shared = int(record[f"shared{p}"][0])
         stages = step(policy, cfg, c, offered, shared) if offered > 0 else None
         scheduled = int(record[f"chunk{p}"][0]) > 0
