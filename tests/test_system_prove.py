@@ -28,7 +28,7 @@ from chunkproof.checker.system_prove import BOUNDED, prove_system, replayed
 from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.policy import LoopRules
-from chunkproof.proofs import isolated
+from chunkproof.proofs import chc, isolated
 from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.certificate import holds, recheck
 from chunkproof.spec.request_symbolic import cells
@@ -176,15 +176,19 @@ def test_the_symbolic_step_caps_with_the_per_step_threshold(name: str) -> None:
     assert next_c([(WAITING, 0, 1), (FINISHED, 3, 0)], 11) == [4, 3]
 
 
-def test_spacer_proves_p0_with_a_certificate_and_is_killed_at_its_timeout(tmp_path: Path) -> None:
+def test_spacer_proves_p0_with_a_certificate_and_is_killed_at_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``unbounded``: on the README's HOL range Spacer proves P0 (its invariant written as a
     certificate and re-checked), leaves S-LIVE open, which stays BOUNDED once the child is
     killed at the timeout, and changes nothing where the bounded search found a violation.
-    (Spacer proves P0 in about 3 s on a quiet machine; once, late in a full run, it had not
-    within 30 s, so the timeout is 60 s.)"""
+    Spacer runs with seed 1 for the whole timeout (it proves P0 in about 1.7 s quiet): under
+    the default seed schedule (1 s, then 2 s, ...) the answer depends on the machine's load,
+    and a loaded CI run twice found P0 only BOUNDED."""
+    monkeypatch.setattr(chc, "SEEDS", ((1, 0),))
     with run_folder(tmp_path) as out:
         proofs, info = prove_system(
-            get_builtin("vllm-0.33"), space_of(HOL_RANGE), 2, 4, timeout_ms=60_000, out=out,
+            get_builtin("vllm-0.33"), space_of(HOL_RANGE), 2, 4, timeout_ms=30_000, out=out,
             unbounded=True,
         )  # fmt: skip
     status = {p.property: p.status for p in proofs}
