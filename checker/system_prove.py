@@ -242,23 +242,24 @@ def _unbounded(
     timeout; PROVED only with a re-checked certificate."""
     header = f"{pid} on the scheduler step of {model.policy.name}, cell {model.cell.describe()}"
 
-    def attempt() -> str:
+    def attempt() -> tuple[str, str]:
         found = reachable_violation(model, pid, True, timeout_ms)
-        if found.status != "unsat":
-            return found.status
-        if found.invariant is None:
-            return "unknown"
-        certificate.write(path, model, pid, found.invariant, f"{header} (spacer)")
-        return "unsat"
+        if found.status == "unsat" and found.invariant is not None:
+            certificate.write(path, model, pid, found.invariant, f"{header} (spacer)")
+        elif found.status == "unsat":
+            return "unknown", found.attempts()
+        return found.status, found.attempts()
 
-    status = isolated.call(attempt, timeout_ms / 1000)
+    status, seeds = isolated.call(attempt, timeout_ms / 1000) or ("unknown", "Spacer")
     cell = model.cell
     if status == "unsat":
         confirmed, results = certificate.confirm(path, timeout_ms)
         if confirmed:
-            return CellResult(cell, pid, PROVED, "spacer", f"certificate {path.name} re-checked")
+            return CellResult(
+                cell, pid, PROVED, "spacer", f"{seeds}; certificate {path.name} re-checked"
+            )
         return CellResult(
-            cell, pid, UNKNOWN, "spacer", f"the invariant did not re-check: {results}"
+            cell, pid, UNKNOWN, "spacer", f"{seeds}: the invariant did not re-check: {results}"
         )
     if status == "sat":
         return CellResult(
@@ -266,11 +267,11 @@ def _unbounded(
             pid,
             VIOLATED,
             "spacer",
-            f"a reachable state violates it, deeper than the {depth} steps searched (raise "
-            "--depth for a replayed trace)",
+            f"{seeds}: a reachable state violates it, deeper than the {depth} steps searched "
+            "(raise --depth for a replayed trace)",
         )
     return CellResult(
-        cell, pid, BOUNDED, bounded.method, f"{bounded.detail}; Spacer undecided in the timeout"
+        cell, pid, BOUNDED, bounded.method, f"{bounded.detail}; {seeds} undecided in the timeout"
     )
 
 

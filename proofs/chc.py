@@ -8,7 +8,12 @@
 with state vector s, action a and parameters p. unsat: no reachable state violates the
 property, and Spacer's cover of Reach is an inductive invariant (returned as a function of the
 state vector, for :mod:`chunkproof.proofs.certificate`); sat: some reachable state does;
-unknown: every try (:data:`SEEDS`) gave up or timed out.
+unknown: every try (:data:`SEEDS`) gave up or ran out.
+
+Each try is cut by Z3's deterministic resource limit, not by the clock: a verdict then depends
+on the machine's load only through the overall timeout. (Cut by time, a seed that proves a
+query in 1.7 s of its 2 s slice on a quiet machine overran it on a loaded one, and the seeds
+after it did not prove the query within 60 s: the same run said PROVED or BOUNDED by load.)
 """
 
 from __future__ import annotations
@@ -31,11 +36,20 @@ class ChcResult:
     status: str  # "sat" | "unsat" | "unknown"
     invariant: Invariant | None
     seconds: float
+    seeds: tuple[int, ...]
+    """The seeds tried, in order; the last one gave the status."""
+
+    def attempts(self) -> str:
+        """The seeds tried, for a verdict's detail."""
+        plural = "s" if len(self.seeds) > 1 else ""
+        return f"Spacer (seed{plural} {', '.join(map(str, self.seeds))})"
 
 
-SEEDS = ((0, 1_000), (1, 2_000), (2, 4_000), (3, 0))
-"""(Spacer random seed, milliseconds; 0 = the rest of the timeout): Spacer's run time on the
-same query varies by orders of magnitude with the seed, so short tries come first."""
+SEEDS = ((0, 25_000_000), (1, 50_000_000), (2, 100_000_000), (3, 0))
+"""(Spacer random seed, Z3 resource units; 0 = no limit but the timeout): Spacer's run time on
+the same query varies by orders of magnitude with the seed, so short tries come first. Spacer
+spends about 20-30 million units a second on this project's queries (measured on 2-core x86),
+so the slices are about 1 s, 2 s and 4 s on such a machine, whatever its load."""
 
 
 def reachable_violation(
@@ -44,18 +58,20 @@ def reachable_violation(
     """Is a state violating ``pid`` reachable (under the additional constraint ``extra``)?"""
     started = time.monotonic()
     deadline = started + timeout_ms / 1000
-    for seed, budget in SEEDS:
+    tried: list[int] = []
+    for seed, units in SEEDS:
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             break
-        status, invariant = _attempt(model, pid, extra, seed, min(budget, left) or left)
+        tried.append(seed)
+        status, invariant = _attempt(model, pid, extra, seed, units, left)
         if status != "unknown":
-            return ChcResult(status, invariant, time.monotonic() - started)
-    return ChcResult("unknown", None, time.monotonic() - started)
+            return ChcResult(status, invariant, time.monotonic() - started, tuple(tried))
+    return ChcResult("unknown", None, time.monotonic() - started, tuple(tried))
 
 
 def _attempt(
-    model: SymbolicModel, pid: str, extra: Any, seed: int, timeout_ms: int
+    model: SymbolicModel, pid: str, extra: Any, seed: int, units: int, timeout_ms: int
 ) -> tuple[str, Invariant | None]:
     """One Spacer run, on a copy of the query in a fresh Z3 context: Spacer's path (and so its
     run time and its invariant) depends on the order of the context's terms, so a query built
@@ -71,7 +87,7 @@ def _attempt(
     following = [fresh(v) for v in model.state("s_next")]
     reach = z3.Function("Reach", *[v.sort() for v in state + params], z3.BoolSort(ctx))
     fp = z3.Fixedpoint(ctx=ctx)
-    fp.set(engine="spacer", timeout=timeout_ms)
+    fp.set(engine="spacer", timeout=timeout_ms, rlimit=units)
     fp.set("spacer.random_seed", seed)
     fp.register_relation(reach)
     fp.declare_var(*state, *following, *action, *params)
@@ -88,7 +104,7 @@ def _attempt(
     query = z3.And(reach(*state, *params), guard, violation)
     try:
         answer = fp.query(query)
-    except z3.Z3Exception:  # Spacer reports its timeout as "canceled"
+    except z3.Z3Exception:  # Spacer reports its timeout or resource limit as "canceled"
         return "unknown", None
     if answer == z3.unsat:
         cover = fp.get_cover_delta(-1, reach).translate(z3.main_ctx())

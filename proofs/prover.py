@@ -121,19 +121,20 @@ def prove_cell(
     chc = reachable_violation(model, pid, True, timeout_ms)
     if chc.status == "unsat" and chc.invariant is not None:
         if z3.is_true(z3.simplify(chc.invariant(model.state("s")))):
-            return done(UNKNOWN, "spacer", f"Spacer's invariant is true, as tried above: {text}")
+            detail = f"{chc.attempts()}: the invariant is true, as tried above: {text}"
+            return done(UNKNOWN, "spacer", detail)
         proved, text = _certify(
             model, pid, chc.invariant, certificate_path, f"{header} (spacer)", timeout_ms
         )
         if proved:
-            return done(PROVED, "spacer", text, certificate_path)
-        return done(UNKNOWN, "spacer", f"Spacer's invariant did not re-check: {text}")
+            return done(PROVED, "spacer", f"{chc.attempts()}; {text}", certificate_path)
+        return done(UNKNOWN, "spacer", f"{chc.attempts()}: the invariant did not re-check: {text}")
     if chc.status == "sat":
-        return done(VIOLATED, "spacer", "Spacer: a reachable state violates it")
+        return done(VIOLATED, "spacer", f"{chc.attempts()}: a reachable state violates it")
     for depth in SHALLOW_DEPTHS:
         if shallow_violation(model, pid, depth, SHALLOW_MS) == "sat":
             return done(VIOLATED, "bmc", f"a violation {depth} steps from an initial state")
-    return done(UNKNOWN, "spacer", "Spacer gave up or timed out")
+    return done(UNKNOWN, "spacer", f"{chc.attempts()} gave up or ran out of time")
 
 
 @dataclass(frozen=True)

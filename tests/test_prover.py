@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -38,7 +39,7 @@ from chunkproof.model.counterexample import Counterexample, replay_steps
 from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.splits import split_v9
-from chunkproof.proofs import certificate, prover
+from chunkproof.proofs import certificate, chc, prover
 from chunkproof.proofs.chc import ChcResult
 from chunkproof.proofs.prover import EMPTY, PROVED, UNKNOWN, VIOLATED, prove_cell
 from chunkproof.spec.properties import DEFAULT_WINDOW
@@ -645,7 +646,7 @@ def test_cli_spacer_timeout_is_unknown(
     """A cell that needs Spacer, with Spacer giving up: UNKNOWN, exit 3, never PROVED."""
 
     def gave_up(*args: Any, **kwargs: Any) -> ChcResult:
-        return ChcResult("unknown", None, 0.0)
+        return ChcResult("unknown", None, 0.0, (0,))
 
     monkeypatch.setattr(prover, "reachable_violation", gave_up)
     run = cli(
@@ -659,6 +660,24 @@ def test_cli_spacer_timeout_is_unknown(
     assert not list(tmp_path.rglob("*.smt2"))  # no certificate left for an unproved cell
 
 
+def test_spacer_tries_are_cut_by_resource_units_not_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each seed's try ends at its resource limit (deterministic), long before the timeout:
+    with a tiny limit every seed gives up at once, the result names the seeds tried, and with
+    no limit the last seed answers."""
+    name, texts, pid = SPACER
+    model = _model(name, texts)
+    monkeypatch.setattr(chc, "SEEDS", ((5, 1_000), (6, 1_000)))
+    started = time.monotonic()
+    result = chc.reachable_violation(model, pid, True, TIMEOUT_MS)
+    assert (result.status, result.seeds) == ("unknown", (5, 6))
+    assert time.monotonic() - started < TIMEOUT_MS / 1000 / 4
+    assert result.attempts() == "Spacer (seeds 5, 6)"
+    monkeypatch.setattr(chc, "SEEDS", ((5, 1_000), (6, 0)))
+    result = chc.reachable_violation(model, pid, True, TIMEOUT_MS)
+    assert (result.status, result.seeds) == ("unsat", (5, 6))
+    assert result.attempts() == "Spacer (seeds 5, 6)"
+
+
 def test_undecided_spacer_falls_back_to_shallow_bounded_search(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -667,7 +686,7 @@ def test_undecided_spacer_falls_back_to_shallow_bounded_search(
     it stays UNKNOWN there, not PROVED)."""
 
     def gave_up(*args: Any, **kwargs: Any) -> ChcResult:
-        return ChcResult("unknown", None, 0.0)
+        return ChcResult("unknown", None, 0.0, (0,))
 
     monkeypatch.setattr(prover, "reachable_violation", gave_up)
     livelock = _model(
@@ -696,14 +715,14 @@ def test_spacer_s_true_invariant_is_not_rechecked_twice(
         return False, {"initiation": "unsat", "consecution": "unsat", "safety": "unknown"}
 
     def proved_true(*args: Any, **kwargs: Any) -> ChcResult:
-        return ChcResult("unsat", lambda s: z3.BoolVal(True), 0.0)
+        return ChcResult("unsat", lambda s: z3.BoolVal(True), 0.0, (0,))
 
     monkeypatch.setattr(certificate, "confirm", undecided)
     monkeypatch.setattr(prover, "reachable_violation", proved_true)
     name, texts, pid = SPACER
     verdict = prove_cell(_model(name, texts), "cell", pid, TIMEOUT_MS, tmp_path / "a.smt2")
     assert (verdict.status, verdict.method) == (UNKNOWN, "spacer")
-    assert "Spacer's invariant is true" in verdict.detail
+    assert "Spacer (seed 0): the invariant is true" in verdict.detail
     assert "'safety': 'unknown'" in verdict.detail
     assert len(confirmed) == 1 and not (tmp_path / "a.smt2").exists()
 
