@@ -3,18 +3,16 @@ bounded search for 2-3 requests"): orchestration of :func:`~chunkproof.proofs.bo
 bounded_search` on :class:`~chunkproof.spec.scheduler_step_symbolic.SymbolicSchedulerStep`, one
 proof cell at a time.
 
-Per cell (:func:`~chunkproof.spec.request_symbolic.cells`) and property (P0, S-LIVE, HOL,
-STARVE):
+Per cell (:func:`~chunkproof.spec.scheduler_step_symbolic.system_cells`: the engine's
+inputs and each request's encoder-item pattern) and property (P0, S-LIVE, HOL, STARVE):
 
-0. A cell whose item pattern has encoder items is left out (and counted): its K requests all
-   carry the pattern and share the encoder cache, whose state (each request's e) the
-   symbolic step does not have yet (the explorer covers such instances).
 1. *Scope*: a cell whose constraint holds no request set is empty and judges nothing.
 2. *Bounded search* to 1, 2, 4, ... and finally ``depth`` steps (idle steps allowed, so every
    shorter trace counts; a plain solver first, briefly, for an unsat, then Optimize), the
    least total T at the first depth that has a violation. A solver trace is replayed on the
    explicit model's own Next (:func:`~chunkproof.spec.scheduler_trace.run_steps`, the concrete
-   policy): every state must be the solver's and the last step must break the property, else
+   policy): every state (each request's list, place, c and e) must be the solver's and the
+   last step must break the property, else
    the tool is wrong (:class:`~chunkproof.checker.traces.ModelMismatch`, never a verdict). It
    is then VIOLATED, with the instance, the trace and, with a run folder, a multi-request
    counterexample file.
@@ -56,7 +54,6 @@ from chunkproof.model.system_counterexample import SystemStep
 from chunkproof.proofs import certificate, isolated, solving
 from chunkproof.proofs.bounded import SolverTrace, bounded_search, shallow_violation
 from chunkproof.proofs.chc import reachable_violation
-from chunkproof.spec.request_symbolic import Cell, cells
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
     PHASE_NAMES,
@@ -67,8 +64,14 @@ from chunkproof.spec.scheduler_step import (
     step_loop_rules,
     threshold_rule,
 )
-from chunkproof.spec.scheduler_step_symbolic import SYMBOLIC_REQUESTS, SymbolicSchedulerStep
-from chunkproof.spec.scheduler_trace import run_steps
+from chunkproof.spec.scheduler_step_symbolic import (
+    SYMBOLIC_REQUESTS,
+    SymbolicSchedulerStep,
+    SystemCell,
+    fields,
+    system_cells,
+)
+from chunkproof.spec.scheduler_trace import run_states
 from chunkproof.spec.space import Space
 
 BOUNDED = "BOUNDED"
@@ -85,7 +88,7 @@ class CellResult:
     """One property on one cell: its status, how it was found, and for a violation the
     instance (least total T within the depth), its arrival order, budgets and trace lines."""
 
-    cell: Cell
+    cell: SystemCell
     property: str
     status: str
     method: str
@@ -153,17 +156,13 @@ def prove_system(
     if depth < 1:
         raise ChunkproofError("--depth must be at least 1")
     started = time.monotonic()
-    found = cells(space)
+    found = system_cells(space, requests)
     proofs: dict[str, SystemProof] = {}
     judged = 0
     positive = False
     folder = _certificate_folder(policy, out) if unbounded else None
-    left_out = 0
     for index, cell in enumerate(found):
-        if cell.layout:  # step 0
-            left_out += 1
-            continue
-        model = SymbolicSchedulerStep(policy, cell, requests, max_seqs, adaptive)
+        model = SymbolicSchedulerStep(policy, cell, max_seqs, adaptive)
         positive |= model.threshold_positive
         for pid in model.properties:
             proofs.setdefault(pid, SystemProof(pid, EMPTY, depth))
@@ -198,7 +197,6 @@ def prove_system(
         "depth": depth,
         "cells": len(found),
         "cells_with_requests": judged,
-        "cells_left_out": left_out,
         "unbounded": unbounded,
         "timeout_seconds": timeout_ms / 1000,
         "seconds": round(time.monotonic() - started, 3),
@@ -316,16 +314,15 @@ def replayed(
     replay is :class:`ModelMismatch`."""
     instance = model.instance(found.model)
     states = [*found.states, found.final_state]
-    first = states[0]
-    arrival = tuple(sorted(range(model.k), key=lambda i: first[3 * i + 2]))
+    arrival = tuple(sorted(range(model.k), key=lambda i: fields(states[0])[2][i]))
     actions = (*found.actions, found.final_action)
     budgets = tuple(a[0] for a in actions)
     eligible = tuple(a[1] for a in actions) if model.adaptive else None
-    steps = run_steps(model.policy, instance, arrival, budgets, model.max_seqs, eligible)
+    steps, encoded = run_states(model.policy, instance, arrival, budgets, model.max_seqs, eligible)
     if len(steps) != len(budgets) or pid not in steps[-1].breaks:
         raise ModelMismatch(f"{pid}: the solver's trace of the scheduler step does not replay")
-    for index, (state, stepped) in enumerate(zip(states, steps, strict=True)):
-        if _lists(state, model.k) != _recorded(stepped):
+    for index, (state, stepped, e) in enumerate(zip(states, steps, encoded, strict=True)):
+        if _lists(state) != _recorded(stepped, e):
             raise ModelMismatch(
                 f"{pid}: step {index} of the solver's trace is not the explicit model's state"
             )
@@ -333,19 +330,22 @@ def replayed(
     return instance, witness, _trace(model, instance, states, witness)
 
 
-def _lists(state: list[int], k: int) -> list[tuple[str, int, int]]:
+def _lists(state: list[int]) -> list[tuple[str, int, int, int]]:
     """Per request (label order): its list, its place there (-1 when finished: the explicit
-    model orders the finished requests by label) and its c."""
+    model orders the finished requests by label), its c and its e."""
+    phase, c, rank, e = fields(state)
     out = []
-    for i in range(k):
-        phase, c, rank = state[3 * i : 3 * i + 3]
-        place = sum(1 for j in range(k) if state[3 * j] == phase and state[3 * j + 2] < rank)
-        out.append((PHASE_NAMES[phase], -1 if PHASE_NAMES[phase] == "finished" else place, c))
+    for i, (ph, r) in enumerate(zip(phase, rank, strict=True)):
+        place = sum(1 for j, other in enumerate(phase) if other == ph and rank[j] < r)
+        out.append((PHASE_NAMES[ph], -1 if PHASE_NAMES[ph] == "finished" else place, c[i], e[i]))
     return out
 
 
-def _recorded(stepped: SystemStep) -> list[tuple[str, int, int]]:
-    return [(r.queue, -1 if r.queue == "finished" else r.place, r.c) for r in stepped.requests]
+def _recorded(stepped: SystemStep, encoded: tuple[int, ...]) -> list[tuple[str, int, int, int]]:
+    return [
+        (r.queue, -1 if r.queue == "finished" else r.place, r.c, e)
+        for r, e in zip(stepped.requests, encoded, strict=True)
+    ]
 
 
 def _trace(
@@ -361,12 +361,12 @@ def _trace(
     batch = make_scheduler_batch([instance])
     rows = []
     for state in states:
-        order = sorted(range(model.k), key=lambda i: state[3 * i + 2])
+        phases, cs, ranks, es = fields(state)
+        order = sorted(range(model.k), key=lambda i: ranks[i])
         label = np.array([order], dtype=np.int64)
-        phase = np.array([[state[3 * i] for i in order]], dtype=np.int64)
-        c = np.array([[state[3 * i + 1] for i in order]], dtype=np.int64)
+        phase, c, e = (np.array([[v[i] for i in order]], dtype=np.int64) for v in (phases, cs, es))
         inst = np.zeros(1, dtype=np.int64)
-        rows.append(explicit.arrange(batch, inst, label, phase, c, np.zeros_like(c), phase)[0])
+        rows.append(explicit.arrange(batch, inst, label, phase, c, e, phase)[0])
     lines = [
         f"{describe_state(batch, row)}  {action_words(action_of(budget, count))}"
         for row, budget, count in zip(rows, witness.budgets, eligible, strict=True)
@@ -388,12 +388,6 @@ def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
         f"budget 1..M per step{threshold_words(info)}), bounded search to {info['depth']} "
         f"steps{_spacer_words(info)} in {info['seconds']} s",
     ]
-    if info["cells_left_out"]:
-        lines.append(
-            f"left out: {info['cells_left_out']} cell(s) whose requests all carry encoder items "
-            "(they share the encoder cache, whose state the Z3 step does not have yet): the "
-            "explorer, without --prove, covers them"
-        )
     lines.append("")
     for proof in proofs:
         qualifier = f" (no violation within {proof.depth} steps: not a proof)"

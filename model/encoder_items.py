@@ -18,8 +18,8 @@ R, and R is at most C less what earlier calls of the step scheduled (their entri
 referenced), which is at most the budget they left. A smaller b0 with two requests that carry
 items is outside the model (:func:`~chunkproof.spec.scheduler_step.encoder_exact`).
 
-Written in the policy subset: the explorer's NumPy form is derived from this one definition,
-as a Z3 form can be (the symbolic scheduler step has no encoder items yet).
+Written in the policy subset: the explorer's NumPy form and the symbolic scheduler step's Z3
+form (:mod:`chunkproof.spec.scheduler_step_symbolic`) are derived from this one definition.
 """
 
 from collections.abc import Callable

@@ -27,7 +27,7 @@ from chunkproof.model import stages
 from chunkproof.model.config import WELL_FORMED, Items, item_views
 from chunkproof.model.policy import Policy
 from chunkproof.model.splits import prefill_end
-from chunkproof.model.step import passed_on, stage_order, step_view
+from chunkproof.model.step import ENCODER_VIEW_DEFAULTS, passed_on, stage_order, step_view
 from chunkproof.model.subset import SubsetFunction, parse
 from chunkproof.model.symbolic import Z3Domain, symbolic
 from chunkproof.spec import properties as props
@@ -38,6 +38,9 @@ from chunkproof.spec.space import INPUT_NAMES, Grid, ItemPattern, Layouts, Space
 CELL_INPUTS = ("block", "split_block", "hash_block", "checkpoint_alignment", "retention")
 """Inputs a proof cell keeps concrete (module docstring); the lookahead is split in two
 classes, the others are symbolic."""
+
+NO_SHARED = ENCODER_VIEW_DEFAULTS["encoder_shared"]
+"""A request alone: no other request's encoder entries in the cache."""
 
 _BOOLEANS = ("drop", "checkpoints", "exact_junction")
 _INTEGERS = (
@@ -149,12 +152,13 @@ class SymbolicRequest:
         self.view = SimpleNamespace(**fields)
         self._stages: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._template: dict[str, Any] | None = None
-        self.end = self._call(prefill_end, [self.view])
+        self._engine: dict[str, Any] = {}
+        self.end = self.call(prefill_end, [self.view])
         self.high = self._high()
         self.constraint = z3.And(
             *self._ranges(),
-            *[self._call(rule, [self.view]) for rule, _ in WELL_FORMED],
-            *[self._call(rule.holds, [self.view]) for rule in self.policy.acceptance],
+            *[self.call(rule, [self.view]) for rule, _ in WELL_FORMED],
+            *[self.call(rule.holds, [self.view]) for rule in self.policy.acceptance],
             z3.Not(self._degenerate()) if self.main else z3.BoolVal(True),
             self._low() <= self.high,
         )
@@ -181,9 +185,9 @@ class SymbolicRequest:
 
     # -- building -------------------------------------------------------------------------------
 
-    def _call(self, func: Callable[..., Any] | SubsetFunction, args: list[Any]) -> Any:
+    def call(self, func: Callable[..., Any] | SubsetFunction, args: list[Any]) -> Any:
         """Translate one call of one of chunkproof's own subset functions (they do not
-        crash)."""
+        crash), over this request's terms."""
         tree = func if isinstance(func, SubsetFunction) else parse(func)
         value, _ = symbolic(tree, args)
         return value
@@ -237,29 +241,38 @@ class SymbolicRequest:
         low_theta = z3.And(v.threshold > 0, v.threshold < v.lookahead) if static else False
         return z3.And(v.lookahead >= 2, z3.Or(v.max_sched < v.lookahead, low_theta))
 
-    def stages(self, c: Any, b: Any) -> dict[str, Any]:
+    def stages(self, c: Any, b: Any, shared: Any = NO_SHARED) -> dict[str, Any]:
         """The value after each stage, ``chunk`` and ``crashed`` for state c and budget b
-        (SPEC S3), as terms. The policy is translated once, over fresh constants, and every
-        other pair of terms is substituted into that translation."""
-        key = (_term_id(c), _term_id(b))
+        (SPEC S3), as terms; with ``shared``, the encoder cache embeddings other requests'
+        entries reference (the scheduler step's), and an encoder stage of real code also
+        gives ``encoded`` (:func:`~chunkproof.model.step.vectorised_stages`). The policy is
+        translated once, over fresh constants, and every other triple of terms is
+        substituted into that translation."""
+        key = (_term_id(c), _term_id(b), _term_id(shared))
         if key not in self._stages:
             if self._template is None:
                 self._template = self._translate(*_TEMPLATE)
             pairs = [(_TEMPLATE[0], _as_term(c)), (_TEMPLATE[1], _as_term(b))]
+            pairs.append((_TEMPLATE[2], _as_term(shared)))
             self._stages[key] = {
                 name: z3.substitute(_as_term(value), *pairs)
                 for name, value in self._template.items()
             }
         return self._stages[key]
 
-    def _translate(self, c: Any, b: Any) -> dict[str, Any]:
-        view = step_view(self.view, c, lambda f, args: self._call(f, args))
+    def _translate(self, c: Any, b: Any, shared: Any) -> dict[str, Any]:
+        view = step_view(self.engine_view(shared), c, lambda f, args: self.call(f, args))
         values: dict[str, Any] = {}
         crashed: Any = False
+        encoded = None
         n = b
         for stage in self.policy.stages:
+            run = getattr(stage.source, "run", None)
             runner = getattr(stage.source, "interpret", None)
-            if runner is not None:  # real code that keeps state (the encoder scheduling)
+            if run is not None:  # real encoder code: the items it scheduled too
+                domain = Z3Domain()
+                (value, encoded), crash = run(domain, view, c, n), domain.crashed
+            elif runner is not None:  # real code that keeps state
                 domain = Z3Domain()
                 value, crash = runner(domain, view, c, n), domain.crashed
             else:
@@ -274,11 +287,28 @@ class SymbolicRequest:
             filled[name] = current
         filled["chunk"] = n
         filled["crashed"] = crashed
+        if encoded is not None:
+            filled["encoded"] = encoded
         return filled
 
-    def unsafe(self, c: Any, b: Any) -> Any:
-        """SPEC P0 at (c, b): the code raises, or a stage leaves [0, its input]."""
-        values = self.stages(c, b)
+    def use_engine_encoder(self, capacity: Any, budget: Any) -> None:
+        """Run the stages with the engine's encoder cache and compute budget (terms) in place
+        of the request's own (:func:`~chunkproof.spec.scheduler_step.engine_encoder`); the
+        constraint and :meth:`concrete` keep the request's own, as vLLM accepts a request by
+        them."""
+        self._engine = {"encoder_cache": capacity, "encoder_budget": budget}
+        self._stages, self._template = {}, None
+
+    def engine_view(self, shared: Any) -> SimpleNamespace:
+        """The request's view as its engine runs it: the engine's encoder sizes
+        (:meth:`use_engine_encoder`), ``shared`` embeddings of other requests' entries
+        referenced."""
+        return SimpleNamespace(**{**vars(self.view), **self._engine, "encoder_shared": shared})
+
+    def unsafe(self, c: Any, b: Any, shared: Any = NO_SHARED) -> Any:
+        """SPEC P0 at (c, b) (and ``shared``, as :meth:`stages`): the code raises, or a stage
+        leaves [0, its input]."""
+        values = self.stages(c, b, shared)
         breaches = [values["crashed"]]
         previous = b
         for name in stage_order(self.policy):
@@ -315,15 +345,15 @@ class SymbolicRequest:
             return self.unsafe(c, b)
         if pid == "P1":
             largest = self.stages(c, self.high)
-            stuck = self._call(props.stuck, [self.view, c, largest["chunk"]])
+            stuck = self.call(props.stuck, [self.view, c, largest["chunk"]])
             return z3.And(z3.Not(self.unsafe(c, self.high)), stuck)
         values = self.stages(c, b)
         e = c + values["chunk"]
         moving = z3.And(z3.Not(self.unsafe(c, b)), values["chunk"] > 0)
         if pid == "P5":
             window = props.WINDOW_PROPERTIES[self.window]
-            return z3.And(moving, self._call(window, [self.view, c, values["cap"], e]))
-        bad = z3.And(moving, self._call(props.EDGE_PROPERTIES[pid], [self.view, c, e]))
+            return z3.And(moving, self.call(window, [self.view, c, values["cap"], e]))
+        bad = z3.And(moving, self.call(props.EDGE_PROPERTIES[pid], [self.view, c, e]))
         if pid == "P4" and self.cell.layout:
             return z3.And(bad, z3.Not(encoder_forced(stage_order(self.policy), values)))
         return bad
@@ -359,7 +389,7 @@ def _item_symbol(index: int, part: str) -> str:
 FIXING_MS = 2_000
 """Timeout of each query that looks for inputs the range fixes (unknown: left symbolic)."""
 
-_TEMPLATE = (z3.Int("c_template"), z3.Int("b_template"))
+_TEMPLATE = (z3.Int("c_template"), z3.Int("b_template"), z3.Int("shared_template"))
 """The constants the policy is translated over once per model (:meth:`SymbolicRequest.stages`)."""
 
 

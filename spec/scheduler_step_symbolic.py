@@ -10,18 +10,29 @@ requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicMo
   (:data:`~chunkproof.spec.scheduler_step.REQUEST_FIELDS`: prompt, tokens, start, junction,
   items, ...) are its own Z3 constants, each request within the cell's grid and accepted by
   the release (SPEC S1b). Every configuration counts, the degenerate region of SPEC CLI too,
-  as in the explicit model. The K requests share the cell's grid and item pattern, which
-  must have no encoder items: requests carrying items share the encoder cache, whose state
-  (each request's e, :mod:`chunkproof.model.encoder_items`) this form does not have yet; the
-  explicit model does.
-* Policy: one :class:`~chunkproof.spec.request_symbolic.SymbolicRequest` translates the policy
-  once; request i's stages are that translation with its constants renamed. The request at a
-  position of a list is the one whose rank is that position: its inputs are chosen among the
-  requests' by rank, so each loop evaluates the policy once per position.
+  as in the explicit model. The K requests share the cell's grid; each carries one of its
+  encoder-item patterns (:class:`SystemCell`: a multiset of the grid's ``--items``
+  alternatives, so every instance the explicit model pairs is in one cell), its items' starts
+  and lengths its own constants.
+* Encoder cache (:mod:`chunkproof.model.encoder_items`): the requests share the engine's cache
+  C and compute budget b0 (the largest of the requests' own, as
+  :func:`~chunkproof.spec.scheduler_step.shared_encoder`); a request's stages run with them
+  (its acceptance with its own) and see C less the ``shared`` embeddings the other requests'
+  entries reference; two requests with items need b0 >= C
+  (:func:`~chunkproof.spec.scheduler_step.encoder_exact`). Each request's e, its referenced
+  embeddings and the items its call encodes through are the subset functions of
+  :mod:`~chunkproof.model.encoder_items` translated to Z3 (real code's call gives its own
+  count, as in the explicit model).
+* Policy: one :class:`~chunkproof.spec.request_symbolic.SymbolicRequest` per item pattern
+  translates the policy once; request i's stages are its pattern's translation with its
+  constants renamed. The request at a position of a list is the one whose rank is that
+  position: its inputs are chosen among the requests' of each pattern by rank, so each loop
+  evaluates the policy once per position and pattern.
 * State, per request: its phase (:data:`~chunkproof.spec.scheduler_step.RUNNING`, ``WAITING``,
-  ``FINISHED``), its c, and its rank: its position in the explicit model's row (the running
-  list in order, then the waiting queue in order, then the finished requests).
-* Init: every arrival order (the ranks any permutation), every request waiting at c0.
+  ``FINISHED``), its c, its rank (its position in the explicit model's row: the running list
+  in order, then the waiting queue in order, then the finished requests) and its e (0 once
+  finished: its entries are freed).
+* Init: every arrival order (the ranks any permutation), every request waiting at c0, e = 0.
 * Action: the budget b offered to the step, 1..M, and with the adaptive floor the eligible
   count n, any from :func:`~chunkproof.spec.scheduler_loops.least_eligible` up (the explicit
   model enumerates only the least n of each theta_eff; here n is free). From C8 each request
@@ -41,16 +52,20 @@ requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicMo
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import z3
 
-from chunkproof.model.config import Config
+from chunkproof.model.config import Config, encoder_capacity, encoder_compute_budget
+from chunkproof.model.encoder_items import call_rules, encoded_through, referenced_embeds
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
-from chunkproof.spec.request_symbolic import Cell, SymbolicRequest
+from chunkproof.model.step import stage_order
+from chunkproof.spec.request_symbolic import Cell, SymbolicRequest, cells
 from chunkproof.spec.scheduler_loops import (
     FINISHED,
     RUNNING,
@@ -73,14 +88,15 @@ from chunkproof.spec.scheduler_step import (
     per_step_theta,
     step_loop_rules,
 )
-from chunkproof.spec.space import INPUT_NAMES
+from chunkproof.spec.space import INPUT_NAMES, ItemPattern, Layouts, Space
 
 SYMBOLIC_REQUESTS = (2, 3)
 """The numbers of requests the symbolic form covers (issue 11 item 2): each loop evaluates the
-policy once per position, on inputs chosen among the K requests' by rank."""
+policy once per position and item pattern, on inputs chosen among the requests' by rank."""
 
-_PHASE, _C, _RANK = range(3)
+STATE_FIELDS = ("phase", "c", "rank", "e")
 """The state variables of a request, in the order of the state vector."""
+_PHASE, _C, _RANK, _E = range(len(STATE_FIELDS))
 
 Z3_OPS = Ops(
     all_=lambda *terms: z3.And(*terms),
@@ -107,69 +123,210 @@ class StepTerms:
     alone_fit: Any
 
 
+@dataclass(frozen=True)
+class SystemCell:
+    """A proof cell of the scheduler step: the engine's cell (its concrete inputs and lookahead
+    class, which the requests share) and the encoder-item pattern of each request, a multiset
+    of the grid's ``--items`` alternatives in the order of :func:`system_cells`."""
+
+    engine: Cell
+    layouts: tuple[tuple[ItemPattern, ...], ...]
+
+    @classmethod
+    def uniform(cls, cell: Cell, k: int) -> SystemCell:
+        """``k`` requests, each with ``cell``'s item pattern."""
+        return cls(cell, (cell.layout,) * k)
+
+    def request_cell(self, i: int) -> Cell:
+        """The single-request cell of request ``i``."""
+        return dataclasses.replace(self.engine, layout=self.layouts[i])
+
+    def describe(self) -> dict[str, Any]:
+        """The cell's inputs; with items, each request's pattern (``none`` for no items)."""
+        described = {k: v for k, v in self.engine.describe().items() if k != "items"}
+        if any(self.layouts):
+            patterns = [Layouts((layout,)).describe() for layout in self.layouts]
+            described["items"] = " | ".join(patterns)
+        return described
+
+
+def system_cells(space: Space, k: int) -> list[SystemCell]:
+    """Every engine cell of ``space`` (:func:`~chunkproof.spec.request_symbolic.cells` without
+    their item patterns) with every multiset of ``k`` of its grid's item patterns: the
+    explicit model pairs any requests of a grid, whatever items each carries."""
+    patterns: dict[tuple[Any, ...], list[Cell]] = {}
+    for cell in cells(space):
+        key = (cell.values, cell.speculative, id(cell.grid))
+        patterns.setdefault(key, []).append(cell)
+    return [
+        SystemCell(alike[0], tuple(cell.layout for cell in chosen))
+        for alike in patterns.values()
+        for chosen in itertools.combinations_with_replacement(alike, k)
+    ]
+
+
 class SymbolicSchedulerStep:
-    """One proof cell of the scheduler step over ``k`` requests (module docstring): a
+    """One proof cell of the scheduler step over its requests (module docstring): a
     :class:`~chunkproof.spec.interface.SymbolicModel`."""
 
     def __init__(
-        self, policy: Policy, cell: Cell, k: int, max_seqs: int = MAX_SEQS, adaptive: bool = False
+        self, policy: Policy, cell: SystemCell, max_seqs: int = MAX_SEQS, adaptive: bool = False
     ) -> None:
         if adaptive:
             check_adaptive(policy)
+        k = len(cell.layouts)
         if k not in SYMBOLIC_REQUESTS:
             raise ConfigError(f"the symbolic scheduler step covers {SYMBOLIC_REQUESTS} requests")
-        if cell.layout:
-            raise ConfigError("the symbolic scheduler step covers requests without encoder items")
         self.policy, self.cell, self.k, self.max_seqs = policy, cell, k, max_seqs
         self.adaptive = adaptive
         self.properties = SCHEDULER_PROPERTIES
         self.rules = step_loop_rules(policy)
-        self.request = SymbolicRequest(policy, cell, None, main=False)
-        own = [p for p in self.request.parameters if _per_request(str(p))]
-        shared = [p for p in self.request.parameters if not _per_request(str(p))]
-        self.renaming = [[(p, z3.Const(f"{p}#{i}", p.sort())) for p in own] for i in range(k)]
-        self.parameters = shared + [new for pairs in self.renaming for _, new in pairs]
-        view = self.request.view
-        self.constraint = z3.And(*[self.of(i, self.request.constraint) for i in range(k)])
+        self.encoder_call = call_rules(policy.stage("encoder"))
+        patterns = list(dict.fromkeys(cell.layouts))
+        self.templates = [
+            SymbolicRequest(policy, dataclasses.replace(cell.engine, layout=p), None, main=False)
+            for p in patterns
+        ]
+        self.pattern = [patterns.index(layout) for layout in cell.layouts]
+        """Per request, the index of its pattern's template."""
+        self.renaming = [
+            [
+                (p, z3.Const(f"{p}#{i}", p.sort()))
+                for p in self._template(i).parameters
+                if _per_request(str(p))
+            ]
+            for i in range(k)
+        ]
+        shared = {
+            str(p): p
+            for template in self.templates
+            for p in template.parameters
+            if not _per_request(str(p))
+        }
+        self.parameters = [*shared.values(), *(new for pairs in self.renaming for _, new in pairs)]
+        view = self.templates[0].view
         self.whole = _term(view.max_sched)
-        self.starts = [self.of(i, view.start) for i in range(k)]
-        self.ends = [self.of(i, self.request.end) for i in range(k)]
-        self.tokens = [self.of(i, view.tokens) for i in range(k)]
+        self.starts = [self.of(i, self._template(i).view.start) for i in range(k)]
+        self.ends = [self.of(i, self._template(i).end) for i in range(k)]
+        self.tokens = [self.of(i, self._template(i).view.tokens) for i in range(k)]
+        self.constraint = z3.And(
+            *[self.of(i, self._template(i).constraint) for i in range(k)], self._share_encoder()
+        )
         self._steps: dict[tuple[int, ...], StepTerms] = {}
+        self._encoded: dict[tuple[int, ...], Any] = {}
         self.theta = _term(view.threshold) if per_step_theta(policy) else None
         self.threshold_positive = not _never_positive(self.constraint, _term(view.threshold))
         """Whether some configuration of the cell has a threshold > 0."""
         if self.threshold_positive:
             check_threshold_cap(policy)
 
+    def _template(self, i: int) -> SymbolicRequest:
+        """The translation of request ``i``'s item pattern (its constants not renamed)."""
+        return self.templates[self.pattern[i]]
+
     def of(self, i: int, value: Any) -> Any:
-        """A term of the template request as request ``i``'s (its own constants renamed)."""
+        """A term of request ``i``'s template as request ``i``'s (its own constants renamed)."""
         term = _term(value)
         return z3.substitute(term, *self.renaming[i]) if self.renaming[i] else term
 
+    def _share_encoder(self) -> Any:
+        """The engine's encoder cache C and compute budget b0, the largest of the requests' own
+        (:func:`~chunkproof.spec.scheduler_step.shared_encoder`), put into the stages of the
+        patterns with items; with two or more requests with items, b0 >= C
+        (:func:`~chunkproof.spec.scheduler_step.encoder_exact`)."""
+        if not any(self.cell.layouts):
+            return z3.BoolVal(True)
+        sizes = [
+            [
+                self.of(i, self._template(i).call(size, [self._template(i).view]))
+                for i in range(self.k)
+            ]
+            for size in (encoder_capacity, encoder_compute_budget)
+        ]
+        capacity, budget = (_largest(values) for values in sizes)
+        for template, layout in zip(self.templates, dict.fromkeys(self.cell.layouts), strict=True):
+            if layout:
+                template.use_engine_encoder(capacity, budget)
+        with_items = sum(1 for layout in self.cell.layouts if layout)
+        return budget >= capacity if with_items > 1 else z3.BoolVal(True)
+
     # -- the policy at one position -------------------------------------------------------------
 
-    def _at(self, here: Sequence[Any], c: Any, budget: Any) -> Got:
+    def _at(self, here: Sequence[Any], c: Any, budget: Any, shared: Any) -> Got:
         """The stages of the request at a position (``here[i]``: request i is there) at
-        (c, budget): the template's stages with each request constant chosen by ``here``."""
-        chosen = [
-            (template, _pick(here, [pairs[n][1] for pairs in self.renaming]))
-            for n, (template, _) in enumerate(self.renaming[0])
-        ]
-        values = self.request.stages(c, budget)
-        unsafe = self.request.unsafe(c, budget)
+        (c, budget) with ``shared`` embeddings of the others' entries referenced: each
+        pattern's translation with each request constant chosen by ``here``, then the
+        pattern of the request there."""
+        return Got(
+            *_choose(
+                self._by_pattern(here),
+                [self._got(template, c, budget, shared) for template in self.templates],
+            )
+        )
 
-        def sub(term: Any) -> Any:
-            return z3.substitute(_term(term), *chosen) if chosen else _term(term)
+    def _held_at(self, here: Sequence[Any], c: Any, e: Any) -> Any:
+        """The embeddings the entries of the request at a position reference at (c, e)."""
+        values = [self._held(template, c, e) for template in self.templates]
+        return _choose(self._by_pattern(here), [[v] for v in values])[0]
 
-        return Got(sub(values["chunk"]), sub(values["split"]), sub(unsafe), 0)
+    def _by_pattern(self, here: Sequence[Any]) -> list[tuple[Any, list[tuple[Any, Any]]]]:
+        """Per pattern: whether the request at the position carries it, and its template's own
+        constants chosen among its requests' by ``here``."""
+        out = []
+        for index in range(len(self.templates)):
+            members = [i for i in range(self.k) if self.pattern[i] == index]
+            where = [here[i] for i in members]
+            chosen = [
+                (template, _pick(where, [self.renaming[i][n][1] for i in members]))
+                for n, (template, _) in enumerate(self.renaming[members[0]])
+            ]
+            out.append((z3.Or(*[here[i] for i in members]), chosen))
+        return out
 
-    def _alone(self, i: int, c: Any, budget: Any) -> Got:
-        """Request ``i``'s stages at (c, budget)."""
-        values = self.request.stages(c, budget)
-        unsafe = self.request.unsafe(c, budget)
-        chunk, split = self.of(i, values["chunk"]), self.of(i, values["split"])
-        return Got(chunk, split, self.of(i, unsafe), 0)
+    def _alone(self, i: int, c: Any, budget: Any, shared: Any) -> Got:
+        """Request ``i``'s stages at (c, budget) with ``shared`` embeddings referenced."""
+        got = self._got(self._template(i), c, budget, shared)
+        return Got(*[self.of(i, term) for term in got])
+
+    def _got(self, template: SymbolicRequest, c: Any, budget: Any, shared: Any) -> Got:
+        """One template's stages at (c, budget, shared): chunk, split, P0's breach and the
+        items its encoder call encodes through."""
+        values = template.stages(c, budget, shared)
+        unsafe = template.unsafe(c, budget, shared)
+        encoded = values.get("encoded")
+        if encoded is None:
+            encoded = self._through(template, c, budget, values, shared)
+        return Got(values["chunk"], values["split"], unsafe, _term(encoded))
+
+    def _through(
+        self, template: SymbolicRequest, c: Any, budget: Any, values: dict[str, Any], shared: Any
+    ) -> Any:
+        """:func:`~chunkproof.model.encoder_items.encoded_through` of a built-in encoder stage
+        at the value the stage before it handed it (as the explicit model's); 0 without items
+        or call rules."""
+        rules = self.encoder_call
+        if not template.cell.layout or rules is None or rules.scheduled_shift is None:
+            return 0
+        key = (id(template), *(_term(v).get_id() for v in (c, budget, shared)))
+        if key not in self._encoded:
+            order = stage_order(self.policy)
+            at = order.index("encoder")
+            n = values[order[at - 1]] if at else budget
+            view = template.engine_view(shared)
+            shift, margin = (template.call(f, [view]) for f in (rules.shift, rules.margin))
+            scheduled = shift if rules.scheduled_shift else 0
+            arguments = [view, c, n, shift, margin, scheduled]
+            self._encoded[key] = template.call(encoded_through, arguments)
+        return self._encoded[key]
+
+    def _held(self, template: SymbolicRequest, c: Any, e: Any) -> Any:
+        """:func:`~chunkproof.model.encoder_items.referenced_embeds` of one template's request
+        at (c, e); 0 without items or call rules (as the explicit model's)."""
+        rules = self.encoder_call
+        if not template.cell.layout or rules is None:
+            return 0
+        margin = template.call(rules.margin, [template.view])
+        return template.call(referenced_embeds, [template.view, c, e, margin])
 
     # -- Next ------------------------------------------------------------------------------------
 
@@ -184,31 +341,30 @@ class SymbolicSchedulerStep:
         """The loop rules (:func:`~chunkproof.spec.scheduler_loops.schedule_step`) over the
         positions: the request at position p is the one of rank p."""
         k = self.k
-        phase, c, rank = (state[j::3] for j in (_PHASE, _C, _RANK))
+        phase, c, rank, e = fields(state)
         here = [[rank[i] == p for i in range(k)] for p in range(k)]
-        phases = [_pick(here[p], phase) for p in range(k)]
-        cs = [_pick(here[p], c) for p in range(k)]
+        at = Positions(
+            [_pick(here[p], phase) for p in range(k)],
+            [_pick(here[p], c) for p in range(k)],
+            [_pick(here[p], e) for p in range(k)],
+            lambda p, c_p, offer, where, shared: self._at(here[p], c_p, offer, shared),
+            lambda p, c_p, e_p: self._held_at(here[p], c_p, e_p),
+        )
         b = action[0]
         cap = theta_cap(Z3_OPS, phase, b, self.whole, self.theta, self._eligible(action))
-        at = Positions(
-            phases,
-            cs,
-            [0] * k,
-            lambda p, c_p, offer, where, shared: self._at(here[p], c_p, offer),
-            _nothing_held,
-        )
         done = schedule_step(Z3_OPS, at, b, cap, self.max_seqs, self.rules)
         mine = [[rank[i] == p for p in range(k)] for i in range(k)]
         got_chunk = [_pick(mine[i], done.chunk) for i in range(k)]
         got_admitted = [_pick(mine[i], done.admitted) for i in range(k)]
-        target = self._arrange(state, got_chunk, got_admitted)
+        got_encoded = [_pick(mine[i], done.encoded) for i in range(k)]
+        target = self._arrange(state, got_chunk, got_admitted, got_encoded)
         unchanged = z3.And(z3.Not(done.unsafe), z3.Sum(got_chunk) == 0)
         each = Positions(
             phase,
             c,
-            [0] * k,
-            lambda i, c_i, offer, where, shared: self._alone(i, c_i, offer),
-            _nothing_held,
+            e,
+            lambda i, c_i, offer, where, shared: self._alone(i, c_i, offer, shared),
+            lambda i, c_i, e_i: self.of(i, self._held(self._template(i), c_i, e_i)),
         )
         alone = alone_fit(Z3_OPS, each, cap(b), z3.BoolVal(True))
         return StepTerms(
@@ -225,43 +381,46 @@ class SymbolicSchedulerStep:
         """The eligible count the action sets with the adaptive floor, else ``None``."""
         return action[1] if self.adaptive else None
 
-    def _arrange(self, state: list[Any], chunk: list[Any], admitted: list[Any]) -> list[Any]:
-        """The next state: c += chunk, the phases, and the ranks sorted by (group, old rank),
-        group 0 the running list, 1 the admitted, 2 the waiting queue, 3 the finished
-        (``SchedulerStepModel.step`` and ``arrange``)."""
+    def _arrange(
+        self, state: list[Any], chunk: list[Any], admitted: list[Any], encoded: list[Any]
+    ) -> list[Any]:
+        """The next state: c += chunk, the phases, the ranks sorted by (group, old rank),
+        group 0 the running list, 1 the admitted, 2 the waiting queue, 3 the finished, and e
+        (0 once finished) (``SchedulerStepModel.step`` and ``arrange``)."""
         k = self.k
-        phase, c, rank = (state[j::3] for j in (_PHASE, _C, _RANK))
+        phase, c, rank, _ = fields(state)
         after = [c[i] + chunk[i] for i in range(k)]
         keys = []
         new_phase = []
+        new_e = []
         for i in range(k):
             finished = after[i] >= self.ends[i]
             moved = z3.Or(phase[i] == RUNNING, admitted[i])
             new_phase.append(z3.If(finished, FINISHED, z3.If(moved, RUNNING, phase[i])))
+            new_e.append(z3.If(finished, 0, encoded[i]))
             group = z3.If(finished, 3, z3.If(admitted[i], 1, z3.If(moved, 0, 2)))
             keys.append(group * k + rank[i])
         new_rank = [
             z3.Sum([z3.If(keys[j] < keys[i], 1, 0) for j in range(k) if j != i]) for i in range(k)
         ]
-        return [v for i in range(k) for v in (new_phase[i], after[i], new_rank[i])]
+        return [v for i in range(k) for v in (new_phase[i], after[i], new_rank[i], new_e[i])]
 
     # -- the SymbolicModel interface --------------------------------------------------------------
 
     def state(self, name: str) -> list[Any]:
-        return [
-            z3.Int(f"{name}_{part}{i}") for i in range(self.k) for part in ("phase", "c", "rank")
-        ]
+        return [z3.Int(f"{name}_{part}{i}") for i in range(self.k) for part in STATE_FIELDS]
 
     def action(self, name: str) -> list[Any]:
         """The budget b, and with the adaptive floor the eligible count n (module docstring)."""
         return [z3.Int(name), *([z3.Int(f"{name}.eligible")] if self.adaptive else [])]
 
     def init(self, state: list[Any]) -> Any:
-        """Every request waiting at c0, in any arrival order."""
-        phase, c, rank = (state[j::3] for j in (_PHASE, _C, _RANK))
+        """Every request waiting at c0 with no item encoded, in any arrival order."""
+        phase, c, rank, e = fields(state)
         return z3.And(
             *[ph == WAITING for ph in phase],
             *[c[i] == self.starts[i] for i in range(self.k)],
+            *[x == 0 for x in e],
             *[z3.And(r >= 0, r < self.k) for r in rank],
             z3.Distinct(*rank),
         )
@@ -272,7 +431,7 @@ class SymbolicSchedulerStep:
         budget = z3.And(action[0] >= 1, action[0] <= self.whole)
         if not self.adaptive:
             return budget
-        least = least_eligible(Z3_OPS, state[_PHASE::3], action[0], self.whole)
+        least = least_eligible(Z3_OPS, fields(state)[_PHASE], action[0], self.whole)
         return z3.And(budget, action[1] >= least)
 
     def next(self, state: list[Any], action: list[Any]) -> list[Any]:
@@ -282,7 +441,7 @@ class SymbolicSchedulerStep:
         """The search leads on: the step breaks no stage range, schedules something and
         leaves some request unfinished (``Transitions.follow`` of the explicit model)."""
         got = self.step(state, action)
-        phases = got.target[_PHASE::3]
+        phases = fields(got.target)[_PHASE]
         return z3.And(
             z3.Not(got.unsafe), z3.Not(got.unchanged), z3.Or(*[p != FINISHED for p in phases])
         )
@@ -294,7 +453,7 @@ class SymbolicSchedulerStep:
             return got.unsafe
         if pid == "S-LIVE":
             by_itself = alone(
-                Z3_OPS, state[_PHASE::3], action[0], self.whole, self._eligible(action)
+                Z3_OPS, fields(state)[_PHASE], action[0], self.whole, self._eligible(action)
             )
             return z3.And(got.unchanged, got.unfinished, action[0] == self.whole, by_itself)
         if pid == "HOL":
@@ -308,9 +467,18 @@ class SymbolicSchedulerStep:
     def instance(self, model: z3.ModelRef) -> tuple[Config, ...]:
         """The requests of a solver model, each a full configuration."""
         return tuple(
-            Config(**self.request.concrete(cast(z3.ModelRef, _Renamed(model, self.renaming[i]))))
+            Config(
+                **self._template(i).concrete(cast(z3.ModelRef, _Renamed(model, self.renaming[i])))
+            )
             for i in range(self.k)
         )
+
+
+def fields(state: Sequence[Any]) -> tuple[list[Any], ...]:
+    """A state vector's variables by :data:`STATE_FIELDS`: (phases, cs, ranks, es), each per
+    request."""
+    width = len(STATE_FIELDS)
+    return tuple(list(state[j::width]) for j in range(width))
 
 
 class _Renamed:
@@ -354,7 +522,25 @@ def _term(value: Any) -> Any:
     return z3.IntVal(value)
 
 
-def _nothing_held(p: int, c: Any, e: Any) -> int:
-    """No request references an encoder entry: a cell has no encoder items (module
-    docstring)."""
-    return 0
+def _largest(values: Sequence[Any]) -> Any:
+    """The largest of some terms."""
+    largest = _term(values[0])
+    for value in values[1:]:
+        largest = z3.If(_term(value) > largest, _term(value), largest)
+    return largest
+
+
+def _choose(
+    patterns: Sequence[tuple[Any, list[tuple[Any, Any]]]], values: Sequence[Sequence[Any]]
+) -> list[Any]:
+    """Per field of ``values`` (one sequence per pattern, over its template's constants): the
+    value of the pattern whose condition holds, its constants chosen as ``patterns`` say
+    (:meth:`SymbolicSchedulerStep._by_pattern`)."""
+    chosen = []
+    for n in range(len(values[0])):
+        terms = [
+            z3.substitute(_term(v[n]), *pairs) if pairs else _term(v[n])
+            for (_, pairs), v in zip(patterns, values, strict=True)
+        ]
+        chosen.append(_pick([cond for cond, _ in patterns], terms))
+    return chosen

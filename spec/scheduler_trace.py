@@ -55,6 +55,19 @@ def run_steps(
     ``budgets`` in order, with the adaptive floor at the ``eligible`` counts (``None``: the
     floor off) (module docstring). The run ends early where the model's search would stop (a
     step that breaks P0, or after which every request has finished)."""
+    return run_states(policy, instance, arrival, budgets, max_seqs, eligible)[0]
+
+
+def run_states(
+    policy: Policy,
+    instance: tuple[Config, ...],
+    arrival: Sequence[int],
+    budgets: Sequence[int],
+    max_seqs: int,
+    eligible: Sequence[int] | None = None,
+) -> tuple[tuple[SystemStep, ...], tuple[tuple[int, ...], ...]]:
+    """:func:`run_steps`, and before each step every request's e in label order (the state
+    a step's record does not show: :mod:`chunkproof.model.encoder_items`)."""
     model = SchedulerStepModel(
         policy, [instance], symmetry=False, max_seqs=max_seqs, adaptive=eligible is not None
     )
@@ -65,6 +78,7 @@ def run_steps(
     zero = np.zeros(1, dtype=np.int64)
     row = model.arrange(batch, zero, label, phase, starts, np.zeros_like(starts), phase)[0]
     steps = []
+    encoded = []
     for index, budget in enumerate(budgets):
         count = None if eligible is None else eligible[index]
         lanes = None if count is None else np.array([count])
@@ -74,10 +88,20 @@ def run_steps(
         breaks = tuple(pid for pid in model.properties if moved.bad[pid][0])
         parts = _requests(policy, instance, row, moved.record)
         steps.append(SystemStep(budget, parts, breaks, count))
+        encoded.append(_encoded(row, len(instance)))
         if not moved.follow[0]:
             break
         row = moved.target[0]
-    return tuple(steps)
+    return tuple(steps), tuple(encoded)
+
+
+def _encoded(row: np.ndarray, k: int) -> tuple[int, ...]:
+    """Each request's e in a state row, in label order."""
+    by_label = {}
+    for p in range(k):
+        label, _, _, e = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+        by_label[label] = e
+    return tuple(by_label[label] for label in range(k))
 
 
 def _requests(

@@ -7,6 +7,7 @@ and :func:`chunkproof.model.step.step`, the policy's concrete stages.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
-from chunkproof.spec.request_symbolic import cells
+from chunkproof.proofs import solving
 from chunkproof.spec.scheduler_loops import FINISHED, RUNNING, WAITING
 from chunkproof.spec.scheduler_step import (
     FIELDS,
@@ -33,7 +34,7 @@ from chunkproof.spec.scheduler_step import (
     describe_state,
     request_sets,
 )
-from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep
+from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep, system_cells
 
 
 def explore(model: SchedulerStepModel) -> list[Explored]:
@@ -354,9 +355,9 @@ def test_a_request_with_encoder_items_runs_beside_a_text_request(
 
 def test_two_requests_with_encoder_items_share_the_cache_at_vllms_budget() -> None:
     """The explicit model takes two requests with items at b0 >= C (vLLM's b0 = C) and
-    refuses them below it (the budget they share would decide), and the symbolic one refuses
-    a cell whose requests all carry its items (--prove leaves such cells out and says so: the
-    test below)."""
+    refuses them below it (the budget they share would decide); the symbolic one has a cell
+    per pair of item patterns, and the cell of two requests with items holds no request set
+    below it."""
     item = Config(block=4, prompt=16, max_sched=6, items=Items(((1, 4), (6, 4))))
     text = Config(block=4, prompt=16, max_sched=6)
     policy = get_builtin("vllm-0.27")
@@ -370,16 +371,26 @@ def test_two_requests_with_encoder_items_share_the_cache_at_vllms_budget() -> No
     assert len(request_sets(policy, [item, text], 2)) == 3
     texts = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "16", "max_sched": "6"}
     space = user_space({**texts, "layout": "none;1+4,6+4"}, None, production=False)
-    with_items = [cell for cell in cells(space) if cell.layout]
-    assert len(with_items) == 1
-    with pytest.raises(ConfigError, match="without encoder items"):
-        SymbolicSchedulerStep(policy, with_items[0], 2)
+    described = [cell.describe().get("items") for cell in system_cells(space, 2)]
+    assert described == [None, "none | 1+4,6+4", "1+4,6+4 | 1+4,6+4"]
+    low_texts = {**texts, "layout": "none;1+4", "encoder_cache": "8", "encoder_budget": "5"}
+    held = [
+        solving.check_formula(SymbolicSchedulerStep(policy, cell).constraint, 10_000)
+        for cell in system_cells(user_space(low_texts, None, production=False), 2)
+    ]
+    assert held == ["sat", "sat", "unsat"]
 
 
-def test_prove_leaves_out_cells_whose_requests_carry_items(cli: Cli) -> None:
+def test_prove_judges_cells_whose_requests_carry_items(cli: Cli) -> None:
+    """#40707 across two requests on 0.27: one holds its first image and floors the chunk
+    before the second to 0, the other's first image finds no room; found by the Z3 step in
+    the cell of two image requests and replayed (each request's e too)."""
     run = cli("system", "vllm-0.27", *ITEMS_RANGE, "--prove", "--depth", "1")
-    assert "left out: 1 cell(s) whose requests all carry encoder items" in run.out
-    assert "1 of 2 cells hold requests" in run.out
+    assert run.code == 1
+    assert "3 of 3 cells hold requests" in run.out and "S-LIVE   VIOLATED" in run.out
+    assert "items=1+4,6+4 | 1+4,6+4: VIOLATED" in run.out
+    held = r"running \[#(\d)\(T=16, c=4, e=1\)\]; waiting \[#(\d)\(T=16, c=0, e=0\)\]"
+    assert re.search(held, run.out) is not None
 
 
 def test_system_command_refuses_what_it_cannot_check(cli: Cli) -> None:

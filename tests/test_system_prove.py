@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import z3
 from cli_helpers import Cli
@@ -27,14 +28,21 @@ from chunkproof.checker.system_counterexamples import build
 from chunkproof.checker.system_prove import BOUNDED, prove_system, replayed
 from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.builtin import get_builtin
+from chunkproof.model.config import Config
+from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import LoopRules
 from chunkproof.proofs import chc, isolated
 from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.certificate import holds, recheck
 from chunkproof.spec.request_symbolic import cells
 from chunkproof.spec.scheduler_loops import FINISHED, WAITING
-from chunkproof.spec.scheduler_step import SchedulerStepModel, request_sets
-from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep
+from chunkproof.spec.scheduler_step import FIELDS, SchedulerStepModel, request_sets
+from chunkproof.spec.scheduler_step_symbolic import (
+    SymbolicSchedulerStep,
+    SystemCell,
+    fields,
+    system_cells,
+)
 from chunkproof.spec.scheduler_trace import replay
 from chunkproof.spec.space import Space
 
@@ -43,6 +51,11 @@ HOL_RANGE = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3-4", "ma
 
 RESERVATION = {"block": "2", "lookahead": "3", "drop": "off", "prompt": "3,6", "max_sched": "4"}
 """A reservation zero: it breaks the waiting loop up to 0.32, 0.33 skips the request."""
+
+SHARED_CACHE = {"block": "1", "lookahead": "1", "drop": "on", "threshold": "4", "prompt": "12"}
+SHARED_CACHE |= {"max_sched": "8", "layout": "2+4,6+4", "encoder_cache": "8"}
+"""README's two image requests on one encoder cache: S-LIVE on 0.28 (both hold their first
+image, freed only L tokens past the prompt's end, and the second finds no room)."""
 
 THETA = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3,20", "max_sched": "12"}
 THETA |= {"threshold": "0,5"}
@@ -95,6 +108,7 @@ def test_three_requests_find_hol() -> None:
         ("vllm-0.33", HOL_RANGE, 3),
         ("vllm-0.32", THETA, 2),  # theta_eff: theta with two eligible requests, else off
         ("vllm-0.33", THETA, 2),
+        ("vllm-0.28", SHARED_CACHE, 2),  # each request's e in the Z3 state
     ],
 )
 def test_engines_agree(name: str, texts: dict[str, str], k: int) -> None:
@@ -113,7 +127,7 @@ def test_a_trace_that_does_not_replay_is_an_error() -> None:
     the replay on 0.33's explicit step refuses it: a mismatch, never a verdict."""
     policy = get_builtin("vllm-0.33")
     (cell,) = cells(space_of(RESERVATION))
-    model = SymbolicSchedulerStep(policy, cell, 2)
+    model = SymbolicSchedulerStep(policy, SystemCell.uniform(cell, 2))
     model.rules = LoopRules()
     found = bounded_search(model, "HOL", 2, [z3.Sum(model.tokens)], 60_000)
     assert isinstance(found, SolverTrace)
@@ -156,11 +170,11 @@ def test_the_symbolic_step_caps_with_the_per_step_threshold(name: str) -> None:
     policy = get_builtin(name)
     texts = {**THETA, "threshold": "5"}
     (cell,) = cells(space_of(texts))
-    model = SymbolicSchedulerStep(policy, cell, 2)
+    model = SymbolicSchedulerStep(policy, SystemCell.uniform(cell, 2))
     named = {str(p): p for p in model.parameters}
 
-    def next_c(state: list[tuple[int, int, int]], budget: int) -> list[int]:
-        """c of each request after one step from (phase, c, rank) per request."""
+    def next_c(state: list[tuple[int, int, int, int]], budget: int) -> list[int]:
+        """c of each request after one step from (phase, c, rank, e) per request."""
         s, a = model.state("s"), model.action("a")
         solver = z3.Solver()
         solver.add(model.constraint, named["prompt#0"] == 20, named["prompt#1"] == 3)
@@ -169,11 +183,11 @@ def test_the_symbolic_step_caps_with_the_per_step_threshold(name: str) -> None:
         target = model.next(s, a)
         assert solver.check() == z3.sat
         found = solver.model()
-        return [found.eval(target[3 * i + 1]).as_long() for i in range(2)]
+        return [found.eval(c).as_long() for c in fields(target)[1]]
 
-    assert next_c([(WAITING, 0, 0), (WAITING, 0, 1)], 12) == [4, 3]
-    assert next_c([(WAITING, 0, 1), (FINISHED, 3, 0)], 12) == [12, 3]
-    assert next_c([(WAITING, 0, 1), (FINISHED, 3, 0)], 11) == [4, 3]
+    assert next_c([(WAITING, 0, 0, 0), (WAITING, 0, 1, 0)], 12) == [4, 3]
+    assert next_c([(WAITING, 0, 1, 0), (FINISHED, 3, 0, 0)], 12) == [12, 3]
+    assert next_c([(WAITING, 0, 1, 0), (FINISHED, 3, 0, 0)], 11) == [4, 3]
 
 
 def test_spacer_proves_p0_with_a_certificate_and_is_killed_at_its_timeout(
@@ -214,3 +228,101 @@ def test_a_solver_call_in_a_child_is_killed_at_its_deadline() -> None:
 def test_unbounded_needs_prove(cli: Cli) -> None:
     run = cli("system", "vllm-0.33", "--unbounded")
     assert run.code == 2 and run.err.count("\n") == 1 and "only with --prove" in run.err
+
+
+MIXED = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "16", "max_sched": "6"}
+MIXED |= {"layout": "none;1+4,6+4"}
+"""README's #40707 range: a request with two images the cache holds one at a time, or none."""
+
+ENGINE = {"block": "1", "lookahead": "0", "drop": "off", "prompt": "8", "max_sched": "4"}
+ENGINE |= {"layout": "0+6;1+3,4+3"}
+"""vLLM's cache is max(M, the model's largest item): 6 beside a 6-embedding image, where a
+request with two 3-embedding images alone would have 4 and could not hold both."""
+
+
+@pytest.mark.parametrize(
+    ("name", "texts"),
+    [
+        ("vllm-0.27", MIXED),
+        ("vllm-0.28", MIXED),
+        ("vllm-0.28", ENGINE),
+        ("vllm-0.28", SHARED_CACHE),
+        ("vllm-0.33", SHARED_CACHE),
+        ("vllm==0.28.0", SHARED_CACHE),  # real code: its own call gives the items encoded
+    ],
+)
+def test_the_symbolic_step_is_the_explicit_one_on_every_transition(
+    name: str, texts: dict[str, str]
+) -> None:
+    """Every transition the explorer takes from the requests of an item range (each request's
+    e, the cache the others reference, items of one pattern or two), asked of the Z3 step at
+    the same state, budget and requests: the same next state (each request's list, place, c
+    and e) and the same properties broken."""
+    policy = resolve_policy(name)
+    space = space_of(texts)
+    checked = 0
+    for instance in request_sets(policy, list(space.configs()), 2):
+        explicit = SchedulerStepModel(policy, [instance], symmetry=False)
+        (batch,) = explicit.batches()
+        explored = explore_batch(explicit, batch)
+        by_pattern = sorted(range(2), key=lambda i: len(instance[i].items))
+        (cell,) = [
+            cell
+            for cell in system_cells(space, 2)
+            if [len(layout) for layout in cell.layouts]
+            == [len(instance[i].items) for i in by_pattern]
+        ]
+        symbolic = SymbolicSchedulerStep(policy, cell)
+        pinned = _pinned(symbolic, [instance[i] for i in by_pattern])
+        steps = explored.steps
+        for t in range(len(steps.source)):
+            row, target = explored.states[steps.source[t]], steps.target[t]
+            s, a = symbolic.state("s"), symbolic.action("a")
+            solver = z3.Solver()
+            solver.add(pinned, a[0] == int(steps.action[t]))
+            solver.add(*[v == x for v, x in zip(s, _symbolic_state(row, by_pattern), strict=True)])
+            assert solver.check() == z3.sat
+            found = solver.model()
+            after = [found.eval(v).as_long() for v in symbolic.next(s, a)]
+            assert _places(after) == _places(_symbolic_state(target, by_pattern)), (instance, t)
+            for pid in symbolic.properties:
+                broken = z3.is_true(found.eval(symbolic.violation(pid, s, a)))
+                assert broken == bool(steps.bad[pid][t]), (instance, t, pid)
+            checked += 1
+    assert checked > 0
+
+
+def _pinned(model: SymbolicSchedulerStep, requests: list[Config]) -> z3.BoolRef:
+    """The cell's constraint with each request's prompt and items those of ``requests``, where
+    they are symbolic (the range fixes every other input)."""
+    named = {str(p): p for p in model.parameters}
+    equal = [model.constraint]
+    for i, cfg in enumerate(requests):
+        values = {"prompt": cfg.prompt}
+        for j, (start, length) in enumerate(cfg.items):
+            values |= {f"item{j}_start": start, f"item{j}_length": length}
+        equal += [named[f"{k}#{i}"] == v for k, v in values.items() if f"{k}#{i}" in named]
+    return z3.And(*equal)
+
+
+def _symbolic_state(row: np.ndarray, by_pattern: list[int]) -> list[int]:
+    """An explicit state row as the Z3 step's state vector, request i being the instance's
+    ``by_pattern[i]``: (phase, c, rank, e) per request."""
+    parts = [row[1 + FIELDS * p : 1 + FIELDS * (p + 1)] for p in range(len(by_pattern))]
+    rank = {int(label): p for p, (label, *_) in enumerate(parts)}
+    state = []
+    for label in by_pattern:
+        _, phase, c, e = (int(v) for v in parts[rank[label]])
+        state += [phase, c, rank[label], e]
+    return state
+
+
+def _places(state: list[int]) -> list[tuple[int, int, int, int]]:
+    """Per request: its phase, its place in its list (-1 when finished: the two forms order
+    the finished requests differently, and no loop visits them), its c and its e."""
+    phase, c, rank, e = fields(state)
+    places = []
+    for i, ph in enumerate(phase):
+        ahead = sum(1 for j, other in enumerate(phase) if other == ph and rank[j] < rank[i])
+        places.append((ph, -1 if ph == FINISHED else ahead, c[i], e[i]))
+    return places
