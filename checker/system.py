@@ -27,7 +27,7 @@ import numpy as np
 from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
 from chunkproof.checker.output import RunFolder
 from chunkproof.checker.report import EMPTY, PROVED, VIOLATED
-from chunkproof.checker.system_counterexamples import Witness, build, save
+from chunkproof.checker.system_counterexamples import Witness, build, labelled_run, save
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
@@ -35,6 +35,7 @@ from chunkproof.spec.scheduler_step import (
     FIELDS,
     MAX_SEQS,
     SchedulerStepModel,
+    action_of,
     describe_state,
     engine_settings,
     request_sets,
@@ -42,6 +43,7 @@ from chunkproof.spec.scheduler_step import (
     step_loop_rules,
     threshold_rule,
 )
+from chunkproof.spec.scheduler_trace import Run
 from chunkproof.spec.space import Space
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
 
@@ -105,16 +107,16 @@ def action_words(action: int) -> str:
     return f"--budget {budget}{f', eligible {eligible}' if eligible else ''}-->"
 
 
-def _trace(explored: Explored, transition: int) -> tuple[str, ...]:
-    """The BFS-shortest path to a violating transition, then that transition."""
-    batch, steps = explored.batch, explored.steps
-    source, action = int(steps.source[transition]), int(steps.action[transition])
+def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
+    """A labelled run of a witness as trace lines: each state with the action taken there,
+    then the last step's target (every request under its own label, also where the search
+    reduced equal requests to one)."""
+    eligible = witness.eligible or (0,) * len(witness.budgets)
     lines = [
-        f"{describe_state(batch, explored.states[state])}  {action_words(via)}"
-        for state, via in explored.path(source)
+        f"{describe_state(run.batch, row)}  {action_words(action_of(budget, count))}"
+        for row, budget, count in zip(run.rows, witness.budgets, eligible, strict=False)
     ]
-    lines.append(f"{describe_state(batch, explored.states[source])}  {action_words(action)}")
-    lines.append(describe_state(batch, steps.target[transition]))
+    lines.append(describe_state(run.batch, run.rows[len(witness.budgets)]))
     return tuple(lines)
 
 
@@ -184,7 +186,7 @@ def explore_system(
         policy, sets, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive
     )
     violating = dict.fromkeys(model.properties, 0)
-    smallest: dict[str, tuple[tuple[Any, ...], str, tuple[str, ...], Witness]] = {}
+    smallest: dict[str, tuple[tuple[Any, ...], str, Witness]] = {}
     states = 0
     for batch in model.batches():
         explored = explore_batch(model, batch)
@@ -196,21 +198,16 @@ def explore_system(
                 group = batch.instances[int(inst)]
                 rank = _rank(group)
                 if pid not in smallest or rank < smallest[pid][0]:
-                    transition = int(found[inst])
-                    trace = _trace(explored, transition)
-                    smallest[pid] = (
-                        rank,
-                        describe_instance(group),
-                        trace,
-                        _witness(explored, transition, adaptive),
-                    )
+                    witness = _witness(explored, int(found[inst]), adaptive)
+                    smallest[pid] = (rank, describe_instance(group), witness)
     verdicts = []
     for pid in model.properties:
         status = EMPTY if not sets else VIOLATED if violating[pid] else PROVED
         example, trace = None, ()
         files: tuple[str | None, str | None] = (None, None)
         if pid in smallest:
-            _, example, trace, witness = smallest[pid]
+            _, example, witness = smallest[pid]
+            trace = trace_lines(labelled_run(policy, witness, max_seqs)[1], witness)
             if out is not None:
                 details = {"instances": len(sets), "violating": violating[pid]}
                 files = save(build(policy, witness, pid, max_seqs, details), policy, out)

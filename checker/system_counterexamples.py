@@ -16,7 +16,7 @@ from chunkproof.model.counterexample import write_file
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.model.system_counterexample import SystemCounterexample, SystemStep
-from chunkproof.spec.scheduler_trace import arrival_order, run_steps
+from chunkproof.spec.scheduler_trace import Run, arrival_order, run_states
 
 
 @dataclass(frozen=True)
@@ -31,16 +31,22 @@ class Witness:
     eligible: tuple[int, ...] | None = None
 
 
+def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple[int, ...], Run]:
+    """``witness`` on the model's Next with every request under its own label: the initial
+    queue's labels (:func:`~chunkproof.spec.scheduler_trace.arrival_order`) and the run."""
+    arrival = arrival_order(witness.instance, witness.queue)
+    run = run_states(policy, witness.instance, arrival, witness.budgets, max_seqs, witness.eligible)
+    return arrival, run
+
+
 def build(
     policy: Policy, witness: Witness, pid: str, max_seqs: int, details: dict[str, Any]
 ) -> SystemCounterexample:
     """The counterexample of ``pid`` along ``witness``, recomputed on the model's Next; its
     last step must break ``pid`` (equal requests are interchangeable, so the labelled run
     breaks it where the reduced one did)."""
-    arrival = arrival_order(witness.instance, witness.queue)
-    steps = run_steps(
-        policy, witness.instance, arrival, witness.budgets, max_seqs, witness.eligible
-    )
+    arrival, run = labelled_run(policy, witness, max_seqs)
+    steps = run.steps
     assert len(steps) == len(witness.budgets) and pid in steps[-1].breaks, (pid, witness)
     return SystemCounterexample(
         policy=policy.name,

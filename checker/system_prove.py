@@ -39,12 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import z3
 
 from chunkproof.checker.output import RunFolder
 from chunkproof.checker.report import EMPTY, PROVED, UNKNOWN, VIOLATED
-from chunkproof.checker.system import action_words, describe_instance, threshold_words
+from chunkproof.checker.system import describe_instance, threshold_words, trace_lines
 from chunkproof.checker.system_counterexamples import Witness, build, save
 from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.config import Config
@@ -57,10 +56,6 @@ from chunkproof.proofs.chc import reachable_violation
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
     PHASE_NAMES,
-    SchedulerStepModel,
-    action_of,
-    describe_state,
-    make_scheduler_batch,
     step_loop_rules,
     threshold_rule,
 )
@@ -318,16 +313,17 @@ def replayed(
     actions = (*found.actions, found.final_action)
     budgets = tuple(a[0] for a in actions)
     eligible = tuple(a[1] for a in actions) if model.adaptive else None
-    steps, encoded = run_states(model.policy, instance, arrival, budgets, model.max_seqs, eligible)
+    run = run_states(model.policy, instance, arrival, budgets, model.max_seqs, eligible)
+    steps = run.steps
     if len(steps) != len(budgets) or pid not in steps[-1].breaks:
         raise ModelMismatch(f"{pid}: the solver's trace of the scheduler step does not replay")
-    for index, (state, stepped, e) in enumerate(zip(states, steps, encoded, strict=True)):
-        if _lists(state) != _recorded(stepped, e):
+    for index, (state, stepped) in enumerate(zip(states, steps, strict=True)):
+        if _lists(state) != _recorded(stepped, run.encoded(index)):
             raise ModelMismatch(
                 f"{pid}: step {index} of the solver's trace is not the explicit model's state"
             )
     witness = Witness(instance, arrival, budgets, eligible)
-    return instance, witness, _trace(model, instance, states, witness)
+    return instance, witness, trace_lines(run, witness)
 
 
 def _lists(state: list[int]) -> list[tuple[str, int, int, int]]:
@@ -346,37 +342,6 @@ def _recorded(stepped: SystemStep, encoded: tuple[int, ...]) -> list[tuple[str, 
         (r.queue, -1 if r.queue == "finished" else r.place, r.c, e)
         for r, e in zip(stepped.requests, encoded, strict=True)
     ]
-
-
-def _trace(
-    model: SymbolicSchedulerStep,
-    instance: tuple[Config, ...],
-    states: list[list[int]],
-    witness: Witness,
-) -> tuple[str, ...]:
-    """The states as the explicit model prints them (its ``arrange`` and ``describe_state``),
-    each with the action taken, then the last step's target."""
-    explicit = SchedulerStepModel(model.policy, [instance], symmetry=False, adaptive=model.adaptive)
-    eligible = witness.eligible or (0,) * len(witness.budgets)
-    batch = make_scheduler_batch([instance])
-    rows = []
-    for state in states:
-        phases, cs, ranks, es = fields(state)
-        order = sorted(range(model.k), key=lambda i: ranks[i])
-        label = np.array([order], dtype=np.int64)
-        phase, c, e = (np.array([[v[i] for i in order]], dtype=np.int64) for v in (phases, cs, es))
-        inst = np.zeros(1, dtype=np.int64)
-        rows.append(explicit.arrange(batch, inst, label, phase, c, e, phase)[0])
-    lines = [
-        f"{describe_state(batch, row)}  {action_words(action_of(budget, count))}"
-        for row, budget, count in zip(rows, witness.budgets, eligible, strict=True)
-    ]
-    last = np.array([witness.budgets[-1]], dtype=np.int64)
-    count = np.array([eligible[-1]], dtype=np.int64) if model.adaptive else None
-    source = np.zeros(1, dtype=np.int64)
-    target = explicit.step(batch, rows[-1][None, :], source, last, count).target
-    lines.append(describe_state(batch, target[0]))
-    return tuple(lines)
 
 
 def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:

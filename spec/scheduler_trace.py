@@ -13,7 +13,7 @@ model finds broken on the transition. Replay recomputes all of it and compares.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from chunkproof.spec.scheduler_loops import WAITING, least_eligible
 from chunkproof.spec.scheduler_step import (
     FIELDS,
     PHASE_NAMES,
+    SchedulerBatch,
     SchedulerStepModel,
     engine_encoder,
     make_scheduler_batch,
@@ -55,7 +56,27 @@ def run_steps(
     ``budgets`` in order, with the adaptive floor at the ``eligible`` counts (``None``: the
     floor off) (module docstring). The run ends early where the model's search would stop (a
     step that breaks P0, or after which every request has finished)."""
-    return run_states(policy, instance, arrival, budgets, max_seqs, eligible)[0]
+    return run_states(policy, instance, arrival, budgets, max_seqs, eligible).steps
+
+
+@dataclass(frozen=True)
+class Run:
+    """:func:`run_steps`' steps, and the global states: the state row before each step and
+    the one after the last (every request with its own label), in ``batch``."""
+
+    steps: tuple[SystemStep, ...]
+    rows: tuple[np.ndarray, ...]
+    batch: SchedulerBatch
+
+    def encoded(self, index: int) -> tuple[int, ...]:
+        """Each request's e in the state before step ``index`` (after the last at
+        ``len(steps)``), in label order: the state a step's record does not show."""
+        row, k = self.rows[index], self.batch.k
+        by_label = {}
+        for p in range(k):
+            label, _, _, e = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+            by_label[label] = e
+        return tuple(by_label[label] for label in range(k))
 
 
 def run_states(
@@ -65,9 +86,8 @@ def run_states(
     budgets: Sequence[int],
     max_seqs: int,
     eligible: Sequence[int] | None = None,
-) -> tuple[tuple[SystemStep, ...], tuple[tuple[int, ...], ...]]:
-    """:func:`run_steps`, and before each step every request's e in label order (the state
-    a step's record does not show: :mod:`chunkproof.model.encoder_items`)."""
+) -> Run:
+    """:func:`run_steps` with the global states it passes through."""
     model = SchedulerStepModel(
         policy, [instance], symmetry=False, max_seqs=max_seqs, adaptive=eligible is not None
     )
@@ -78,7 +98,7 @@ def run_states(
     zero = np.zeros(1, dtype=np.int64)
     row = model.arrange(batch, zero, label, phase, starts, np.zeros_like(starts), phase)[0]
     steps = []
-    encoded = []
+    rows = [row]
     for index, budget in enumerate(budgets):
         count = None if eligible is None else eligible[index]
         lanes = None if count is None else np.array([count])
@@ -88,20 +108,11 @@ def run_states(
         breaks = tuple(pid for pid in model.properties if moved.bad[pid][0])
         parts = _requests(policy, instance, row, moved.record)
         steps.append(SystemStep(budget, parts, breaks, count))
-        encoded.append(_encoded(row, len(instance)))
+        row = moved.target[0]
+        rows.append(row)
         if not moved.follow[0]:
             break
-        row = moved.target[0]
-    return tuple(steps), tuple(encoded)
-
-
-def _encoded(row: np.ndarray, k: int) -> tuple[int, ...]:
-    """Each request's e in a state row, in label order."""
-    by_label = {}
-    for p in range(k):
-        label, _, _, e = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
-        by_label[label] = e
-    return tuple(by_label[label] for label in range(k))
+    return Run(tuple(steps), tuple(rows), batch)
 
 
 def _requests(
