@@ -203,7 +203,8 @@ def explore_system(
     verdicts = []
     for pid in model.properties:
         status = EMPTY if not sets else VIOLATED if violating[pid] else PROVED
-        example, trace = None, ()
+        example: str | None = None
+        trace: tuple[str, ...] = ()
         files: tuple[str | None, str | None] = (None, None)
         if pid in smallest:
             _, example, witness = smallest[pid]
