@@ -31,7 +31,10 @@ Measured (wall-clock seconds, ``time.perf_counter``), for one built-in policy (d
     (``checker.runs._minimal``), the five counterexamples identical. By property, before and
     after: P3 784 / 427 s, P4 150 / 84, P6 28 / 28, P1 10 / 26, P5 20 / 24 (P1 and P5 now also
     ask whether a cell ties the best's T with a smaller B, L or M). The CLI run end to end:
-    1005 s before (cells 180 s, minimising 826 s), 557 s after (159 s, 397 s).
+    1005 s before (cells 180 s, minimising 826 s), 557 s after (159 s, 397 s). With Spacer's
+    tries cut by Z3 resource units instead of seconds (``proofs.chc.SEEDS``), on a slower day
+    of the same machine kind: 750 s (minimising 566 s), where the time-cut schedule took 774 s
+    (600 s) in the same session; (d) unchanged (the same single Spacer query, 0.05-0.15 s).
 
     python bench/prove.py [--policy vllm-latest] [--jobs 2] [--timeout 60] [--skip-production]
 """
