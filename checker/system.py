@@ -114,7 +114,9 @@ def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
     eligible = witness.eligible or (0,) * len(witness.budgets)
     lines = [
         f"{describe_state(run.batch, row)}  {action_words(action_of(budget, count))}"
-        for row, budget, count in zip(run.rows, witness.budgets, eligible, strict=False)
+        for row, budget, count in zip(
+            run.rows[: len(witness.budgets)], witness.budgets, eligible, strict=True
+        )
     ]
     lines.append(describe_state(run.batch, run.rows[len(witness.budgets)]))
     return tuple(lines)

@@ -1,6 +1,6 @@
 """The counterexample files of ``chunkproof system`` (SPEC C for several requests, issue 11
 item 2): for each violated property, the smallest instance's witness path recomputed step by
-step with every request's stages (:func:`~chunkproof.spec.scheduler_trace.run_steps`), its
+step with every request's stages (:func:`~chunkproof.spec.scheduler_trace.run_instance`), its
 verdict in words, and the file with its picture in the run folder (``system-HOL.json``,
 ``system-HOL.svg``)."""
 
@@ -16,7 +16,7 @@ from chunkproof.model.counterexample import write_file
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.model.system_counterexample import SystemCounterexample, SystemStep
-from chunkproof.spec.scheduler_trace import Run, arrival_order, run_states
+from chunkproof.spec.scheduler_trace import Run, arrival_order, run_instance
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,9 @@ def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple
     """``witness`` on the model's Next with every request under its own label: the initial
     queue's labels (:func:`~chunkproof.spec.scheduler_trace.arrival_order`) and the run."""
     arrival = arrival_order(witness.instance, witness.queue)
-    run = run_states(policy, witness.instance, arrival, witness.budgets, max_seqs, witness.eligible)
+    run = run_instance(
+        policy, witness.instance, arrival, witness.budgets, max_seqs, witness.eligible
+    )
     return arrival, run
 
 

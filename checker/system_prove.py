@@ -10,7 +10,7 @@ inputs and each request's encoder-item pattern) and property (P0, S-LIVE, HOL, S
 2. *Bounded search* to 1, 2, 4, ... and finally ``depth`` steps (idle steps allowed, so every
    shorter trace counts; a plain solver first, briefly, for an unsat, then Optimize), the
    least total T at the first depth that has a violation. A solver trace is replayed on the
-   explicit model's own Next (:func:`~chunkproof.spec.scheduler_trace.run_steps`, the concrete
+   explicit model's own Next (:func:`~chunkproof.spec.scheduler_trace.run_instance`, the concrete
    policy): every state (each request's list, place, c and e) must be the solver's and the
    last step must break the property, else
    the tool is wrong (:class:`~chunkproof.checker.traces.ModelMismatch`, never a verdict). It
@@ -66,7 +66,7 @@ from chunkproof.spec.scheduler_step_symbolic import (
     fields,
     system_cells,
 )
-from chunkproof.spec.scheduler_trace import run_states
+from chunkproof.spec.scheduler_trace import run_instance
 from chunkproof.spec.space import Space
 
 BOUNDED = "BOUNDED"
@@ -309,11 +309,11 @@ def replayed(
     replay is :class:`ModelMismatch`."""
     instance = model.instance(found.model)
     states = [*found.states, found.final_state]
-    arrival = tuple(sorted(range(model.k), key=lambda i: fields(states[0])[2][i]))
+    arrival = tuple(sorted(range(model.k), key=lambda i: fields(states[0]).rank[i]))
     actions = (*found.actions, found.final_action)
     budgets = tuple(a[0] for a in actions)
     eligible = tuple(a[1] for a in actions) if model.adaptive else None
-    run = run_states(model.policy, instance, arrival, budgets, model.max_seqs, eligible)
+    run = run_instance(model.policy, instance, arrival, budgets, model.max_seqs, eligible)
     steps = run.steps
     if len(steps) != len(budgets) or pid not in steps[-1].breaks:
         raise ModelMismatch(f"{pid}: the solver's trace of the scheduler step does not replay")

@@ -56,7 +56,7 @@ import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import z3
 
@@ -94,9 +94,19 @@ SYMBOLIC_REQUESTS = (2, 3)
 """The numbers of requests the symbolic form covers (issue 11 item 2): each loop evaluates the
 policy once per position and item pattern, on inputs chosen among the requests' by rank."""
 
-STATE_FIELDS = ("phase", "c", "rank", "e")
+
+class RequestVars(NamedTuple):
+    """A state vector's variables by kind, each a list with one per request; a request's own
+    are in this order in the state vector."""
+
+    phase: list[Any]
+    c: list[Any]
+    rank: list[Any]
+    e: list[Any]
+
+
+STATE_FIELDS = RequestVars._fields
 """The state variables of a request, in the order of the state vector."""
-_PHASE, _C, _RANK, _E = range(len(STATE_FIELDS))
 
 Z3_OPS = Ops(
     all_=lambda *terms: z3.And(*terms),
@@ -136,10 +146,6 @@ class SystemCell:
     def uniform(cls, cell: Cell, k: int) -> SystemCell:
         """``k`` requests, each with ``cell``'s item pattern."""
         return cls(cell, (cell.layout,) * k)
-
-    def request_cell(self, i: int) -> Cell:
-        """The single-request cell of request ``i``."""
-        return dataclasses.replace(self.engine, layout=self.layouts[i])
 
     def describe(self) -> dict[str, Any]:
         """The cell's inputs; with items, each request's pattern (``none`` for no items)."""
@@ -244,8 +250,8 @@ class SymbolicSchedulerStep:
             for size in (encoder_capacity, encoder_compute_budget)
         ]
         capacity, budget = (_largest(values) for values in sizes)
-        for template, layout in zip(self.templates, dict.fromkeys(self.cell.layouts), strict=True):
-            if layout:
+        for template in self.templates:
+            if template.cell.layout:
                 template.use_engine_encoder(capacity, budget)
         with_items = sum(1 for layout in self.cell.layouts if layout)
         return budget >= capacity if with_items > 1 else z3.BoolVal(True)
@@ -280,7 +286,7 @@ class SymbolicSchedulerStep:
                 (template, _pick(where, [self.renaming[i][n][1] for i in members]))
                 for n, (template, _) in enumerate(self.renaming[members[0]])
             ]
-            out.append((z3.Or(*[here[i] for i in members]), chosen))
+            out.append((z3.Or(*where), chosen))
         return out
 
     def _alone(self, i: int, c: Any, budget: Any, shared: Any) -> Got:
@@ -431,7 +437,7 @@ class SymbolicSchedulerStep:
         budget = z3.And(action[0] >= 1, action[0] <= self.whole)
         if not self.adaptive:
             return budget
-        least = least_eligible(Z3_OPS, fields(state)[_PHASE], action[0], self.whole)
+        least = least_eligible(Z3_OPS, fields(state).phase, action[0], self.whole)
         return z3.And(budget, action[1] >= least)
 
     def next(self, state: list[Any], action: list[Any]) -> list[Any]:
@@ -441,7 +447,7 @@ class SymbolicSchedulerStep:
         """The search leads on: the step breaks no stage range, schedules something and
         leaves some request unfinished (``Transitions.follow`` of the explicit model)."""
         got = self.step(state, action)
-        phases = fields(got.target)[_PHASE]
+        phases = fields(got.target).phase
         return z3.And(
             z3.Not(got.unsafe), z3.Not(got.unchanged), z3.Or(*[p != FINISHED for p in phases])
         )
@@ -453,7 +459,7 @@ class SymbolicSchedulerStep:
             return got.unsafe
         if pid == "S-LIVE":
             by_itself = alone(
-                Z3_OPS, fields(state)[_PHASE], action[0], self.whole, self._eligible(action)
+                Z3_OPS, fields(state).phase, action[0], self.whole, self._eligible(action)
             )
             return z3.And(got.unchanged, got.unfinished, action[0] == self.whole, by_itself)
         if pid == "HOL":
@@ -474,11 +480,10 @@ class SymbolicSchedulerStep:
         )
 
 
-def fields(state: Sequence[Any]) -> tuple[list[Any], ...]:
-    """A state vector's variables by :data:`STATE_FIELDS`: (phases, cs, ranks, es), each per
-    request."""
+def fields(state: Sequence[Any]) -> RequestVars:
+    """A state vector's variables by kind (:class:`RequestVars`)."""
     width = len(STATE_FIELDS)
-    return tuple(list(state[j::width]) for j in range(width))
+    return RequestVars(*(list(state[j::width]) for j in range(width)))
 
 
 class _Renamed:

@@ -44,25 +44,11 @@ def arrival_order(instance: tuple[Config, ...], labels: Sequence[int]) -> tuple[
     return tuple(free[instance[label]].pop(0) for label in labels)
 
 
-def run_steps(
-    policy: Policy,
-    instance: tuple[Config, ...],
-    arrival: Sequence[int],
-    budgets: Sequence[int],
-    max_seqs: int,
-    eligible: Sequence[int] | None = None,
-) -> tuple[SystemStep, ...]:
-    """The steps of ``instance`` from Init with the waiting queue ``arrival`` (labels), offered
-    ``budgets`` in order, with the adaptive floor at the ``eligible`` counts (``None``: the
-    floor off) (module docstring). The run ends early where the model's search would stop (a
-    step that breaks P0, or after which every request has finished)."""
-    return run_states(policy, instance, arrival, budgets, max_seqs, eligible).steps
-
-
 @dataclass(frozen=True)
 class Run:
-    """:func:`run_steps`' steps, and the global states: the state row before each step and
-    the one after the last (every request with its own label), in ``batch``."""
+    """A run of one instance (:func:`run_instance`): its steps, and the global states, the
+    state row before each step and the one after the last (every request with its own label),
+    in ``batch``."""
 
     steps: tuple[SystemStep, ...]
     rows: tuple[np.ndarray, ...]
@@ -79,7 +65,7 @@ class Run:
         return tuple(by_label[label] for label in range(k))
 
 
-def run_states(
+def run_instance(
     policy: Policy,
     instance: tuple[Config, ...],
     arrival: Sequence[int],
@@ -87,7 +73,11 @@ def run_states(
     max_seqs: int,
     eligible: Sequence[int] | None = None,
 ) -> Run:
-    """:func:`run_steps` with the global states it passes through."""
+    """The steps of ``instance`` from Init with the waiting queue ``arrival`` (labels), offered
+    ``budgets`` in order, with the adaptive floor at the ``eligible`` counts (``None``: the
+    floor off) (module docstring), and the states they pass through. The run ends early where
+    the model's search would stop (a step that breaks P0, or after which every request has
+    finished)."""
     model = SchedulerStepModel(
         policy, [instance], symmetry=False, max_seqs=max_seqs, adaptive=eligible is not None
     )
@@ -146,7 +136,7 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
     if any(not 1 <= b <= top for b in budgets):
         return f"a recorded budget lies outside the budget model's 1..{top}"
     eligible = [int(s.eligible or 0) for s in cx.steps] if cx.adaptive else None
-    replayed = run_steps(policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible)
+    replayed = run_instance(policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible).steps
     for index, (recorded, actual) in enumerate(zip(cx.steps, replayed, strict=False)):
         phases = [np.array([PHASE_NAMES.index(r.queue)]) for r in actual.requests]
         offered = np.array([actual.budget])

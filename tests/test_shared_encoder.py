@@ -32,7 +32,7 @@ from chunkproof.model.releases import release_root
 from chunkproof.model.step import step_view
 from chunkproof.model.system_counterexample import SystemStep
 from chunkproof.spec.scheduler_step import MAX_SEQS, shared_encoder, step_loop_rules
-from chunkproof.spec.scheduler_trace import run_steps
+from chunkproof.spec.scheduler_trace import run_instance
 
 pytestmark = pytest.mark.fidelity
 
@@ -185,7 +185,7 @@ def test_two_requests_share_the_real_encoder_cache(release: Release) -> None:
             except (AssertionError, PolicyCrash):
                 tally["crash"] += 1
                 continue
-            steps = run_steps(release.builtin, instance, arrival, budgets, MAX_SEQS)
+            steps = run_instance(release.builtin, instance, arrival, budgets, MAX_SEQS).steps
             ours = [tuple(r.c for r in s.requests) for s in steps]
             assert ours == seen[: len(ours)] and len(ours) == len(seen), (
                 f"{[cfg.describe() for cfg in instance]} arrival={arrival} "
@@ -233,7 +233,7 @@ def test_a_held_image_leaves_no_room_for_the_next(
     budgets = [4, 8, 8, 8]
     for cache, expected in ((4, contended), (8, [(0, 0), (4, 0), (6, 4)])):
         instance = (replace(HOLDER, encoder_cache=cache), replace(BEHIND, encoder_cache=cache))
-        steps = run_steps(release.builtin, instance, (0, 1), budgets, MAX_SEQS)
+        steps = run_instance(release.builtin, instance, (0, 1), budgets, MAX_SEQS).steps
         assert [tuple(r.c for r in s.requests) for s in steps][: len(expected)] == expected
         assert consistent(steps)
         second = steps[1].requests[1].stages  # the encoder cuts to the image only when full
@@ -266,6 +266,6 @@ def test_two_requests_deadlock_on_the_cache_in_the_real_code(release: Release) -
     seen = real.run((0, 1), budgets)  # it stops at the first step that schedules nothing
     assert seen == [(0, 0), (4, 2), (5, 5)] and real.c == [5, 5]
     assert real.contended
-    steps = run_steps(release.builtin, (TWO_IMAGES, TWO_IMAGES), (0, 1), budgets, MAX_SEQS)
+    steps = run_instance(release.builtin, (TWO_IMAGES, TWO_IMAGES), (0, 1), budgets, MAX_SEQS).steps
     assert [tuple(r.c for r in s.requests) for s in steps] == seen
     assert "S-LIVE" in steps[-1].breaks
