@@ -150,6 +150,7 @@ def test_cli(tmp_path: Path, cli: Cli) -> None:
     verdicts = {v["property"]: v for v in document["verdicts"]}
     assert verdicts["HOL"]["status"] == VIOLATED and verdicts["P0"]["status"] == BOUNDED
     assert document["searched"]["depth"] == 2
+    assert document["searched"]["cells_left_out"] == 0
     assert verdicts["HOL"]["example_cell"]["block"] == 4
 
 
