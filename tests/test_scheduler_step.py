@@ -19,6 +19,7 @@ from cli_helpers import Cli
 from chunkproof.checker.abstraction import check_abstraction
 from chunkproof.checker.defaults import system_space, user_space
 from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
+from chunkproof.checker.system import explore_system
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError
@@ -390,7 +391,18 @@ def test_prove_judges_cells_whose_requests_carry_items(cli: Cli) -> None:
     assert "3 of 3 cells hold requests" in run.out and "S-LIVE   VIOLATED" in run.out
     assert "items=1+4,6+4 | 1+4,6+4: VIOLATED" in run.out
     held = r"running \[#(\d)\(T=16, c=4, e=1\)\]; waiting \[#(\d)\(T=16, c=0, e=0\)\]"
-    assert re.search(held, run.out) is not None
+    found = re.search(held, run.out)
+    assert found is not None and found.group(1) != found.group(2)
+
+
+def test_equal_requests_keep_their_labels_in_a_reduced_search() -> None:
+    """Under symmetry reduction two equal requests share one label in the state rows; the
+    report's trace is their labelled run, so each is printed under its own."""
+    texts = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "16", "max_sched": "6"}
+    space = user_space({**texts, "layout": "1+4,6+4"}, None, production=False)
+    verdicts, _ = explore_system(get_builtin("vllm-0.27"), space, 2, symmetry=True)
+    (live,) = [v for v in verdicts if v.property == "S-LIVE"]
+    assert live.trace and all("#0" in line and "#1" in line for line in live.trace)
 
 
 def test_system_command_refuses_what_it_cannot_check(cli: Cli) -> None:
