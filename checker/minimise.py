@@ -6,23 +6,26 @@ both engines, which know nothing of each other.
    unrolled 1, 2, 4, 8 steps, a violation at the last state, minimising the cell's inputs in
    SPEC C's order (T, L, M, then the other fields: :func:`_objectives`), so no
    input is left to whichever model the solver returns.
-2. The minimum is certified for traces of any length: Spacer is asked for a reachable violation
-   with a smaller T; unsat proves T minimal.
+2. The minimum is certified for traces of any length: a reachable violation with a smaller T
+   is sought (:func:`reachable_below`: over every state of such runs when they are few, else by
+   Spacer); unsat proves T minimal.
 3. At that T, with every other symbolic input at the solver's minimum except the flags (D, K,
    S: both values where the cell has both), the explorer enumerates every M of the range up to
    the solver's, exhaustively and in groups of ascending M until one holds a counterexample,
    and returns the least counterexample in SPEC C's order (the smallest M, its BFS-shortest
    trace, then the flags), rebuilt by the concrete policy; so the result does not depend on
    which model the solver happened to return. When the Ms up to the least violating one are
-   too many to enumerate, Spacer finds the smallest M by bisection (each answer holds for
-   traces of any length) and the explorer takes the shortest trace at that one M. If a query
-   times out, the solver's own trace is replayed instead, and the result says which dimensions
-   were minimised within the bounded search only.
+   too many to enumerate, :func:`reachable_below` finds the smallest M by bisection (each
+   answer holds for traces of any length) and the explorer takes the shortest trace at that
+   one M. If a query times out, the solver's own trace is replayed instead, and the result says
+   which dimensions were minimised within the bounded search only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import z3
@@ -34,6 +37,7 @@ from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.chc import reachable_violation
+from chunkproof.proofs.finite import finite_reachable_violation
 from chunkproof.spec.request import RequestModel, budget_bounds
 from chunkproof.spec.request_symbolic import SymbolicRequest
 from chunkproof.spec.space import Bools, Ints, Junctions, Retentions, Space, Starts, TermSet
@@ -44,11 +48,45 @@ EXPLORER_LANES = 30_000_000
 FIRST_GROUP_LANES = 32_768
 GROUP_LANES = 2_000_000
 """Lanes of the first and of the largest explorer run of :func:`_explore_ascending`."""
+FINITE_STATES = 64
+"""The most states :func:`reachable_below` lists for a query over every state; beyond, Spacer
+alone answers (the query grows with the square of the states)."""
+EVERY_STATE = "Z3 over every state c < T"
+SPACER = "Spacer"
 
 
-def violation_ranked_below(model: SymbolicRequest, pid: str, best: Config, timeout_ms: int) -> str:
+@dataclass(frozen=True)
+class Reached:
+    """A reachability answer ("sat", "unsat" or "unknown") and the engine that gave it."""
+
+    status: str
+    by: str
+
+
+def reachable_below(
+    model: SymbolicRequest, pid: str, extra: Any, tokens: int, timeout_ms: int
+) -> Reached:
+    """Whether a violation of ``pid`` is reachable where ``extra`` holds, ``extra`` bounding T
+    by ``tokens``; for traces of any length either way. First over every state of such runs
+    (:func:`~chunkproof.proofs.finite.finite_reachable_violation`, with half the timeout) when
+    they are at most :data:`FINITE_STATES`, then by Spacer with the time left: on the production
+    range's minimisation queries (T below 17 or 25) the first answers in about a second where
+    Spacer ran out of its 60 s."""
+    started = time.monotonic()
+    if tokens <= FINITE_STATES:
+        states = model.states_below(tokens)
+        status = finite_reachable_violation(model, pid, extra, states, timeout_ms // 2)
+        if status != "unknown":
+            return Reached(status, EVERY_STATE)
+    left = timeout_ms - int((time.monotonic() - started) * 1000)
+    return Reached(reachable_violation(model, pid, extra, max(left, 1)).status, SPACER)
+
+
+def violation_ranked_below(
+    model: SymbolicRequest, pid: str, best: Config, timeout_ms: int
+) -> Reached:
     """Whether the cell has a reachable violation of ``pid`` whose (T, B, L, M) comes before
-    ``best``'s in SPEC C's order (Spacer, traces of any length): "sat", "unsat" or "unknown".
+    ``best``'s in SPEC C's order (:func:`reachable_below`, traces of any length).
     Only then can the cell's minimal counterexample rank before ``best``'s: one with the same
     (T, B, L, M) could differ in its trace length only, which no claim across cells covers
     (they say no other cell holds a smaller T)."""
@@ -57,7 +95,7 @@ def violation_ranked_below(model: SymbolicRequest, pid: str, best: Config, timeo
     before = _term(v.max_sched < best.max_sched)
     for term, value in reversed(keys):
         before = z3.Or(_term(term < value), z3.And(_term(term == value), before))
-    return reachable_violation(model, pid, before, timeout_ms).status
+    return reachable_below(model, pid, before, best.T, timeout_ms)
 
 
 def minimal_for_cell(
@@ -67,7 +105,7 @@ def minimal_for_cell(
     is undecided."""
     v = model.view
     found: SolverTrace | None = None
-    certified = "unknown"
+    certified = Reached("unknown", SPACER)
     for depth in DEPTHS:
         result = bounded_search(model, pid, depth, _objectives(model), timeout_ms)
         if result == "unknown":
@@ -75,27 +113,31 @@ def minimal_for_cell(
         if isinstance(result, SolverTrace):
             found = result
             tokens = _value(result, v.tokens)
-            certified = reachable_violation(model, pid, _term(v.tokens < tokens), timeout_ms).status
-            if certified == "unsat":
+            smaller = _term(v.tokens < tokens)
+            certified = reachable_below(model, pid, smaller, tokens - 1, timeout_ms)
+            if certified.status == "unsat":
                 break
     if found is None:
         return None, f"no violation within {DEPTHS[-1]} steps"
     cfg = Config(**model.concrete(found.model))
     how = (
-        "in its cell, T is the minimum over traces of any length (Spacer: no smaller T violates)"
-        if certified == "unsat"
-        else f"T is the minimum over traces of {_steps(found.depth)} (Spacer: {certified})"
+        f"in its cell, T is the minimum over traces of any length ({certified.by}: no smaller T "
+        "violates)"
+        if certified.status == "unsat"
+        else f"T is the minimum over traces of {_steps(found.depth)} ({certified.by}: "
+        f"{certified.status})"
     ) + f"; L and the inputs after M are the least at that T in {_steps(found.depth)}"
     ms = [m for m in _max_sched_values(model, cfg) if m <= cfg.max_sched]
     cx = _explore_ascending(model, pid, cfg, ms)
     if cx is not None:
         return cx, how + "; M and the trace length are minimal at that T (explorer, exhaustive)"
-    smallest = _bisect_max_sched(model, pid, cfg, timeout_ms)
-    if smallest is not None:
+    bisected = _bisect_max_sched(model, pid, cfg, timeout_ms)
+    if bisected is not None:
+        smallest, by = bisected
         cx = _explore_at(model, pid, cfg.replace(max_sched=smallest), [smallest])
         if cx is not None:
             return cx, how + (
-                "; M is minimal at that T (Spacer bisection), the trace is the shortest at "
+                f"; M is minimal at that T (bisection, {by}), the trace is the shortest at "
                 "that M (explorer)"
             )
     return _replayed(model, pid, cfg, found), (
@@ -230,9 +272,12 @@ def _runs(values: list[int]) -> tuple[tuple[int, int], ...]:
     return tuple(runs)
 
 
-def _bisect_max_sched(model: SymbolicRequest, pid: str, cfg: Config, timeout_ms: int) -> int | None:
+def _bisect_max_sched(
+    model: SymbolicRequest, pid: str, cfg: Config, timeout_ms: int
+) -> tuple[int, str] | None:
     """The least M <= cfg.max_sched with a reachable violation at cfg's other inputs, by
-    Spacer bisection; None if a query is undecided."""
+    bisection (:func:`reachable_below`), and the engines that answered; None if a query is
+    undecided."""
     v = model.view
     fixed = z3.And(
         *[
@@ -242,17 +287,19 @@ def _bisect_max_sched(model: SymbolicRequest, pid: str, cfg: Config, timeout_ms:
         ]
     )
     low, high = max(cfg.lookahead, 1), cfg.max_sched
+    engines: set[str] = set()
     while low < high:
         middle = (low + high) // 2
         extra = z3.And(fixed, _term(v.max_sched <= middle))
-        answer = reachable_violation(model, pid, extra, timeout_ms)
+        answer = reachable_below(model, pid, extra, cfg.T, timeout_ms)
+        engines.add(answer.by)
         if answer.status == "sat":
             high = middle
         elif answer.status == "unsat":
             low = middle + 1
         else:
             return None
-    return high
+    return high, " and ".join(sorted(engines)) or "no query: the least M in scope"
 
 
 def _replayed(model: SymbolicRequest, pid: str, cfg: Config, found: SolverTrace) -> Counterexample:

@@ -252,7 +252,7 @@ def _minimal(
 ) -> tuple[Counterexample | None, str]:
     """The smallest counterexample over the violated cells (T, then B, L, M, the trace): the
     first cell in (B, L) order that can be minimised is the first best; every other cell is
-    asked (Spacer, on the run's executor) whether it has a violation whose (T, B, L, M) comes
+    asked (on the run's executor) whether it has a violation whose (T, B, L, M) comes
     before the best's (:func:`~chunkproof.checker.minimise.violation_ranked_below`), and only
     those that do are minimised, in cell order; each time one gives a new best, those left are
     asked again. So a cell is asked once per best (a new best comes from one of few cells),
@@ -268,7 +268,7 @@ def _minimal(
         undecided += best is None
     if best is None:
         return None, how
-    contenders, unanswered = _before(make, pid, best, run, ordered)
+    contenders, unanswered, engines = _before(make, pid, best, run, ordered)
     undecided += unanswered
     while contenders:
         cx, text = minimise.minimal_for_cell(make(contenders.pop(0)), pid, run.timeout_ms)
@@ -276,15 +276,17 @@ def _minimal(
             undecided += 1  # it has a violation before the best, and minimising missed it
         else:
             best, how = cx, text
-            contenders, unanswered = _before(make, pid, best, run, contenders)
+            contenders, unanswered, more = _before(make, pid, best, run, contenders)
             undecided += unanswered
+            engines |= more
     if undecided:
         how += (
             f"; T is minimal in its cell only: {undecided} other violated cell(s) could not be "
             "searched for a smaller one, or minimised, within the timeout"
         )
     elif ordered:
-        how += f"; none of the {len(ordered)} other violated cells holds a smaller T (Spacer)"
+        by = " and ".join(sorted(engines))
+        how += f"; none of the {len(ordered)} other violated cells holds a smaller T ({by})"
     return best, how
 
 
@@ -294,13 +296,14 @@ def _before(
     best: Counterexample,
     run: ProofRun,
     cells: list[Cell],
-) -> tuple[list[Cell], int]:
+) -> tuple[list[Cell], int, set[str]]:
     """The cells of ``cells`` that have a violation before ``best`` (:func:`_ask`), in order,
-    and how many answered neither way. An undecided cell leaves the contenders, so it is
-    counted once."""
+    how many answered neither way, and the engines that answered. An undecided cell leaves the
+    contenders, so it is counted once."""
     answers = _ask(make, pid, best.config, run, cells)
-    before = [cell for cell, answer in zip(cells, answers, strict=True) if answer == "sat"]
-    return before, answers.count("unknown")
+    before = [cell for cell, a in zip(cells, answers, strict=True) if a.status == "sat"]
+    undecided = sum(a.status == "unknown" for a in answers)
+    return before, undecided, {a.by for a in answers if a.status != "unknown"}
 
 
 def _ask(
@@ -309,7 +312,7 @@ def _ask(
     best: Config,
     run: ProofRun,
     cells: list[Cell],
-) -> list[str]:
+) -> list[minimise.Reached]:
     """:func:`_violation_before` for every cell of ``cells``, on the run's executor."""
     if not cells:
         return []
@@ -320,9 +323,9 @@ def _ask(
 
 def _violation_before(
     make: Callable[[Cell], SymbolicRequest], pid: str, best: Config, timeout_ms: int, cell: Cell
-) -> str:
+) -> minimise.Reached:
     """Whether ``cell`` has a violation of ``pid`` whose (T, B, L, M) comes before ``best``'s:
-    sat, unsat or unknown."""
+    sat, unsat or unknown, and the engine that answered."""
     return minimise.violation_ranked_below(make(cell), pid, best, timeout_ms)
 
 

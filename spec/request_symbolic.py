@@ -358,6 +358,13 @@ class SymbolicRequest:
             return z3.And(bad, z3.Not(encoder_forced(stage_order(self.policy), values)))
         return bad
 
+    def states_below(self, tokens: int) -> list[list[int]]:
+        """Every state a run can be in when T <= ``tokens``, in the order every move follows:
+        c <= E <= T (SPEC S1: E = max(P, T - 1), P <= T; c = E when the prefill is done), and
+        a move adds a chunk > 0 (:mod:`chunkproof.proofs.finite` checks both on the query it
+        is given)."""
+        return [[c] for c in range(tokens)] + [[tokens]]
+
     def concrete(self, model: z3.ModelRef) -> dict[str, Any]:
         """The configuration fields of a solver model (cell inputs included)."""
         out: dict[str, Any] = dict(self.cell.values)

@@ -41,6 +41,7 @@ from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.splits import split_v9
 from chunkproof.proofs import certificate, chc, prover
 from chunkproof.proofs.chc import ChcResult
+from chunkproof.proofs.finite import finite_reachable_violation
 from chunkproof.proofs.prover import EMPTY, PROVED, UNKNOWN, VIOLATED, prove_cell
 from chunkproof.spec.properties import DEFAULT_WINDOW
 from chunkproof.spec.request import RequestModel
@@ -526,9 +527,11 @@ def test_minimality_across_cells_is_claimed_only_when_searched(
     (verdict,) = searched.json()["verdicts"]
     assert verdict["figure"]["violated_cells"] and "cell only" not in verdict["summary"]
     assert len(verdict["figure"]["violated_cells"]) == 2
-    assert "none of the 1 other violated cells holds a smaller T (Spacer)" in verdict["summary"]
+    said = f"none of the 1 other violated cells holds a smaller T ({minimise.EVERY_STATE})"
+    assert said in verdict["summary"]
 
-    monkeypatch.setattr(minimise, "violation_ranked_below", lambda *args: "unknown")
+    gave_up = minimise.Reached("unknown", minimise.SPACER)
+    monkeypatch.setattr(minimise, "violation_ranked_below", lambda *args: gave_up)
     undecided = cli(*argv, "--out", str(tmp_path / "b"))
     (verdict,) = undecided.json()["verdicts"]
     assert verdict["status"] == VIOLATED
@@ -545,7 +548,7 @@ def test_a_cell_that_cannot_rank_before_the_best_is_not_minimised(
     model = _model("vllm-0.33", {"block": "16", "lookahead": "3", "drop": "off"})
     least = Config(block=16, prompt=17, lookahead=3, max_sched=3)
     asked = [
-        minimise.violation_ranked_below(model, "P1", cfg, TIMEOUT_MS)
+        minimise.violation_ranked_below(model, "P1", cfg, TIMEOUT_MS).status
         for cfg in (least.replace(max_sched=4), least, Config(block=16, prompt=16, max_sched=64))
     ]
     assert asked == ["sat", "unsat", "unsat"]
@@ -568,6 +571,22 @@ def test_a_cell_that_cannot_rank_before_the_best_is_not_minimised(
     assert (cx.config.T, cx.config.block, cx.config.max_sched) == (17, 16, 3)
 
 
+def test_the_finite_state_query_answers_as_spacer_and_never_past_its_list() -> None:
+    """vllm-0.33's livelock at L = 3 is least at T = 17 (stuck at c = 14): over every state
+    c < T (proofs.finite) a violation with T <= 17 is reachable and none with T <= 16, as
+    Spacer says for traces of any length. A list that misses a state some run reaches (it stops
+    at c = 10, or leaves out the initial c = 0) gives unknown, never unsat."""
+    model = _model("vllm-0.33", {"block": "16", "lookahead": "3", "drop": "off"})
+    for tokens, expected in ((17, "sat"), (16, "unsat")):
+        extra = model.view.tokens <= tokens
+        assert chc.reachable_violation(model, "P1", extra, TIMEOUT_MS).status == expected
+        listed = model.states_below(tokens)
+        assert finite_reachable_violation(model, "P1", extra, listed, TIMEOUT_MS) == expected
+    extra = model.view.tokens <= 17
+    for short in (model.states_below(10), model.states_below(17)[1:]):
+        assert finite_reachable_violation(model, "P1", extra, short, TIMEOUT_MS) == "unknown"
+
+
 def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
     """Five violated cells: the first in cell order (B = 16, H = 4; least T 12) is minimised
     first; the four others, each with a violation at T = 5 (two at B = 16, one at B = 64, one
@@ -588,10 +607,10 @@ def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[Any] = []
     minimised: list[Any] = []
 
-    def before(make: Any, pid: str, best: Config, timeout_ms: int, cell: Any) -> str:
+    def before(make: Any, pid: str, best: Config, timeout_ms: int, cell: Any) -> minimise.Reached:
         asked.append(cell)
         ahead = (least[cell], cell.value("block")) < (best.T, best.block)
-        return "sat" if ahead else "unsat"
+        return minimise.Reached("sat" if ahead else "unsat", minimise.SPACER)
 
     def minimal_at(model: Any, tokens: dict[Any, int]) -> tuple[Counterexample, str]:
         minimised.append(model)
@@ -616,7 +635,7 @@ def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
 
     # Said to come before the best, yet minimised to no better: the claim is the cell's only.
     missed = {cell: 12 for cell in least}
-    monkeypatch.setattr(runs, "_violation_before", lambda *args: "sat")
+    monkeypatch.setattr(runs, "_violation_before", lambda *args: minimise.Reached("sat", "Z3"))
     monkeypatch.setattr(minimise, "minimal_for_cell", lambda model, *_: minimal_at(model, missed))
     cx, how = runs._minimal(violated, "P1", run, cast(Any, lambda c: c))
     assert "T is minimal in its cell only: 4 other violated cell(s)" in how
