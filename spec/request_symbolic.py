@@ -363,7 +363,7 @@ class SymbolicRequest:
         c <= E <= T (SPEC S1: E = max(P, T - 1), P <= T; c = E when the prefill is done), and
         a move adds a chunk > 0 (:mod:`chunkproof.proofs.finite` checks both on the query it
         is given)."""
-        return [[c] for c in range(tokens)] + [[tokens]]
+        return [[c] for c in (*range(tokens), tokens)]
 
     def concrete(self, model: z3.ModelRef) -> dict[str, Any]:
         """The configuration fields of a solver model (cell inputs included)."""
