@@ -143,6 +143,22 @@ def test_prover_agrees_with_explorer(case: Case, tmp_path_factory: pytest.TempPa
     )
     assert_replays(case.policy, best)
     assert best.config.T == ours.config.T, [how for _, how in found]
+    # Minimisation's finite-state query (is there a violation with T <= t?) says what the
+    # explorer found: no violated cell has one below the least T, some cell has one at it.
+    least = ours.config.T
+    cells_violated = [v.cell for v in verdicts if v.status == VIOLATED]
+    below = [_violation_by(case, space, cell, least - 1) for cell in cells_violated]
+    at = [_violation_by(case, space, cell, least) for cell in cells_violated]
+    assert set(below) == {"unsat"} and "sat" in at and "unknown" not in at, (below, at)
+
+
+def _violation_by(case: Case, space: Space, cell: Cell, tokens: int) -> str:
+    """The finite-state query over every state c <= ``tokens``: a violation of the case's
+    property with T <= ``tokens`` in ``cell``."""
+    model = SymbolicRequest(case.policy, cell, space.budget)
+    extra = model.view.tokens <= tokens
+    states = model.states_below(tokens)
+    return finite_reachable_violation(model, case.pid, extra, states, TIMEOUT_MS)
 
 
 # -- 2. certificates ---------------------------------------------------------------------------
