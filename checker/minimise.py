@@ -5,7 +5,9 @@ both engines, which know nothing of each other.
 1. Bounded search (:func:`chunkproof.proofs.bounded.bounded_search`): the transition relation
    unrolled 1, 2, 4, 8 steps, a violation at the last state, minimising the cell's inputs in
    SPEC C's order (T, L, M, then the other fields: :func:`_objectives`), so no
-   input is left to whichever model the solver returns.
+   input is left to whichever model the solver returns. When that search runs long, the least
+   T is found over every state instead (:func:`_least_tokens`) and the other inputs are
+   minimised at that T.
 2. The minimum is certified for traces of any length: a reachable violation with a smaller T
    is sought (:func:`reachable_below`: over every state of such runs when they are few, else by
    Spacer); unsat proves T minimal.
@@ -48,6 +50,13 @@ EXPLORER_LANES = 30_000_000
 FIRST_GROUP_LANES = 32_768
 GROUP_LANES = 2_000_000
 """Lanes of the first and of the largest explorer run of :func:`_explore_ascending`."""
+FIRST_SEARCH_MS = 5_000
+"""How long the first bounded search (T and the other inputs minimised together) may take
+before the least T is sought over every state instead (:func:`_least_trace`): Optimize's time
+on the same query of a production cell ranged from under 1 s to over 60 s between runs."""
+FINITE_TOKENS = 32
+"""The largest T :func:`_least_tokens` asks about (over every state c <= 32 a query took 1-6 s
+on a production cell, c <= 64 8-35 s)."""
 FINITE_STATES = 64
 """The most states :func:`reachable_below` lists for a query over every state; beyond, Spacer
 alone answers (the query grows with the square of the states)."""
@@ -103,22 +112,10 @@ def minimal_for_cell(
 ) -> tuple[Counterexample | None, str]:
     """The cell's minimal counterexample (module docstring); None, and why, when the search
     is undecided."""
-    v = model.view
-    found: SolverTrace | None = None
-    certified = Reached("unknown", SPACER)
-    for depth in DEPTHS:
-        result = bounded_search(model, pid, depth, _objectives(model), timeout_ms)
-        if result == "unknown":
-            return None, f"the bounded search at depth {depth} timed out"
-        if isinstance(result, SolverTrace):
-            found = result
-            tokens = _value(result, v.tokens)
-            smaller = _term(v.tokens < tokens)
-            certified = reachable_below(model, pid, smaller, tokens - 1, timeout_ms)
-            if certified.status == "unsat":
-                break
-    if found is None:
-        return None, f"no violation within {DEPTHS[-1]} steps"
+    least = _least_trace(model, pid, timeout_ms)
+    if isinstance(least, str):
+        return None, least
+    found, certified = least
     cfg = Config(**model.concrete(found.model))
     how = (
         f"in its cell, T is the minimum over traces of any length ({certified.by}: no smaller T "
@@ -143,6 +140,91 @@ def minimal_for_cell(
     return _replayed(model, pid, cfg, found), (
         how + f"; M and the trace length are minimal in {_steps(found.depth)} only"
     )
+
+
+def _least_trace(
+    model: SymbolicRequest, pid: str, timeout_ms: int
+) -> tuple[SolverTrace, Reached] | str:
+    """A violating trace at the least T of the bounded search, the other inputs least at
+    that T in SPEC C's order, and the answer on whether a smaller T violates at any depth
+    (module docstring, 1 and 2); or why there is none. A bounded search that runs past
+    :data:`FIRST_SEARCH_MS` leaves the least T to :func:`_least_tokens` and the other inputs
+    to a search at that T (:func:`_trace_at`); when these find nothing, it is run again with
+    the whole timeout."""
+    v = model.view
+    found: SolverTrace | None = None
+    certified = Reached("unknown", SPACER)
+    for depth in DEPTHS:
+        first_ms = min(timeout_ms, FIRST_SEARCH_MS)
+        first = bounded_search(model, pid, depth, _objectives(model), first_ms)
+        if first == "unknown":
+            least = _least_tokens(model, pid, timeout_ms)
+            at = _trace_at(model, pid, least, timeout_ms) if least is not None else None
+            if isinstance(at, tuple):
+                return at
+        result = (
+            bounded_search(model, pid, depth, _objectives(model), timeout_ms)
+            if first == "unknown"
+            else first
+        )
+        if result == "unknown":
+            return f"the bounded search at depth {depth} timed out"
+        if isinstance(result, SolverTrace):
+            found = result
+            tokens = _value(result, v.tokens)
+            smaller = _term(v.tokens < tokens)
+            certified = reachable_below(model, pid, smaller, tokens - 1, timeout_ms)
+            if certified.status == "unsat":
+                break
+    if found is None:
+        return f"no violation within {DEPTHS[-1]} steps"
+    return found, certified
+
+
+def _least_tokens(model: SymbolicRequest, pid: str, timeout_ms: int) -> tuple[int, Reached] | None:
+    """The least T with a reachable violation, at any depth, by queries over every state
+    (:func:`~chunkproof.proofs.finite.finite_reachable_violation`): is there one with
+    T <= 1, 2, 4, ... :data:`FINITE_TOKENS`, then bisection below the first bound that has
+    one; with the answer that no smaller T violates. None when there is none up to
+    :data:`FINITE_TOKENS` or a query is undecided."""
+    v = model.view
+
+    def violates_by(tokens: int) -> str:
+        extra = _term(v.tokens <= tokens)
+        states = model.states_below(tokens)
+        return finite_reachable_violation(model, pid, extra, states, timeout_ms)
+
+    low, high = 1, 1
+    while True:
+        answer = violates_by(high)
+        if answer == "sat":
+            break
+        if answer == "unknown" or high >= FINITE_TOKENS:
+            return None
+        low, high = high + 1, min(2 * high, FINITE_TOKENS)
+    while low < high:
+        middle = (low + high) // 2
+        answer = violates_by(middle)
+        if answer == "unknown":
+            return None
+        low, high = (low, middle) if answer == "sat" else (middle + 1, high)
+    return high, Reached("unsat", EVERY_STATE)
+
+
+def _trace_at(
+    model: SymbolicRequest, pid: str, least: tuple[int, Reached], timeout_ms: int
+) -> tuple[SolverTrace, Reached] | str:
+    """A violating trace at T = ``least``'s, the other inputs least at that T in SPEC C's
+    order within the fewest steps of :data:`DEPTHS` that hold one."""
+    tokens, certified = least
+    at = _term(model.view.tokens == tokens)
+    for depth in DEPTHS:
+        result = bounded_search(model, pid, depth, _objectives(model), timeout_ms, at)
+        if result == "unknown":
+            return f"the bounded search at T={tokens}, depth {depth}, timed out"
+        if isinstance(result, SolverTrace):
+            return result, certified
+    return f"no violation at T={tokens} within {DEPTHS[-1]} steps"
 
 
 def _objectives(model: SymbolicRequest) -> list[Any]:

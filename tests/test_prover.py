@@ -603,6 +603,26 @@ def test_the_finite_state_query_answers_as_spacer_and_never_past_its_list() -> N
         assert finite_reachable_violation(model, "P1", extra, short, TIMEOUT_MS) == "unknown"
 
 
+@pytest.mark.parametrize("finite_tokens", [32, 4])
+def test_a_bounded_search_that_runs_long_leaves_the_least_t_to_the_states(
+    monkeypatch: pytest.MonkeyPatch, finite_tokens: int
+) -> None:
+    """When the first bounded search runs past its time (here 1 ms), the least T is sought
+    over every state (T <= 1, 2, 4, ... then bisection) and the other inputs at that T: the
+    same minimal counterexample as the bounded search's (vllm-0.33's livelock, T = 17, M = 3),
+    its T certified. When the states give no answer (no violation up to T = 4), the bounded
+    search runs again with the whole timeout."""
+    model = _model("vllm-0.33", {"block": "16", "lookahead": "3", "drop": "off"})
+    usual, _ = minimal_for_cell(model, "P1", TIMEOUT_MS)
+    monkeypatch.setattr(minimise, "FIRST_SEARCH_MS", 1)
+    monkeypatch.setattr(minimise, "FINITE_TOKENS", finite_tokens)
+    cx, how = minimal_for_cell(model, "P1", TIMEOUT_MS)
+    assert usual is not None and cx is not None
+    assert cx.config == usual.config and cx.steps == usual.steps
+    assert (cx.config.T, cx.config.max_sched) == (17, 3)
+    assert "T is the minimum over traces of any length" in how
+
+
 def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
     """Five violated cells: the first in cell order (B = 16, H = 4; least T 12) is minimised
     first; the four others, each with a violation at T = 5 (two at B = 16, one at B = 64, one
