@@ -103,13 +103,14 @@ def timed_explore(
 
 @contextlib.contextmanager
 def spacer_only() -> Iterator[None]:
-    """The previous minimiser: Spacer alone answers whether a cell has a violation below a T."""
-    listed = minimise.FINITE_STATES
-    minimise.FINITE_STATES = 0
+    """The previous minimiser: Spacer alone answers whether a cell has a violation below a T,
+    and the first bounded search has the whole timeout."""
+    listed, first = minimise.FINITE_STATES, minimise.FIRST_SEARCH_MS
+    minimise.FINITE_STATES, minimise.FIRST_SEARCH_MS = 0, 10**9
     try:
         yield
     finally:
-        minimise.FINITE_STATES = listed
+        minimise.FINITE_STATES, minimise.FIRST_SEARCH_MS = listed, first
 
 
 @contextlib.contextmanager
