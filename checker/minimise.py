@@ -150,23 +150,20 @@ def _least_trace(
     (module docstring, 1 and 2); or why there is none. A bounded search that runs past
     :data:`FIRST_SEARCH_MS` leaves the least T to :func:`_least_tokens` and the other inputs
     to a search at that T (:func:`_trace_at`); when these find nothing, it is run again with
-    the whole timeout."""
+    the whole timeout, as are the searches at the depths after it."""
     v = model.view
     found: SolverTrace | None = None
     certified = Reached("unknown", SPACER)
+    first_ms = min(timeout_ms, FIRST_SEARCH_MS)
     for depth in DEPTHS:
-        first_ms = min(timeout_ms, FIRST_SEARCH_MS)
-        first = bounded_search(model, pid, depth, _objectives(model), first_ms)
-        if first == "unknown":
+        result = bounded_search(model, pid, depth, _objectives(model), first_ms)
+        if result == "unknown" and first_ms < timeout_ms:
             least = _least_tokens(model, pid, timeout_ms)
             at = _trace_at(model, pid, least, timeout_ms) if least is not None else None
             if isinstance(at, tuple):
                 return at
-        result = (
-            bounded_search(model, pid, depth, _objectives(model), timeout_ms)
-            if first == "unknown"
-            else first
-        )
+            first_ms = timeout_ms  # the states gave no answer: not asked again
+            result = bounded_search(model, pid, depth, _objectives(model), timeout_ms)
         if result == "unknown":
             return f"the bounded search at depth {depth} timed out"
         if isinstance(result, SolverTrace):
