@@ -39,7 +39,7 @@ from chunkproof.model.counterexample import Counterexample, replay_steps
 from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.splits import split_v9
-from chunkproof.proofs import certificate, chc, prover
+from chunkproof.proofs import bounded, certificate, chc, prover
 from chunkproof.proofs.chc import ChcResult
 from chunkproof.proofs.finite import finite_reachable_violation
 from chunkproof.proofs.prover import EMPTY, PROVED, UNKNOWN, VIOLATED, prove_cell
@@ -614,6 +614,14 @@ def test_a_bounded_search_that_runs_long_leaves_the_least_t_to_the_states(
     search runs again with the whole timeout."""
     model = _model("vllm-0.33", {"block": "16", "lookahead": "3", "drop": "off"})
     usual, _ = minimal_for_cell(model, "P1", TIMEOUT_MS)
+    searched: list[tuple[int, bool]] = []
+    real = bounded.bounded_search
+
+    def recorded(model: Any, pid: str, depth: int, goals: Any, ms: int, extra: Any = True) -> Any:
+        searched.append((ms, extra is True))
+        return real(model, pid, depth, goals, ms, extra)
+
+    monkeypatch.setattr(minimise, "bounded_search", recorded)
     monkeypatch.setattr(minimise, "FIRST_SEARCH_MS", 1)
     monkeypatch.setattr(minimise, "FINITE_TOKENS", finite_tokens)
     cx, how = minimal_for_cell(model, "P1", TIMEOUT_MS)
@@ -621,6 +629,8 @@ def test_a_bounded_search_that_runs_long_leaves_the_least_t_to_the_states(
     assert cx.config == usual.config and cx.steps == usual.steps
     assert (cx.config.T, cx.config.max_sched) == (17, 3)
     assert "T is the minimum over traces of any length" in how
+    searched_again = (TIMEOUT_MS, True) in searched
+    assert searched_again == (finite_tokens == 4), searched
 
 
 def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
