@@ -83,12 +83,19 @@ def reachable_below(
     Spacer ran out of its 60 s."""
     started = time.monotonic()
     if tokens <= FINITE_STATES:
-        states = model.states_below(tokens)
-        status = finite_reachable_violation(model, pid, extra, states, timeout_ms // 2)
+        status = _over_states(model, pid, extra, tokens, timeout_ms // 2)
         if status != "unknown":
             return Reached(status, EVERY_STATE)
     left = timeout_ms - int((time.monotonic() - started) * 1000)
     return Reached(reachable_violation(model, pid, extra, max(left, 1)).status, SPACER)
+
+
+def _over_states(model: SymbolicRequest, pid: str, extra: Any, tokens: int, timeout_ms: int) -> str:
+    """The query over every state of the runs with T <= ``tokens``
+    (:func:`~chunkproof.proofs.finite.finite_reachable_violation` on
+    :meth:`~chunkproof.spec.request_symbolic.SymbolicRequest.states_below`)."""
+    states = model.states_below(tokens)
+    return finite_reachable_violation(model, pid, extra, states, timeout_ms)
 
 
 def violation_ranked_below(
@@ -180,16 +187,14 @@ def _least_trace(
 
 def _least_tokens(model: SymbolicRequest, pid: str, timeout_ms: int) -> tuple[int, Reached] | None:
     """The least T with a reachable violation, at any depth, by queries over every state
-    (:func:`~chunkproof.proofs.finite.finite_reachable_violation`): is there one with
+    (:func:`_over_states`): is there one with
     T <= 1, 2, 4, ... :data:`FINITE_TOKENS`, then bisection below the first bound that has
     one; with the answer that no smaller T violates. None when there is none up to
     :data:`FINITE_TOKENS` or a query is undecided."""
     v = model.view
 
     def violates_by(tokens: int) -> str:
-        extra = _term(v.tokens <= tokens)
-        states = model.states_below(tokens)
-        return finite_reachable_violation(model, pid, extra, states, timeout_ms)
+        return _over_states(model, pid, _term(v.tokens <= tokens), tokens, timeout_ms)
 
     low, high = 1, 1
     while True:
