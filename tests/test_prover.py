@@ -39,7 +39,7 @@ from chunkproof.model.counterexample import Counterexample, replay_steps
 from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.splits import split_v9
-from chunkproof.proofs import bounded, certificate, chc, prover
+from chunkproof.proofs import bounded, certificate, chc, prover, solving
 from chunkproof.proofs.chc import ChcResult
 from chunkproof.proofs.finite import finite_reachable_violation
 from chunkproof.proofs.prover import EMPTY, PROVED, UNKNOWN, VIOLATED, prove_cell
@@ -766,30 +766,115 @@ def test_undecided_spacer_falls_back_to_shallow_bounded_search(
     assert verdict.status == UNKNOWN
 
 
-def test_spacer_s_true_invariant_is_not_rechecked_twice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("spacer", ["true", "undecided"])
+@pytest.mark.parametrize("second", ["unknown", "unsat"])
+def test_induction_cut_short_is_rechecked_once_with_the_whole_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spacer: str, second: str
 ) -> None:
-    """Induction's certificate (invariant true) is undecided; Spacer then says unsat with the
-    invariant true: that certificate is the same one, so it is not re-checked again and the
-    cell is UNKNOWN (no certificate left)."""
-    confirmed: list[Path] = []
+    """Induction's certificate (invariant true) is undecided within INDUCTION_FIRST_MS; when
+    Spacer then says unsat with the invariant true (the same certificate) or gives up, that
+    certificate is re-checked once more with the whole timeout: PROVED by induction if it
+    holds, else UNKNOWN with no certificate left (Spacer's true is never taken on its word)."""
+    confirmed: list[int] = []
 
-    def undecided(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
-        confirmed.append(path)
-        path.unlink()
-        return False, {"initiation": "unsat", "consecution": "unsat", "safety": "unknown"}
+    def answers(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
+        confirmed.append(timeout_ms)
+        safety = second if len(confirmed) == 2 else "unknown"
+        if safety != "unsat":
+            path.unlink()
+        return safety == "unsat", {"initiation": "unsat", "consecution": "unsat", "safety": safety}
 
-    def proved_true(*args: Any, **kwargs: Any) -> ChcResult:
-        return ChcResult("unsat", lambda s: z3.BoolVal(True), 0.0, (0,))
+    def spacer_answer(*args: Any, **kwargs: Any) -> ChcResult:
+        if spacer == "true":
+            return ChcResult("unsat", lambda s: z3.BoolVal(True), 0.0, (0,))
+        return ChcResult("unknown", None, 0.0, (0,))
 
-    monkeypatch.setattr(certificate, "confirm", undecided)
-    monkeypatch.setattr(prover, "reachable_violation", proved_true)
+    monkeypatch.setattr(certificate, "confirm", answers)
+    monkeypatch.setattr(prover, "reachable_violation", spacer_answer)
     name, texts, pid = SPACER
     verdict = prove_cell(_model(name, texts), "cell", pid, TIMEOUT_MS, tmp_path / "a.smt2")
-    assert (verdict.status, verdict.method) == (UNKNOWN, "spacer")
-    assert "Spacer (seed 0): the invariant is true" in verdict.detail
-    assert "'safety': 'unknown'" in verdict.detail
-    assert len(confirmed) == 1 and not (tmp_path / "a.smt2").exists()
+    assert confirmed == [prover.INDUCTION_FIRST_MS, TIMEOUT_MS]
+    if second == "unsat":
+        assert (verdict.status, verdict.method) == (PROVED, "induction")
+        assert (tmp_path / "a.smt2").exists()
+        return
+    assert verdict.status == UNKNOWN and not (tmp_path / "a.smt2").exists()
+    if spacer == "true":
+        assert "Spacer (seed 0): the invariant is true" in verdict.detail
+        assert "'safety': 'unknown'" in verdict.detail
+
+
+def test_a_failed_induction_is_not_rechecked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Induction's certificate fails (a state violates the property): Spacer decides, and the
+    certificate is not re-checked again."""
+    confirmed: list[int] = []
+    real = certificate.confirm
+
+    def recorded(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
+        confirmed.append(timeout_ms)
+        return real(path, timeout_ms)
+
+    monkeypatch.setattr(certificate, "confirm", recorded)
+    livelock = _model(
+        "vllm-0.33",
+        {"block": "4", "lookahead": "2", "drop": "off", "prompt": "1-16", "max_sched": "1-8"},
+    )
+    verdict = prove_cell(livelock, "cell", "P1", TIMEOUT_MS, tmp_path / "a.smt2")
+    assert (verdict.status, verdict.method) == (VIOLATED, "spacer")
+    assert confirmed == [prover.INDUCTION_FIRST_MS]
+
+
+class _Scripted:
+    """A stand-in solver that gives the next scripted answer."""
+
+    def __init__(self, answers: list[str], log: list[tuple[str, int, int]], kind: str, seed: int):
+        self.answers, self.log, self.kind, self.seed = answers, log, kind, seed
+
+    def set(self, name: str, value: int) -> None:
+        if name == "timeout":
+            self.log.append((self.kind, self.seed, value))
+
+    def add(self, formula: Any) -> None:
+        pass
+
+    def check(self) -> str:
+        return self.answers.pop(0)
+
+    def model(self) -> str:
+        return f"model of {self.kind} seed {self.seed}"
+
+
+@pytest.mark.parametrize("answers", [["unknown", "unknown", "sat"], ["unknown"] * 4])
+def test_the_portfolio_tries_its_solvers_in_order_until_one_answers(
+    monkeypatch: pytest.MonkeyPatch, answers: list[str]
+) -> None:
+    """The attempts run in order, each with its own timeout (the last with the time left); an
+    attempt's unknown goes on to the next, the first sat or unsat is the answer, with the model
+    of the solver that gave it; when every attempt is undecided the answer is unknown."""
+    log: list[tuple[str, int, int]] = []
+    script = list(answers)
+    attempts = ((solving.PIPELINE, 0, 100), (solving.OLD_ARITH, 3, 200), (solving.DEFAULT, 5, 0))
+    monkeypatch.setattr(
+        solving, "_solver", lambda kind, seed, ctx: _Scripted(script, log, kind, seed)
+    )
+    answer, model = solving.solve_formula(z3.BoolVal(True), 10_000, attempts)
+    assert [entry[:2] for entry in log] == [(kind, seed) for kind, seed, _ in attempts]
+    assert [entry[2] for entry in log[:2]] == [100, 200] and 9_000 < log[2][2] <= 10_000
+    if answers[2] == "sat":
+        assert (answer, model) == ("sat", f"model of {solving.DEFAULT} seed 5")
+    else:
+        assert (answer, model) == ("unknown", None)
+
+
+def test_every_solver_of_the_portfolio_decides() -> None:
+    """Each solver kind answers a small query both ways (sat, unsat)."""
+    x = z3.Int("x")
+    for kind in (solving.PIPELINE, solving.OLD_ARITH, solving.DEFAULT):
+        only = ((kind, 0, 0),)
+        assert solving.solve_formula(z3.And(x > 3, x % 5 == 1), 10_000, only)[0] == "sat"
+        assert solving.solve_formula(z3.And(x > 3, x < 4), 10_000, only)[0] == "unsat"
 
 
 def test_tiny_timeout_is_unknown_not_violated(tmp_path: Path) -> None:
