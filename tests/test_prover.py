@@ -175,6 +175,11 @@ SPACER = (
     {"block": "4", "lookahead": "0", "drop": "off", "prompt": "1-16", "max_sched": "1-8"},
     "P3",
 )
+LIVELOCK = (
+    "vllm-0.33",
+    {"block": "4", "lookahead": "2", "drop": "off", "prompt": "1-16", "max_sched": "1-8"},
+)
+"""A cell where P1 is violated a step from admission."""
 
 
 @pytest.fixture(params=["induction", "spacer"])
@@ -754,10 +759,7 @@ def test_undecided_spacer_falls_back_to_shallow_bounded_search(
         return ChcResult("unknown", None, 0.0, (0,))
 
     monkeypatch.setattr(prover, "reachable_violation", gave_up)
-    livelock = _model(
-        "vllm-0.33",
-        {"block": "4", "lookahead": "2", "drop": "off", "prompt": "1-16", "max_sched": "1-8"},
-    )
+    livelock = _model(*LIVELOCK)
     verdict = prove_cell(livelock, "cell", "P1", TIMEOUT_MS, tmp_path / "a.smt2")
     assert (verdict.status, verdict.method) == (VIOLATED, "bmc")
     assert verdict.certificate is None and not (tmp_path / "a.smt2").exists()
@@ -807,22 +809,23 @@ def test_induction_cut_short_is_rechecked_once_with_the_whole_timeout(
 def test_a_failed_induction_is_not_rechecked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Induction's certificate fails (a state violates the property): Spacer decides, and the
-    certificate is not re-checked again."""
+    """Induction's certificate fails (a state violates the property) and Spacer is undecided:
+    the certificate is not re-checked again, and the shallow search decides."""
     confirmed: list[int] = []
-    real = certificate.confirm
 
-    def recorded(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
+    def failed(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
         confirmed.append(timeout_ms)
-        return real(path, timeout_ms)
+        path.unlink()
+        return False, {"initiation": "unsat", "consecution": "unsat", "safety": "sat"}
 
-    monkeypatch.setattr(certificate, "confirm", recorded)
-    livelock = _model(
-        "vllm-0.33",
-        {"block": "4", "lookahead": "2", "drop": "off", "prompt": "1-16", "max_sched": "1-8"},
-    )
+    def gave_up(*args: Any, **kwargs: Any) -> ChcResult:
+        return ChcResult("unknown", None, 0.0, (0,))
+
+    monkeypatch.setattr(certificate, "confirm", failed)
+    monkeypatch.setattr(prover, "reachable_violation", gave_up)
+    livelock = _model(*LIVELOCK)
     verdict = prove_cell(livelock, "cell", "P1", TIMEOUT_MS, tmp_path / "a.smt2")
-    assert (verdict.status, verdict.method) == (VIOLATED, "spacer")
+    assert (verdict.status, verdict.method) == (VIOLATED, "bmc")
     assert confirmed == [prover.INDUCTION_FIRST_MS]
 
 
