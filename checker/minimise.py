@@ -40,6 +40,7 @@ from chunkproof.model.counterexample import Counterexample
 from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.chc import reachable_violation
 from chunkproof.proofs.finite import finite_reachable_violation
+from chunkproof.spec.interface import as_term
 from chunkproof.spec.request import RequestModel, budget_bounds
 from chunkproof.spec.request_symbolic import SymbolicRequest
 from chunkproof.spec.space import Bools, Ints, Junctions, Retentions, Space, Starts, TermSet
@@ -108,9 +109,9 @@ def violation_ranked_below(
     (they say no other cell holds a smaller T)."""
     v = model.view
     keys = [(v.tokens, best.T), (v.block, best.block), (v.lookahead, best.lookahead)]
-    before = _term(v.max_sched < best.max_sched)
+    before = as_term(v.max_sched < best.max_sched)
     for term, value in reversed(keys):
-        before = z3.Or(_term(term < value), z3.And(_term(term == value), before))
+        before = z3.Or(as_term(term < value), z3.And(as_term(term == value), before))
     return reachable_below(model, pid, before, best.T, timeout_ms)
 
 
@@ -176,7 +177,7 @@ def _least_trace(
         if isinstance(result, SolverTrace):
             found = result
             tokens = _value(result, v.tokens)
-            smaller = _term(v.tokens < tokens)
+            smaller = as_term(v.tokens < tokens)
             certified = reachable_below(model, pid, smaller, tokens - 1, timeout_ms)
             if certified.status == "unsat":
                 break
@@ -194,7 +195,7 @@ def _least_tokens(model: SymbolicRequest, pid: str, timeout_ms: int) -> tuple[in
     v = model.view
 
     def violates_by(tokens: int) -> str:
-        return _over_states(model, pid, _term(v.tokens <= tokens), tokens, timeout_ms)
+        return _over_states(model, pid, as_term(v.tokens <= tokens), tokens, timeout_ms)
 
     low, high = 1, 1
     while True:
@@ -219,7 +220,7 @@ def _trace_at(
     """A violating trace at T = ``least``'s, the other inputs least at that T in SPEC C's
     order within the fewest steps of :data:`DEPTHS` that hold one."""
     tokens, certified = least
-    at = _term(model.view.tokens == tokens)
+    at = as_term(model.view.tokens == tokens)
     for depth in DEPTHS:
         result = bounded_search(model, pid, depth, _objectives(model), timeout_ms, at)
         if result == "unknown":
@@ -250,14 +251,7 @@ def _steps(depth: int) -> str:
 
 
 def _value(trace: SolverTrace, term: Any) -> int:
-    return int(trace.model.eval(_term(term), model_completion=True).as_long())
-
-
-def _term(value: Any) -> Any:
-    """A Z3 term for a value the model may hold as a constant (an input its range fixes)."""
-    if z3.is_expr(value):
-        return value
-    return z3.BoolVal(value) if isinstance(value, bool) else z3.IntVal(value)
+    return int(trace.model.eval(as_term(term), model_completion=True).as_long())
 
 
 def _max_sched_values(model: SymbolicRequest, cfg: Config) -> list[int]:
@@ -365,7 +359,7 @@ def _bisect_max_sched(
     v = model.view
     fixed = z3.And(
         *[
-            _term(getattr(v, name) == value)
+            as_term(getattr(v, name) == value)
             for name, value in cfg.to_dict().items()
             if name in model.symbols and name != "max_sched"
         ]
@@ -374,7 +368,7 @@ def _bisect_max_sched(
     engines: set[str] = set()
     while low < high:
         middle = (low + high) // 2
-        extra = z3.And(fixed, _term(v.max_sched <= middle))
+        extra = z3.And(fixed, as_term(v.max_sched <= middle))
         answer = reachable_below(model, pid, extra, cfg.T, timeout_ms)
         engines.add(answer.by)
         if answer.status == "sat":

@@ -30,7 +30,7 @@ from typing import Any
 import z3
 
 from chunkproof.proofs import solving
-from chunkproof.spec.interface import SymbolicModel
+from chunkproof.spec.interface import SymbolicModel, as_term
 
 ATTEMPTS: solving.Attempts = ((solving.OLD_ARITH, 0, 2_000), (solving.PIPELINE, 0, 0))
 """The solvers of the query (:mod:`~chunkproof.proofs.solving`). Measured on the minimisation
@@ -99,12 +99,5 @@ class _Transition:
 
     def __call__(self, state: list[Any], action: list[Any]) -> tuple[Any, Any, list[Any], Any, Any]:
         pairs = [*zip(self.state, state, strict=True), *zip(self.action, action, strict=True)]
-        guard, follows, *rest = [z3.substitute(_term(t), *pairs) for t in self.terms]
+        guard, follows, *rest = [z3.substitute(as_term(t), *pairs) for t in self.terms]
         return guard, follows, rest[: self.width], rest[self.width], rest[self.width + 1]
-
-
-def _term(value: Any) -> Any:
-    """A Z3 term for a value the model may give as a Python constant."""
-    if z3.is_expr(value):
-        return value
-    return z3.BoolVal(value) if isinstance(value, bool) else z3.IntVal(value)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import z3
 
 
 @dataclass
@@ -101,3 +102,11 @@ class SymbolicModel(Protocol):
 
     def follows(self, state: list[Any], action: list[Any]) -> Any:
         """The transition leads on (it does not crash)."""
+
+
+def as_term(value: Any) -> Any:
+    """A Z3 term for a value a :class:`SymbolicModel` may give as a Python constant (an input
+    its cell fixes, a test that folds to a truth value)."""
+    if isinstance(value, z3.ExprRef):
+        return value
+    return z3.BoolVal(value) if isinstance(value, bool) else z3.IntVal(value)

@@ -65,6 +65,7 @@ from chunkproof.model.encoder_items import call_rules, encoded_through, referenc
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import stage_order
+from chunkproof.spec.interface import as_term
 from chunkproof.spec.request_symbolic import Cell, SymbolicRequest, cells
 from chunkproof.spec.scheduler_loops import (
     FINISHED,
@@ -112,8 +113,8 @@ Z3_OPS = Ops(
     all_=lambda *terms: z3.And(*terms),
     any_=lambda *terms: z3.Or(*terms),
     not_=z3.Not,
-    where=lambda cond, then, other: z3.If(cond, _term(then), _term(other)),
-    div=lambda a, b: _term(a) / _term(b),
+    where=lambda cond, then, other: z3.If(cond, as_term(then), as_term(other)),
+    div=lambda a, b: as_term(a) / as_term(b),
     false=z3.BoolVal(False),
 )
 """:class:`~chunkproof.spec.scheduler_loops.Ops` over Z3 terms."""
@@ -211,7 +212,7 @@ class SymbolicSchedulerStep:
         }
         self.parameters = [*shared.values(), *(new for pairs in self.renaming for _, new in pairs)]
         view = self.templates[0].view
-        self.whole = _term(view.max_sched)
+        self.whole = as_term(view.max_sched)
         self.starts = [self.of(i, self._template(i).view.start) for i in range(k)]
         self.ends = [self.of(i, self._template(i).end) for i in range(k)]
         self.tokens = [self.of(i, self._template(i).view.tokens) for i in range(k)]
@@ -220,8 +221,8 @@ class SymbolicSchedulerStep:
         )
         self._steps: dict[tuple[int, ...], StepTerms] = {}
         self._encoded: dict[tuple[int, ...], Any] = {}
-        self.theta = _term(view.threshold) if per_step_theta(policy) else None
-        self.threshold_positive = not _never_positive(self.constraint, _term(view.threshold))
+        self.theta = as_term(view.threshold) if per_step_theta(policy) else None
+        self.threshold_positive = not _never_positive(self.constraint, as_term(view.threshold))
         """Whether some configuration of the cell has a threshold > 0."""
         if self.threshold_positive:
             check_threshold_cap(policy)
@@ -232,7 +233,7 @@ class SymbolicSchedulerStep:
 
     def of(self, i: int, value: Any) -> Any:
         """A term of request ``i``'s template as request ``i``'s (its own constants renamed)."""
-        term = _term(value)
+        term = as_term(value)
         return z3.substitute(term, *self.renaming[i]) if self.renaming[i] else term
 
     def _share_encoder(self) -> Any:
@@ -302,7 +303,7 @@ class SymbolicSchedulerStep:
         encoded = values.get("encoded")
         if encoded is None:
             encoded = self._through(template, c, budget, values, shared)
-        return Got(values["chunk"], values["split"], unsafe, _term(encoded))
+        return Got(values["chunk"], values["split"], unsafe, as_term(encoded))
 
     def _through(
         self, template: SymbolicRequest, c: Any, budget: Any, values: dict[str, Any], shared: Any
@@ -313,7 +314,7 @@ class SymbolicSchedulerStep:
         rules = self.encoder_call
         if not template.cell.layout or rules is None or rules.scheduled_shift is None:
             return 0
-        key = (id(template), *(_term(v).get_id() for v in (c, budget, shared)))
+        key = (id(template), *(as_term(v).get_id() for v in (c, budget, shared)))
         if key not in self._encoded:
             order = stage_order(self.policy)
             at = order.index("encoder")
@@ -513,25 +514,17 @@ def _never_positive(constraint: Any, threshold: Any) -> bool:
 
 def _pick(here: Sequence[Any], values: Sequence[Any]) -> Any:
     """The value of the one index where ``here`` holds."""
-    chosen = _term(values[-1])
+    chosen = as_term(values[-1])
     for cond, value in zip(reversed(here[:-1]), reversed(values[:-1]), strict=True):
-        chosen = z3.If(cond, _term(value), chosen)
+        chosen = z3.If(cond, as_term(value), chosen)
     return chosen
-
-
-def _term(value: Any) -> Any:
-    if isinstance(value, z3.ExprRef):
-        return value
-    if isinstance(value, bool):
-        return z3.BoolVal(value)
-    return z3.IntVal(value)
 
 
 def _largest(values: Sequence[Any]) -> Any:
     """The largest of some terms."""
-    largest = _term(values[0])
+    largest = as_term(values[0])
     for value in values[1:]:
-        largest = z3.If(_term(value) > largest, _term(value), largest)
+        largest = z3.If(as_term(value) > largest, as_term(value), largest)
     return largest
 
 
@@ -544,7 +537,7 @@ def _choose(
     chosen = []
     for n in range(len(values[0])):
         terms = [
-            z3.substitute(_term(v[n]), *pairs) if pairs else _term(v[n])
+            z3.substitute(as_term(v[n]), *pairs) if pairs else as_term(v[n])
             for (_, pairs), v in zip(patterns, values, strict=True)
         ]
         chosen.append(_pick([cond for cond, _ in patterns], terms))
