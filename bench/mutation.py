@@ -1,29 +1,29 @@
 """Mutation report: do the tests notice a one-token change in the model? (issue 12 item 3)
 
-The catalogue is fixed and deterministic: every single-token mutant of the target modules
-(:data:`TARGETS`: the splits and stages, the integer helpers, the composition table, the
-properties, the slot oracle and the symbolic encoding) that swaps a comparison (``<`` and
-``<=``, ``>`` and ``>=``, ``==`` and ``!=``), an arithmetic operator (``+`` and ``-``, ``//``
-and ``*``), a boolean operator (``and`` and ``or``), a boolean constant, or the integer
-constants 0 and 1, in code (never in docstrings, comments or string concatenation), and in
-the composition table a release's composition name or split variant for its neighbour
-(``"C4"`` for ``"C5"``, ``split_v4`` for ``split_v5``); mutants are taken evenly spaced over
-that list, in (file, line, column) order, ``--count`` of them.
+A catalogue is fixed and deterministic: every single-token mutant of its target modules
+(:data:`MODEL`, the default: the splits and stages, the integer helpers, the composition table,
+the properties, the slot oracle and the symbolic encoding; :data:`SYSTEM`: the scheduler step
+over several requests) that swaps a comparison (``<`` and ``<=``, ``>`` and ``>=``, ``==`` and
+``!=``), an arithmetic operator (``+`` and ``-``, ``//`` and ``*``), a boolean operator
+(``and`` and ``or``), a boolean constant, or the integer constants 0 and 1, in code (never in
+docstrings, comments or string concatenation), and in the composition table a release's
+composition name or split variant for its neighbour (``"C4"`` for ``"C5"``, ``split_v4`` for
+``split_v5``); mutants are taken evenly spaced over that list, in (file, line, column) order,
+``--count`` of them.
 
 Each mutant is applied to a scratch copy of the package (the working tree is never touched) and
-the test selection (:data:`SELECTION`, or with ``--quick`` only :data:`QUICK`, the model's own
-tests without the release fidelity tests) runs on it in a fresh interpreter with the copy first
-on ``PYTHONPATH``, in two stages: :data:`QUICK` first, then, if it passes, the rest of the
-selection; the mutant is *killed* when a stage fails (or times out), *survives* when the whole
-selection passes (a timeout is reported as such). Before the catalogue, the unmutated copy must
-pass and a canary mutant (``fl`` that does not floor) must be killed, so a report cannot be
-vacuous. A mutant shown equivalent to the original (:data:`EQUIVALENT`, each with the reason) is
-not run and not counted. Printed: every surviving mutant (file:line, the change) and the kill
-rate, as a ratio of the mutants run; ``--strict`` exits 1 when one survives (the subset
-``.ci/run`` runs).
+the catalogue's test selection (or with ``--quick`` only its quick stage) runs on it in a fresh
+interpreter with the copy first on ``PYTHONPATH``, in two stages: the quick stage first, then,
+if it passes, the rest of the selection; the mutant is *killed* when a stage fails (or times
+out), *survives* when the whole selection passes (a timeout is reported as such). Before the
+catalogue, the unmutated copy must pass and the catalogue's canary mutant must be killed, so a
+report cannot be vacuous. A mutant shown equivalent to the original (:data:`EQUIVALENT`, each
+with the reason) is not run and not counted. Printed: every surviving mutant (file:line, the
+change) and the kill rate, as a ratio of the mutants run; ``--strict`` exits 1 when one
+survives (the subset ``.ci/run`` runs).
 
-    python bench/mutation.py [--count 60] [--quick] [--strict] [--start I] [--stop J]
-                             [--timeout 600] [--list]
+    python bench/mutation.py [--catalogue model|system] [--count 60] [--quick] [--strict]
+                             [--start I] [--stop J] [--timeout 600] [--list]
 """
 
 from __future__ import annotations
@@ -41,18 +41,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = (
-    "model/arith.py",
-    "model/splits.py",
-    "model/stages.py",
-    "model/builtin.py",
-    "spec/properties.py",
-    "spec/slots.py",
-    "spec/request_symbolic.py",
-)
-"""The modules mutated (the model, the composition table, the properties, the slot oracle and
-the prover's encoding)."""
-SELECTION = (
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """What one catalogue mutates and runs: the target modules, the test selection, its quick
+    stage (module docstring) and the canary (a (path, line, replacement)
+    every run must kill)."""
+
+    targets: tuple[str, ...]
+    selection: tuple[str, ...]
+    quick: tuple[str, ...]
+    canary: tuple[str, str, str]
+
+
+_MODEL_SELECTION = (
     "tests/test_known_answers.py",
     "tests/test_properties.py",
     "tests/test_slots.py",
@@ -66,13 +69,58 @@ SELECTION = (
     "tests/test_encoder_fidelity.py::test_encoder_step_matches_real_method",
     "tests/test_scheduler_step.py",
 )
-"""The tests run on each mutant: the model's own tests, the fidelity tests against the real
-release methods (they read the releases from the user cache, which a first run of the test
-suite fills) and the scheduler step, whose loops the composition table decides; about 5
-minutes per surviving mutant on two cores."""
-QUICK = SELECTION[:7]
-"""``--quick``: the model's own tests, without replay, the prover and the fidelity tests (about
-a minute per surviving mutant)."""
+MODEL = Catalogue(
+    targets=(
+        "model/arith.py",
+        "model/splits.py",
+        "model/stages.py",
+        "model/builtin.py",
+        "spec/properties.py",
+        "spec/slots.py",
+        "spec/request_symbolic.py",
+    ),
+    selection=_MODEL_SELECTION,
+    quick=_MODEL_SELECTION[:7],
+    canary=("model/arith.py", "    return x // m * m\n", "    return x\n"),
+)
+"""The single-request model (the default): the splits and stages, the integer helpers, the
+composition table, the properties, the slot oracle and the prover's encoding. Its selection:
+the model's own tests, the fidelity tests against the real release methods (they read the
+releases from the user cache, which a first run of the test suite fills) and the scheduler
+step, whose loops the composition table decides; about 5 minutes per surviving mutant on two
+cores. Its quick stage: the model's own tests, without replay, the prover and the fidelity
+tests (about a minute per surviving mutant). Canary: ``fl`` stops flooring."""
+
+_SYSTEM_SELECTION = (
+    "tests/test_loop_rules.py",
+    "tests/test_scheduler_step.py",
+    "tests/test_system_prove.py::test_the_symbolic_step_is_the_explicit_one_on_every_transition",
+    "tests/test_adaptive_floor.py",
+    "tests/test_system_counterexamples.py",
+    "tests/test_schedule_composition.py",
+    "tests/test_system_prove.py",
+)
+SYSTEM = Catalogue(
+    targets=(
+        "spec/scheduler_loops.py",
+        "spec/scheduler_step.py",
+        "spec/scheduler_step_symbolic.py",
+        "spec/system_properties.py",
+        "spec/scheduler_trace.py",
+    ),
+    selection=_SYSTEM_SELECTION,
+    quick=_SYSTEM_SELECTION[:3],
+    canary=("spec/scheduler_loops.py", "        left = left - chunk[p]\n", "        left = left\n"),
+)
+"""The scheduler step over several requests (``--catalogue system``): its loop rules, the
+explicit and symbolic steps, S-LIVE, HOL and STARVE, and one instance's trace and replay. Its
+selection: the scheduler step's tests, the repros and replay of the system counterexamples,
+the ``schedule()`` compositions read from the releases and the symbolic step (about 5 minutes
+per surviving mutant on two cores); the quick stage, the loop rules' and the step's tests
+and the symbolic step asked every transition of the explicit one (about 90 s).
+Canary: the running loop stops taking its chunks from the budget."""
+
+CATALOGUES = {"model": MODEL, "system": SYSTEM}
 SWAPS = {
     "<": "<=",
     "<=": "<",
@@ -91,10 +139,6 @@ SWAPS = {
     "1": "0",
 }
 """The single-token replacements."""
-CANARY = ("model/arith.py", "    return x // m * m\n", "    return x\n")
-"""A mutant every run must kill: ``fl`` stops flooring."""
-
-
 EQUIVALENT = {
     "model/arith.py: and s < p < e :: 6 '<' -> '<='": (
         "s < p follows from the conjunct before it, s + h <= p, as h >= 1 (SPEC S1)"
@@ -114,6 +158,16 @@ EQUIVALENT = {
     "strict=True): :: 70 'True' -> 'False'": (
         "the view's items are built one per item of the cell's layout (SymbolicRequest's "
         "constructor), so the two always have the same length and strict= never matters"
+    ),
+    "spec/scheduler_step.py: if count >= 2 and whole // count <= theta: :: 9 '>=' -> '>'": (
+        "it differs only when count = 2 and M // 2 <= theta, where the original stops; the "
+        "mutant goes on to count = 3, whose theta_eff max(theta, M // 3) = theta equals count "
+        "2's, so nothing is appended, and stops there: the same choices"
+    ),
+    "spec/scheduler_step.py: if len(instances) * (k * len(PHASE_NAMES) * radix * items) ** k "
+    ">= 1 << 62: :: 64 '>=' -> '>'": (
+        "the two differ only when the product equals 2**62, and it never does: it has the "
+        "factor len(PHASE_NAMES) ** k = 3 ** k (k >= 1), which 2**62 has not"
     ),
 }
 """Mutants shown equivalent, by :meth:`Mutant.key` (the line's text, not its number), with the
@@ -181,9 +235,10 @@ def candidates(path: str) -> list[Mutant]:
     return found
 
 
-def catalogue(count: int) -> list[Mutant]:
-    """``count`` mutants evenly spaced over every candidate (module docstring)."""
-    every = [m for path in TARGETS for m in candidates(path)]
+def catalogue(count: int, targets: tuple[str, ...] = MODEL.targets) -> list[Mutant]:
+    """``count`` mutants evenly spaced over every candidate of ``targets`` (module
+    docstring)."""
+    every = [m for path in targets for m in candidates(path)]
     if count >= len(every):
         return every
     step = len(every) / count
@@ -213,15 +268,21 @@ def run_tests(package: Path, timeout: int, selection: tuple[str, ...]) -> str:
 
 
 def with_change(
-    copy: Path, path: str, text: str, package: Path, timeout: int, selection: tuple[str, ...]
+    copy: Path,
+    path: str,
+    text: str,
+    package: Path,
+    timeout: int,
+    selection: tuple[str, ...],
+    quick: tuple[str, ...],
 ) -> str:
-    """Run ``selection`` in its stages (module docstring) with ``path`` of the copy replaced by
-    ``text``; restore it after. :data:`PASSED` if every stage passes, else the first stage's
-    outcome."""
+    """Run ``selection`` in its stages (module docstring: ``quick`` first) with ``path`` of the
+    copy replaced by ``text``; restore it after. :data:`PASSED` if every stage passes, else the
+    first stage's outcome."""
     target = copy / path
     original = target.read_text()
     target.write_text(text)
-    stages = [QUICK, tuple(s for s in selection if s not in QUICK)]
+    stages = [quick, tuple(s for s in selection if s not in quick)]
     try:
         for stage in stages:
             outcome = run_tests(package, timeout, stage) if stage else PASSED
@@ -237,15 +298,19 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=60, help="mutants to run (60)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per test run")
     parser.add_argument("--list", action="store_true", help="print the catalogue and stop")
-    parser.add_argument("--quick", action="store_true", help="the quick selection (QUICK)")
+    parser.add_argument(
+        "--catalogue", choices=sorted(CATALOGUES), default="model", help="what to mutate (model)"
+    )
+    parser.add_argument("--quick", action="store_true", help="the quick stage alone")
     parser.add_argument("--strict", action="store_true", help="exit 1 if a mutant survives")
     parser.add_argument(
         "--start", type=int, default=1, help="begin at this mutant of the list (resume a run)"
     )
     parser.add_argument("--stop", type=int, help="end at this mutant of the list (split a run)")
     args = parser.parse_args()
-    selection = QUICK if args.quick else SELECTION
-    mutants = catalogue(args.count)
+    chosen = CATALOGUES[args.catalogue]
+    selection = chosen.quick if args.quick else chosen.selection
+    mutants = catalogue(args.count, chosen.targets)
     if args.list:
         for mutant in mutants:
             reason = EQUIVALENT.get(mutant.key())
@@ -265,10 +330,11 @@ def main() -> None:
         if unmutated != PASSED:
             sys.exit("the unmutated copy fails the selection: fix the tests first")
         baseline = time.perf_counter() - started
-        path, old, new = CANARY
+        path, old, new = chosen.canary
         text = (copy / path).read_text()
         canary = text.replace(old, new, 1)
-        if with_change(copy, path, canary, package, args.timeout, selection) != FAILED:
+        run = (package, args.timeout, selection, chosen.quick)
+        if with_change(copy, path, canary, *run) != FAILED:
             sys.exit("the canary mutant survives: the copy is not the code under test")
         print(
             f"{len(mutants)} mutants ({len(equivalent)} more shown equivalent, not run); "
@@ -280,7 +346,7 @@ def main() -> None:
                 continue
             text = (copy / mutant.path).read_text()
             changed = mutant.apply(text)
-            outcome = with_change(copy, mutant.path, changed, package, args.timeout, selection)
+            outcome = with_change(copy, mutant.path, changed, *run)
             verdict = {PASSED: "SURVIVED", FAILED: "killed", TIMED_OUT: "killed (timed out)"}
             print(f"[{index}/{len(mutants)}] {verdict[outcome]}: {mutant.describe()}", flush=True)
             if outcome == PASSED:

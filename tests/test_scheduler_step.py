@@ -607,3 +607,75 @@ def test_0_33_skips_a_zero_after_a_one_token_split() -> None:
     explored = one(SchedulerStepModel(policy, [(head, behind)]))
     start = [(0, WAITING, 0), (1, WAITING, 0)]  # labels: head 0, behind 1
     assert transitions_from(explored, start)[1] == [(1, RUNNING, 1), (0, WAITING, 0)]
+
+
+def test_an_encoder_stage_of_its_own_code_is_refused_only_where_requests_share_the_cache() -> None:
+    """Which items an unknown encoder stage's call encodes is unknown, and only requests that
+    share the encoder cache need it: two requests with items are refused, one beside a text
+    request is not."""
+    policy = get_builtin("vllm-0.27")
+    own = replace(
+        policy,
+        stages=tuple(
+            replace(s, function=lambda cfg, c, n: n) if s.name == "encoder" else s
+            for s in policy.stages
+        ),
+    )
+    item = Config(block=4, prompt=16, max_sched=6, items=Items(((1, 4), (6, 4))))
+    text = Config(block=4, prompt=16, max_sched=6)
+    SchedulerStepModel(own, [(item, text)])
+    with pytest.raises(ConfigError, match="encoder stage is none of the releases'"):
+        SchedulerStepModel(own, [(item, item)])
+
+
+def test_the_state_key_tells_every_global_state_apart() -> None:
+    """The visited set's key is one-to-one on the rows a batch can hold: any instance, any
+    order of the labels, any phase, c and e per position."""
+    policy = get_builtin("vllm-0.27")
+    item = Config(block=4, prompt=9, max_sched=6, items=Items(((1, 4),)))
+    groups = [
+        (replace(item, prompt=t), replace(item, prompt=u, items=Items(())), item)
+        for t in (5, 9)
+        for u in (3, 7)
+    ]
+    model = SchedulerStepModel(policy, groups)
+    (batch,) = list(model.batches())
+    rng = np.random.default_rng(7)
+    size, k = 20_000, batch.k
+    rows = np.zeros((size, 1 + FIELDS * k), dtype=np.int64)
+    rows[:, 0] = rng.integers(0, len(batch), size)
+    labels = np.argsort(rng.random((size, k)), axis=1)
+    for p in range(k):
+        rows[:, 1 + FIELDS * p] = labels[:, p]
+        rows[:, 2 + FIELDS * p] = rng.integers(0, 3, size)
+        rows[:, 3 + FIELDS * p] = rng.integers(0, batch.radix, size)
+        rows[:, 4 + FIELDS * p] = rng.integers(0, batch.items, size)
+    distinct = len(np.unique(rows, axis=0))
+    assert distinct > size // 2
+    assert len(np.unique(model.key(batch, rows))) == distinct
+
+
+def test_a_step_allocates_what_the_encoder_call_scheduled_at_the_value_it_was_handed() -> None:
+    """vllm-0.26 (the encoder cap before the split), L=1, B=8, D on, items [4, 10), [11, 12),
+    [12, 18), cache 8: at c=8 with the first item held (e=1) and a budget of 4, the call is
+    handed n=4, schedules the second item, refuses the third and stops the chunk the EAGLE
+    shift (1) before it: 3 tokens. The request allocates the second item (e=2), though the
+    chunk it takes ends before it; the call at the capped 3 would not have scheduled it."""
+    policy = get_builtin("vllm-0.26")
+    items = Items(((4, 6), (11, 1), (12, 6)))
+    cfg = Config(
+        block=8,
+        prompt=18,
+        max_sched=10,
+        lookahead=1,
+        drop=True,
+        items=items,
+        encoder_cache=8,
+        encoder_budget=8,
+    )
+    assert step(policy, cfg, 8, 4).chunk == 3
+    model = SchedulerStepModel(policy, [(cfg,)])
+    (batch,) = list(model.batches())
+    state = np.array([[0, 0, RUNNING, 8, 1]])
+    moved = model.step(batch, state, np.array([0]), np.array([4]))
+    assert moved.target.tolist() == [[0, 0, RUNNING, 11, 2]]

@@ -240,6 +240,10 @@ ENGINE |= {"layout": "0+6;1+3,4+3"}
 """vLLM's cache is max(M, the model's largest item): 6 beside a 6-embedding image, where a
 request with two 3-embedding images alone would have 4 and could not hold both."""
 
+FULL = {"block": "1", "lookahead": "0", "drop": "off", "prompt": "8", "max_sched": "4"}
+FULL |= {"layout": "none;0+6"}
+"""An image that fills the cache (6) beside a text request, which references none of it."""
+
 
 @pytest.mark.parametrize(
     ("name", "texts"),
@@ -247,6 +251,7 @@ request with two 3-embedding images alone would have 4 and could not hold both."
         ("vllm-0.27", MIXED),
         ("vllm-0.28", MIXED),
         ("vllm-0.28", ENGINE),
+        ("vllm-0.28", FULL),
         ("vllm-0.28", SHARED_CACHE),
         ("vllm-0.33", SHARED_CACHE),
         ("vllm==0.28.0", SHARED_CACHE),  # real code: its own call gives the items encoded
