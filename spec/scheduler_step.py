@@ -343,12 +343,7 @@ class SchedulerStepModel:
             check_adaptive(self.policy)
         for group in self.instances:
             _check_instance(self.policy, group)
-            if sum(1 for cfg in group if cfg.items) > 1 and self.encoder_call is None:
-                raise ConfigError(
-                    f"scheduler step: {self.policy.name}'s encoder stage is none of the "
-                    "releases', so which items its call encodes, which requests that share "
-                    "the encoder cache need, is unknown"
-                )
+            check_encoder_call(self.policy, sum(1 for cfg in group if cfg.items))
 
     def batches(self) -> Iterator[SchedulerBatch]:
         """The instances, grouped by size and their requests' :func:`batch_key` values, at
@@ -672,6 +667,19 @@ def _check_instance(policy: Policy, group: tuple[Config, ...]) -> None:
         )
     if group[0].threshold > 0:
         check_threshold_cap(policy)
+
+
+def check_encoder_call(policy: Policy, with_items: int) -> None:
+    """Refuse requests that share the encoder cache (two or more with items, ``with_items``)
+    under an encoder stage whose call is none of the releases' (:func:`~chunkproof.model.
+    encoder_items.call_rules` None): which items its call encodes, which the others' calls
+    see, is unknown."""
+    if with_items > 1 and call_rules(policy.stage("encoder")) is None:
+        raise ConfigError(
+            f"scheduler step: {policy.name}'s encoder stage is none of the releases', so "
+            "which items its call encodes, which requests that share the encoder cache need, "
+            "is unknown"
+        )
 
 
 def step_loop_rules(policy: Policy) -> LoopRules:

@@ -85,6 +85,7 @@ from chunkproof.spec.scheduler_step import (
     REQUEST_FIELDS,
     SCHEDULER_PROPERTIES,
     check_adaptive,
+    check_encoder_call,
     check_threshold_cap,
     per_step_theta,
     step_loop_rules,
@@ -189,6 +190,7 @@ class SymbolicSchedulerStep:
         self.properties = SCHEDULER_PROPERTIES
         self.rules = step_loop_rules(policy)
         self.encoder_call = call_rules(policy.stage("encoder"))
+        check_encoder_call(policy, sum(1 for layout in cell.layouts if layout))
         patterns = list(dict.fromkeys(cell.layouts))
         self.templates = [
             SymbolicRequest(policy, dataclasses.replace(cell.engine, layout=p), None, main=False)

@@ -510,9 +510,10 @@ def test_a_threshold_with_a_cap_of_its_own_code_is_refused() -> None:
             for s in policy.stages
         ),
     )
-    cfg = Config(block=4, prompt=12, max_sched=8, threshold=5)
-    with pytest.raises(ConfigError, match="needs the release's threshold cap"):
-        SchedulerStepModel(own, [(cfg, cfg)])
+    for theta in (5, 1):
+        cfg = Config(block=4, prompt=12, max_sched=8, threshold=theta)
+        with pytest.raises(ConfigError, match="needs the release's threshold cap"):
+            SchedulerStepModel(own, [(cfg, cfg)])
     SchedulerStepModel(own, [(replace(cfg, threshold=0),) * 2])
 
 
@@ -609,23 +610,36 @@ def test_0_33_skips_a_zero_after_a_one_token_split() -> None:
     assert transitions_from(explored, start)[1] == [(1, RUNNING, 1), (0, WAITING, 0)]
 
 
+def encoder_passing_everything(cfg: Config, c: int, n: int) -> int:
+    """An encoder stage of a user's own: no cap."""
+    return n
+
+
 def test_an_encoder_stage_of_its_own_code_is_refused_only_where_requests_share_the_cache() -> None:
     """Which items an unknown encoder stage's call encodes is unknown, and only requests that
     share the encoder cache need it: two requests with items are refused, one beside a text
-    request is not."""
+    request is not, in both forms of the step."""
     policy = get_builtin("vllm-0.27")
     own = replace(
         policy,
         stages=tuple(
-            replace(s, function=lambda cfg, c, n: n) if s.name == "encoder" else s
+            replace(s, function=encoder_passing_everything) if s.name == "encoder" else s
             for s in policy.stages
         ),
     )
     item = Config(block=4, prompt=16, max_sched=6, items=Items(((1, 4), (6, 4))))
     text = Config(block=4, prompt=16, max_sched=6)
     SchedulerStepModel(own, [(item, text)])
-    with pytest.raises(ConfigError, match="encoder stage is none of the releases'"):
+    refused = "encoder stage is none of the releases'"
+    with pytest.raises(ConfigError, match=refused):
         SchedulerStepModel(own, [(item, item)])
+    texts = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "16", "max_sched": "6"}
+    space = user_space({**texts, "layout": "none;1+4,6+4"}, None, production=False)
+    _, beside, shared = system_cells(space, 2)
+    model = SymbolicSchedulerStep(own, beside)
+    assert len(model.next(model.state("s"), model.action("a"))) == len(model.state("t"))
+    with pytest.raises(ConfigError, match=refused):
+        SymbolicSchedulerStep(own, shared)
 
 
 def test_the_state_key_tells_every_global_state_apart() -> None:
