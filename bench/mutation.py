@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclass(frozen=True)
 class Catalogue:
     """What one catalogue mutates and runs: the target modules, the test selection, its quick
-    stage (module docstring) and the canary (a (path, line, replacement)
-    every run must kill)."""
+    stage (module docstring) and the canary, a (path, line, replacement) every run must
+    kill."""
 
     targets: tuple[str, ...]
     selection: tuple[str, ...]
@@ -281,13 +281,16 @@ def with_change(
     selection: tuple[str, ...],
     quick: tuple[str, ...],
 ) -> str:
-    """Run ``selection`` in its stages (module docstring: ``quick`` first) with ``path`` of the
-    copy replaced by ``text``; restore it after. :data:`PASSED` if every stage passes, else the
+    """Run ``selection`` in its stages (module docstring: ``quick`` first, then the rest
+    without the tests ``quick`` ran) with ``path`` of the copy replaced by ``text``; restore it
+    after. :data:`PASSED` if every stage passes, else the
     first stage's outcome."""
     target = copy / path
     original = target.read_text()
     target.write_text(text)
-    stages = [quick, tuple(s for s in selection if s not in quick)]
+    rest = tuple(s for s in selection if s not in quick)
+    ran = tuple(arg for node in quick if "::" in node for arg in ("--deselect", node))
+    stages = [quick, rest + ran if rest else ()]
     try:
         for stage in stages:
             outcome = run_tests(package, timeout, stage) if stage else PASSED
