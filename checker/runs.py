@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chunkproof.checker import minimise
+from chunkproof.checker import least_counterexample
 from chunkproof.checker.executor import Executor, as_executor
 from chunkproof.checker.output import RunFolder
 from chunkproof.checker.report import (
@@ -27,7 +27,6 @@ from chunkproof.checker.report import (
     save_counterexample,
 )
 from chunkproof.checker.search import explore
-from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.policy import Policy
 from chunkproof.proofs import prover
@@ -153,10 +152,16 @@ def prove_space(
     results = prover.prove_range(settings, found, pids, as_executor(run.jobs).map, tick)
     proved_at = time.monotonic()
     empty_cells = {id(v.cell) for v in results if v.status == prover.EMPTY}
+    violated = {
+        pid: [v.cell for v in results if v.property == pid and v.status == prover.VIOLATED]
+        for pid in pids
+    }
+    minimal = least_counterexample.least_counterexamples
+    least = minimal(violated, make, run.timeout_ms, run.jobs) if run.minimise else {}
     verdicts = []
     for pid in pids:
         mine = [v for v in results if v.property == pid]
-        verdicts.append(_proof_verdict(policy, space, pid, mine, run, out, make, found))
+        verdicts.append(_proof_verdict(policy, space, pid, mine, run, out, least.get(pid)))
     verdicts_at = time.monotonic()
     name_window(verdicts, run.window)
     if out is not None:
@@ -186,12 +191,11 @@ def _proof_verdict(
     cell_verdicts: list[prover.CellVerdict],
     run: ProofRun,
     out: RunFolder | None,
-    make: Callable[[Cell], SymbolicRequest],
-    found: list[Cell],
+    least: tuple[Counterexample | None, str] | None,
 ) -> Verdict:
-    """One property's verdict from its cells: VIOLATED if a cell is (with the minimal
-    counterexample over the violated cells), else UNKNOWN if a cell is, else PROVED over the
-    cells that hold a configuration, else EMPTY."""
+    """One property's verdict from its cells: VIOLATED if a cell is (with ``least``, the least
+    counterexample over the violated cells and its claim, when the run minimises), else UNKNOWN
+    if a cell is, else PROVED over the cells that hold a configuration, else EMPTY."""
     violated = [v for v in cell_verdicts if v.status == prover.VIOLATED]
     unknown = [v for v in cell_verdicts if v.status == prover.UNKNOWN]
     empty = [v for v in cell_verdicts if v.status == prover.EMPTY]
@@ -210,7 +214,7 @@ def _proof_verdict(
     path = picture = None
     if violated:
         status = VIOLATED
-        cx, how = _minimal(violated, pid, run, make) if run.minimise else (None, "")
+        cx, how = least if least is not None else (None, "")
         if cx is not None:
             summary = f"{cx.config.describe()}: {cx.verdict} ({how})"
             if out is not None:
@@ -242,93 +246,3 @@ def _proof_verdict(
         figure,
         picture=picture,
     )
-
-
-def _minimal(
-    violated: list[prover.CellVerdict],
-    pid: str,
-    run: ProofRun,
-    make: Callable[[Cell], SymbolicRequest],
-) -> tuple[Counterexample | None, str]:
-    """The smallest counterexample over the violated cells (T, then B, L, M, the trace): the
-    first cell in (B, L) order that can be minimised is the first best; every other cell is
-    asked (on the run's executor) whether it has a violation whose (T, B, L, M) comes
-    before the best's (:func:`~chunkproof.checker.minimise.violation_ranked_below`), and only
-    those that do are minimised, in cell order; each time one gives a new best, those left are
-    asked again. So a cell is asked once per best (a new best comes from one of few cells),
-    where a bisection on T asks every cell at every bound. The claim says when a cell could not
-    be asked (its answer undecided), or was said to come before the best and its minimisation
-    did not find it so: T is then minimal in its own cell only."""
-    ordered = [v.cell for v in sorted(violated, key=lambda v: (v.cell.values, v.cell.speculative))]
-    undecided = 0
-    best: Counterexample | None = None
-    how = ""
-    while ordered and best is None:
-        best, how = minimise.minimal_for_cell(make(ordered.pop(0)), pid, run.timeout_ms)
-        undecided += best is None
-    if best is None:
-        return None, how
-    contenders, unanswered, engines = _before(make, pid, best, run, ordered)
-    undecided += unanswered
-    while contenders:
-        cx, text = minimise.minimal_for_cell(make(contenders.pop(0)), pid, run.timeout_ms)
-        if cx is None or _rank(cx) >= _rank(best):
-            undecided += 1  # it has a violation before the best, and minimising missed it
-        else:
-            best, how = cx, text
-            contenders, unanswered, more = _before(make, pid, best, run, contenders)
-            undecided += unanswered
-            engines |= more
-    if undecided:
-        how += (
-            f"; T is minimal in its cell only: {undecided} other violated cell(s) could not be "
-            "searched for a smaller one, or minimised, within the timeout"
-        )
-    elif ordered:
-        by = " and ".join(sorted(engines))
-        how += f"; none of the {len(ordered)} other violated cells holds a smaller T ({by})"
-    return best, how
-
-
-def _before(
-    make: Callable[[Cell], SymbolicRequest],
-    pid: str,
-    best: Counterexample,
-    run: ProofRun,
-    cells: list[Cell],
-) -> tuple[list[Cell], int, set[str]]:
-    """The cells of ``cells`` that have a violation before ``best`` (:func:`_ask`), in order,
-    how many answered neither way, and the engines that answered. An undecided cell leaves the
-    contenders, so it is counted once."""
-    answers = _ask(make, pid, best.config, run, cells)
-    before = [cell for cell, a in zip(cells, answers, strict=True) if a.status == "sat"]
-    undecided = sum(a.status == "unknown" for a in answers)
-    return before, undecided, {a.by for a in answers if a.status != "unknown"}
-
-
-def _ask(
-    make: Callable[[Cell], SymbolicRequest],
-    pid: str,
-    best: Config,
-    run: ProofRun,
-    cells: list[Cell],
-) -> list[minimise.Reached]:
-    """:func:`_violation_before` for every cell of ``cells``, on the run's executor."""
-    if not cells:
-        return []
-    return list(
-        as_executor(run.jobs).map(_violation_before, (make, pid, best, run.timeout_ms), cells)
-    )
-
-
-def _violation_before(
-    make: Callable[[Cell], SymbolicRequest], pid: str, best: Config, timeout_ms: int, cell: Cell
-) -> minimise.Reached:
-    """Whether ``cell`` has a violation of ``pid`` whose (T, B, L, M) comes before ``best``'s:
-    sat, unsat or unknown, and the engine that answered."""
-    return minimise.violation_ranked_below(make(cell), pid, best, timeout_ms)
-
-
-def _rank(cx: Counterexample) -> tuple[int, ...]:
-    cfg = cx.config
-    return (cfg.T, cfg.block, cfg.lookahead, cfg.max_sched, len(cx.steps))

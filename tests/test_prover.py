@@ -18,7 +18,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import z3
@@ -26,7 +26,8 @@ from cli_helpers import Cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkproof.checker import minimise, runs
+from chunkproof.checker import minimise
+from chunkproof.checker.least_counterexample import least_counterexamples
 from chunkproof.checker.minimise import minimal_for_cell
 from chunkproof.checker.report import Verdict, exit_status
 from chunkproof.checker.search import explore, minimal_counterexample
@@ -43,7 +44,6 @@ from chunkproof.proofs import bounded, certificate, chc, prover, solving
 from chunkproof.proofs.chc import ChcResult
 from chunkproof.proofs.finite import finite_reachable_violation
 from chunkproof.proofs.prover import EMPTY, PROVED, UNKNOWN, VIOLATED, prove_cell
-from chunkproof.spec.properties import DEFAULT_WINDOW
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.request_symbolic import Cell, SymbolicRequest, cells
 from chunkproof.spec.space import Space, grid_from
@@ -645,7 +645,9 @@ def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
     first of them (B = 16, H = 8) is minimised and is the new best, the three left are asked
     again (none comes before it), and nothing else is minimised: seven questions in all, where
     a bisection on T asked every cell at every bound. A cell said to come before the best
-    whose minimisation finds nothing better makes the claim its cell's only."""
+    whose minimisation finds nothing better makes the claim its cell's only. A second property
+    searched in the same run (its least T at B = 528) gets what it gets alone, and a cell asked
+    about both properties in one round builds its model once."""
     grid = Space((grid_from({"block": "16,64,528", "lookahead": "3", "drop": "off"}),)).grids[0]
 
     def cell(block: int, hash_block: int) -> Any:
@@ -654,41 +656,65 @@ def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
 
     first, twin, third = cell(16, 4), cell(16, 8), cell(16, 16)
     wide, wider = cell(64, 64), cell(528, 528)
-    least = {first: 12, twin: 5, third: 5, wide: 5, wider: 5}
-    asked: list[Any] = []
-    minimised: list[Any] = []
+    least = {
+        "P1": {first: 12, twin: 5, third: 5, wide: 5, wider: 5},
+        "P3": {first: 9, twin: 9, third: 9, wide: 9, wider: 2},
+    }
+    asked: list[tuple[str, Any]] = []
+    minimised: list[tuple[str, Any]] = []
+    built: list[Any] = []
 
-    def before(make: Any, pid: str, best: Config, timeout_ms: int, cell: Any) -> minimise.Reached:
-        asked.append(cell)
-        ahead = (least[cell], cell.value("block")) < (best.T, best.block)
+    def before(model: Any, pid: str, best: Config, timeout_ms: int) -> minimise.Reached:
+        asked.append((pid, model))
+        ahead = (least[pid][model], model.value("block")) < (best.T, best.block)
         return minimise.Reached("sat" if ahead else "unsat", minimise.SPACER)
 
-    def minimal_at(model: Any, tokens: dict[Any, int]) -> tuple[Counterexample, str]:
-        minimised.append(model)
-        cfg = Config(block=model.value("block"), prompt=tokens[model], lookahead=3, max_sched=3)
-        return Counterexample("p", cfg, Adversarial(1, 3), "P1", (), "stuck"), "minimal"
+    def minimal_at(model: Any, pid: str, tokens: int) -> tuple[Counterexample, str]:
+        minimised.append((pid, model))
+        cfg = Config(block=model.value("block"), prompt=tokens, lookahead=3, max_sched=3)
+        return Counterexample("p", cfg, Adversarial(1, 3), pid, (), "stuck"), "minimal"
 
     def minimal(model: Any, pid: str, timeout_ms: int) -> tuple[Counterexample, str]:
-        return minimal_at(model, least)
+        return minimal_at(model, pid, least[pid][model])
 
-    monkeypatch.setattr(runs, "_violation_before", before)
+    def make(cell: Any) -> Any:  # the fakes take the cell for its model
+        built.append(cell)
+        return cell
+
+    monkeypatch.setattr(minimise, "violation_ranked_below", before)
     monkeypatch.setattr(minimise, "minimal_for_cell", minimal)
-    run = runs.ProofRun(DEFAULT_WINDOW, TIMEOUT_MS, 1, minimise=True)
-    violated = [
-        prover.CellVerdict(c, "P1", VIOLATED, "spacer", 0.0)
-        for c in (wider, wide, third, twin, first)
-    ]
-    cx, how = runs._minimal(violated, "P1", run, cast(Any, lambda c: c))  # fakes take the cell
+    cells = [wider, wide, third, twin, first]
+    alone = {pid: least_counterexamples({pid: cells}, make, TIMEOUT_MS, 1)[pid] for pid in least}
+    cx, how = alone["P1"]
     assert cx is not None and (cx.config.T, cx.config.block) == (5, 16)
-    assert minimised == [first, twin]
-    assert asked == [twin, third, wide, wider, third, wide, wider]
+    assert minimised[:2] == [("P1", first), ("P1", twin)]
+    assert asked[:7] == [("P1", c) for c in (twin, third, wide, wider, third, wide, wider)]
     assert how.endswith("none of the 4 other violated cells holds a smaller T (Spacer)")
 
+    minimised.clear()
+    built.clear()
+    together = least_counterexamples({pid: cells for pid in least}, make, TIMEOUT_MS, 1)
+    for pid in least:
+        cx, how = together[pid]
+        single, claim = alone[pid]
+        assert cx is not None and single is not None
+        assert (cx.config, how) == (single.config, claim)
+        assert cx.config.block == (528 if pid == "P3" else 16)
+    assert sorted(minimised, key=str) == sorted(
+        [("P1", first), ("P1", twin), ("P3", first), ("P3", wider)], key=str
+    )
+    # third, minimised by neither: asked of both properties in one task, then of P1 again
+    # (alone, each property's questions built it: three times)
+    assert built.count(third) == 2
+
     # Said to come before the best, yet minimised to no better: the claim is the cell's only.
-    missed = {cell: 12 for cell in least}
-    monkeypatch.setattr(runs, "_violation_before", lambda *args: minimise.Reached("sat", "Z3"))
-    monkeypatch.setattr(minimise, "minimal_for_cell", lambda model, *_: minimal_at(model, missed))
-    cx, how = runs._minimal(violated, "P1", run, cast(Any, lambda c: c))
+    monkeypatch.setattr(
+        minimise, "violation_ranked_below", lambda *args: minimise.Reached("sat", "Z3")
+    )
+    monkeypatch.setattr(
+        minimise, "minimal_for_cell", lambda model, pid, _: minimal_at(model, pid, 12)
+    )
+    cx, how = least_counterexamples({"P1": cells}, make, TIMEOUT_MS, 1)["P1"]
     assert "T is minimal in its cell only: 4 other violated cell(s)" in how
 
 
