@@ -71,7 +71,7 @@ from chunkproof.model.errors import (
     EXIT_VIOLATED,
     ChunkproofError,
 )
-from chunkproof.model.loading import recorded_policy, resolve_policy
+from chunkproof.model.loading import recorded_policy, resolve_policy, source_flags_given
 from chunkproof.model.policy import Policy
 from chunkproof.model.source_policy import names_class, names_source
 from chunkproof.model.step import Step, stage_order
@@ -323,16 +323,7 @@ def _policy_pair(first: str, second: str, args: argparse.Namespace) -> tuple[Pol
     compose, overrides = args.compose, parse_overrides(args.overrides)
     class_name, base = args.class_name, args.base
     sources = [names_source(text) or names_class(text) for text in (first, second)]
-    given = [
-        flag
-        for flag, value in (
-            ("--compose", compose),
-            ("--set", overrides),
-            ("--class", class_name),
-            ("--base", base),
-        )
-        if value
-    ]
+    given = source_flags_given(compose, overrides, class_name, base)
     if given and not any(sources):
         raise ChunkproofError(
             f"{given[0]} applies to real vLLM source, and neither {first!r} nor {second!r} is"
@@ -971,6 +962,38 @@ def _add_system_parser(sub: Any) -> None:
     )
 
 
+def _system_document(
+    policy: Policy,
+    space: Space,
+    searched: tuple[str, dict[str, Any]],
+    verdicts: Sequence[Any],
+    extra: dict[str, Any],
+    out: RunFolder,
+) -> dict[str, Any]:
+    """``system``'s JSON document: what was searched (under its key), the verdicts, the fixed
+    inputs, ``extra``, the policy's source and the files written."""
+    key, info = searched
+    return {
+        "policy": policy.name,
+        "range": space.describe(),
+        key: info,
+        "verdicts": [v.to_dict() for v in verdicts],
+        "fixed": fixed_inputs(policy),
+        **extra,
+        **_source(policy),
+        "files": [str(p) for p in out.written],
+    }
+
+
+def _system_header(policy: Policy, mode: str, space: Space, info: dict[str, Any]) -> None:
+    """The first lines of ``system``'s report: the policy, the range, the fixed inputs and the
+    loop rules."""
+    print(f"chunkproof system {policy.name}{mode} ({policy.summary})")
+    print(f"range (each configuration one request): {_range_words(space.describe())}")
+    print(fixed_line(fixed_inputs(policy)))
+    print(f"loops: {info['loops']}")
+
+
 def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) -> int:
     """``chunkproof system --prove``: :func:`~chunkproof.checker.system_prove.prove_system`;
     exit 1 if a property is violated, 2 if no cell holds requests, 0 if every property is
@@ -1002,22 +1025,9 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
         else EXIT_UNKNOWN
     )
     if args.json:
-        _emit(
-            {
-                "policy": policy.name,
-                "range": space.describe(),
-                "searched": info,
-                "verdicts": [p.to_dict() for p in proofs],
-                "fixed": fixed_inputs(policy),
-                **_source(policy),
-                "files": [str(p) for p in out.written],
-            }
-        )
+        _emit(_system_document(policy, space, ("searched", info), proofs, {}, out))
         return code
-    print(f"chunkproof system {policy.name} --prove ({policy.summary})")
-    print(f"range (each configuration one request): {_range_words(space.describe())}")
-    print(fixed_line(fixed_inputs(policy)))
-    print(f"loops: {info['loops']}")
+    _system_header(policy, " --prove", space, info)
     for line in report_lines(proofs, info):
         print(line)
     if out.written:
@@ -1058,23 +1068,10 @@ def _cmd_system(args: argparse.Namespace) -> int:
             policy, sets, args.max_seqs, args.adaptive_threshold
         ).to_dict()
     if args.json:
-        _emit(
-            {
-                "policy": policy.name,
-                "range": space.describe(),
-                "explored": info,
-                "verdicts": [v.to_dict() for v in verdicts],
-                "fixed": fixed_inputs(policy),
-                **({"abstraction": abstraction} if abstraction is not None else {}),
-                **_source(policy),
-                "files": [str(p) for p in out.written],
-            }
-        )
+        extra = {"abstraction": abstraction} if abstraction is not None else {}
+        _emit(_system_document(policy, space, ("explored", info), verdicts, extra, out))
         return code
-    print(f"chunkproof system {policy.name} ({policy.summary})")
-    print(f"range (each configuration one request): {_range_words(space.describe())}")
-    print(fixed_line(fixed_inputs(policy)))
-    print(f"loops: {info['loops']}")
+    _system_header(policy, "", space, info)
     print(
         f"{info['instances']} instances of {info['requests']} requests (max_num_seqs "
         f"{info['max_seqs']}, every budget 1..M per step{threshold_words(info)}), "

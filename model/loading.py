@@ -49,16 +49,7 @@ def resolve_policy(
     """
     if (names_source(text) or names_class(text)) and not is_builtin(text):
         return source_policy(text, compose, overrides, class_name, base)
-    given = [
-        flag
-        for flag, value in (
-            ("--compose", compose),
-            ("--set", overrides),
-            ("--class", class_name),
-            ("--base", base),
-        )
-        if value
-    ]
+    given = source_flags_given(compose, overrides, class_name, base)
     if given:
         raise PolicyError(f"{given[0]} applies to real vLLM source, not to {text!r}")
     if ":" not in text:
@@ -82,3 +73,20 @@ def resolve_policy(
         composition=latest.composition,
         acceptance=latest.acceptance,
     )
+
+
+def source_flags_given(
+    compose: str | None,
+    overrides: Overrides,
+    class_name: str | None,
+    base: str | None,
+) -> list[str]:
+    """The flags given among those that apply to real vLLM source only (``--compose``,
+    ``--set``, ``--class``, ``--base``), in that order."""
+    flags = (
+        ("--compose", compose),
+        ("--set", overrides),
+        ("--class", class_name),
+        ("--base", base),
+    )
+    return [flag for flag, value in flags if value]

@@ -147,9 +147,8 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
                 f"{least} the step has"
             )
         if len(recorded.requests) != len(actual.requests):
-            return (
-                f"step {index}: {len(recorded.requests)} requests recorded, not {len(cx.requests)}"
-            )
+            recorded_count, replayed_count = len(recorded.requests), len(actual.requests)
+            return f"step {index}: {recorded_count} requests recorded, not {replayed_count}"
         for label, (mine, theirs) in enumerate(
             zip(recorded.requests, actual.requests, strict=True)
         ):
