@@ -26,12 +26,12 @@ Measured (wall-clock seconds, ``time.perf_counter``), for one built-in policy (d
     included): the seconds, and those spent minimising, on two ranges. First SPEC CLI's default
     production range (B in {16, 64, 528, 800, 1600, 2096, 4416}, L 0-8, D both, P up to 2^20, M up
     to 2^16, theta; with L_h in {0, L}, as the release has it: 14 cells), where issue 12's target is
-    under 10 s (it measured 27 s when it was filed): 4.5-5.9 s in five runs of this code (cells 2.6
-    s, minimising 2.0 s in the run printed with the default's below). Then ``prove``'s own default,
-    which adds one grid varying every further input on B 16 and 1600 (110 cells in all); it takes
-    minutes, and ``--skip-production`` leaves (e) out. On that default, measured (2 jobs, quiet):
-    the cells 180-245 s; minimising 826 s when the cells that reach a smaller T were found by
-    bisection on T (every violated cell asked at every bound, then the least-T cells asked one by
+    under 10 s (it measured 27 s when it was filed): 4.5-5.9 s in five runs of this code (cells
+    2.6 s, minimising 2.0 s in the run printed with the default's below). Then ``prove``'s own
+    default, which adds one grid varying every further input on B 16 and 1600 (110 cells in all); it
+    takes minutes, and ``--skip-production`` leaves (e) out. On that default, measured (2 jobs,
+    quiet): the cells 180-245 s; minimising 826 s when the cells that reach a smaller T were found
+    by bisection on T (every violated cell asked at every bound, then the least-T cells asked one by
     one), 589 s when every cell is asked once per best (``checker.runs._minimal``), the five
     counterexamples identical. By property, before and after: P3 784 / 427 s, P4 150 / 84, P6 28 /
     28, P1 10 / 26, P5 20 / 24 (P1 and P5 now also ask whether a cell ties the best's T with a
@@ -42,23 +42,23 @@ Measured (wall-clock seconds, ``time.perf_counter``), for one built-in policy (d
     single Spacer query, 0.05-0.15 s). Since the queries of minimisation (no violation below T =
     17?) are answered over every state c <= T (``proofs.finite``) before Spacer: 449 s (cells 212 s,
     minimising 237 s); P3's cells left undecided went from 13 to 1 (a first bounded search that
-    timed out under load). With that search cut at 5 s, the least T then found over every state: 302
-    s (cells 151 s, minimising 151 s), no cell left undecided, the five counterexamples the same.
-    With the solver portfolio of the pipeline and the older arithmetic engine (``proofs.solving``;
-    the finite query with its own, its transition built once and substituted per state) and direct
-    induction cut at 0.5 s before Spacer: 152 s (cells 84 s, minimising 68 s), where the code before
-    took 390 s (163 s, 227 s) that day, every verdict and claim identical. With the properties
-    minimised together (``checker.least_counterexample``: one round of the executor serves every
-    property's search, a cell's questions one task): 138 s (cells 84 s, minimising 54 s), where one
-    property after the other took 63.7 s to minimise in the same run (1.18x), every claim and
-    counterexample identical. Printed beside each run: the cells phase with the previous cell
-    procedure (``previous_cells``: the portfolio alternating with Z3's default solver, direct
-    induction given the whole timeout), the minimising with the properties one after the other
-    (``one_property_at_a_time``) and with Spacer alone answering those queries (``spacer_only``),
-    each with its ratio previous / now. One run of the whole bench (2 jobs, quiet): the default
-    124.9 s (cells 74.2 s, minimising 50.7 s); the previous cell procedure 161.7 s on the cells
-    (2.18x), the properties one after the other 75.8 s minimising (1.49x), Spacer alone 592.3 s
-    minimising (11.68x).
+    timed out under load). With that search cut at 5 s, the least T then found over every state:
+    302 s (cells 151 s, minimising 151 s), no cell left undecided, the five counterexamples the
+    same. With the solver portfolio of the pipeline and the older arithmetic engine
+    (``proofs.solving``; the finite query with its own, its transition built once and substituted
+    per state) and direct induction cut at 0.5 s before Spacer: 152 s (cells 84 s, minimising 68 s),
+    where the code before took 390 s (163 s, 227 s) that day, every verdict and claim identical.
+    With the properties minimised together (``checker.least_counterexample``: one round of the
+    executor serves every property's search, a cell's questions one task): 138 s (cells 84 s,
+    minimising 54 s), where one property after the other took 63.7 s to minimise in the same run
+    (1.18x), every claim and counterexample identical. Printed beside each run: the cells phase with
+    the previous cell procedure (``previous_cells``: the portfolio alternating with Z3's default
+    solver, direct induction given the whole timeout), the minimising with the properties one after
+    the other (``one_property_at_a_time``) and with Spacer alone answering those queries
+    (``spacer_only``), each with its ratio previous / now. One run of the whole bench (2 jobs,
+    quiet): the default 124.9 s (cells 74.2 s, minimising 50.7 s); the previous cell procedure
+    161.7 s on the cells (2.18x), the properties one after the other 75.8 s minimising (1.49x),
+    Spacer alone 592.3 s minimising (11.68x).
 
     python bench/prove.py [--policy vllm-latest] [--jobs 2] [--timeout 60] [--skip-production]
 """
