@@ -56,7 +56,7 @@ from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.model.trajectory import Trajectory, run
-from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES
+from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, ideal_steps
 from chunkproof.spec.request import (
     STEP_PROPERTIES,
     Batch,
@@ -710,7 +710,7 @@ def _tally_cost(
     order: _Order,
 ) -> None:
     """SPEC P7: steps against ceil((E - c0) / b), per policy and over the runs both finish."""
-    ideal = -(-(batch.end - batch.start)[:, None] // np.maximum(budgets, 1))
+    ideal = ideal_steps(batch.end[:, None], batch.start[:, None], np.maximum(budgets, 1))
     finished = valid & ~runs.stuck
     both = finished[0] & finished[1]
     block = np.broadcast_to(np.asarray(batch.fields["block"]), (len(batch),))

@@ -28,14 +28,11 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.model.subset import parse
 from chunkproof.model.vectorised import evaluate
-from chunkproof.spec import properties as props
 from chunkproof.spec.request import Batch, Figures, RequestModel, budget_bounds
 
 CATEGORIES = ("main", "degenerate", "refused")
 """Where a violating configuration lies: inside the verdict's range, in the degenerate region
 of SPEC CLI (M < L, or a static 0 < theta < L), or outside what the release accepts (S1b)."""
-
-ALL_PROPERTIES = tuple(props.PROPERTIES)
 
 
 def category(policy: Policy, cfg: Config) -> str:

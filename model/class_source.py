@@ -50,7 +50,7 @@ import copy
 import hashlib
 import sys
 from collections import ChainMap
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1248,8 +1248,3 @@ def _patches(stmt: ast.stmt) -> bool:
         ):
             return True
     return False
-
-
-def walk_functions(loader: ClassLoader) -> Iterator[tuple[FunctionValue, SubsetFunction]]:
-    """Every function converted so far, with its syntax tree."""
-    yield from loader._converted

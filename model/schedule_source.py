@@ -232,14 +232,6 @@ class Composition:
             return None
         return kinds.index("encoder") > kinds.index("split")
 
-    def zero_actions(self) -> str:
-        """What a zero does in each loop, for the summary."""
-        parts = []
-        for loop in (self.running, self.waiting):
-            actions = [e.action for e in loop.events if e.kind == "zero" and e.active]
-            parts.append(f"{loop.role}: 0 => {'/'.join(dict.fromkeys(actions)) or 'none'}")
-        return ", ".join(parts)
-
     def loop_rules(self) -> LoopRules:
         """What a zero does in each loop (:class:`~chunkproof.model.policy.LoopRules`), read
         from the zero tests a request with encoder items reaches (the encoder cap's own test

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from chunkproof.model.config import Config
 from chunkproof.model.splits import max_chunk, prefill_end
@@ -131,9 +132,10 @@ def skips_resend(cfg: Config, c: int, e: int) -> bool:
     return r > 0 and c < r < e and checkpoint_at(cfg, c, e) != r
 
 
-def ideal_steps(cfg: Config, budget: int) -> int:
-    """P7: the ideal number of steps ceil((E - c0) / b)."""
-    return -(-(prefill_end(cfg) - cfg.start) // budget)
+def ideal_steps(end: Any, start: Any, budget: Any) -> Any:
+    """P7: the ideal number of steps ceil((E - c0) / b) from c0 = ``start`` to E = ``end``
+    under ``budget``, of integers or of NumPy arrays."""
+    return -(-(end - start) // budget)
 
 
 STUCK_PROPERTIES = ("P1", "P2", "P7")

@@ -404,7 +404,7 @@ class RequestModel:
         valid = budgets <= batch.high[:, None]
         stuck = valid & (runs < 0)
         finished = valid & (runs >= 0)
-        ideal = -(-(batch.end - batch.start)[:, None] // np.maximum(budgets, 1))
+        ideal = props.ideal_steps(batch.end[:, None], batch.start[:, None], np.maximum(budgets, 1))
         excess = np.where(finished, runs - ideal, -1)
         worst = excess.argmax(axis=1)
         rows = np.arange(len(batch))
@@ -418,8 +418,6 @@ class RequestModel:
             first_stuck_budget=first_stuck,
             worst_excess=np.where(finished.any(axis=1), excess[rows, worst], -1),
             worst_budget=budgets[rows, worst],
-            excess_sum=np.where(finished, excess, 0).sum(axis=1),
-            finished_runs=finished.sum(axis=1),
         )
 
 
@@ -451,8 +449,6 @@ class Figures:
     first_stuck_budget: np.ndarray
     worst_excess: np.ndarray
     worst_budget: np.ndarray
-    excess_sum: np.ndarray
-    finished_runs: np.ndarray
 
 
 def _constant_runs(batch: Batch, states: np.ndarray, steps: Transitions) -> np.ndarray:

@@ -16,7 +16,6 @@ configurations in both.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,10 +24,6 @@ from typing import Any, Protocol
 
 from chunkproof.model.config import MAX_VALUE, Config, Items, validity_reads_max_sched
 from chunkproof.model.errors import ConfigError
-
-MAX_SET = 1 << 22
-"""Largest number of values a set is expanded to."""
-
 
 # -- value sets -----------------------------------------------------------------------------------
 
@@ -403,10 +398,6 @@ def _merge(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _intervals(values: list[int]) -> tuple[tuple[int, int], ...]:
-    return tuple(_merge([(v, v) for v in values]))
-
-
 def parse_bools(text: str, flag: str) -> Bools:
     """``off``, ``on`` or ``both``."""
     choices = {"off": (False,), "on": (True,), "both": (False, True)}
@@ -628,10 +619,6 @@ _SYMBOL_OF = {i.name: i.symbol for i in INPUTS}
 INPUT_NAMES = tuple(i.name for i in INPUTS)
 
 
-def input_named(name: str) -> Input:
-    return next(i for i in INPUTS if i.name == name)
-
-
 # -- grids and spaces ------------------------------------------------------------------------------
 
 
@@ -781,8 +768,3 @@ def grid_from(texts: Mapping[str, str], label: str = "") -> Grid:
         {i.name: i.parse(texts.get(i.name, i.default)) for i in INPUTS},
         label,
     )
-
-
-def product_size(grid: Grid, limit: int) -> int:
-    """The number of families of ``grid`` up to ``limit`` (enumerating lazily)."""
-    return sum(1 for _ in itertools.islice(grid.families(), limit))

@@ -783,11 +783,6 @@ def extract(tree: SourceTree, base: type[StandIn] = StandIn) -> Extracted:
     return Collector(tree).compile(base)
 
 
-def files_read(tree: SourceTree) -> list[str]:
-    """The tree-relative paths of every file :func:`extract` reads from ``tree``."""
-    return sorted(Collector(tree).modules)
-
-
 @dataclass
 class _Module:
     """One parsed source file: its top-level functions and ``from``/``import`` names."""
