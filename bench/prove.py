@@ -161,7 +161,7 @@ def previous_cells() -> Iterator[None]:
 def one_property_at_a_time() -> Iterator[None]:
     """The previous minimiser's rounds: each property's least counterexample sought alone, one
     after the other (its first cell minimised in this process, its questions one task per
-    cell and property)."""
+    cell and property; no progress line)."""
     together = least_counterexample.least_counterexamples
 
     def alone(
@@ -169,6 +169,7 @@ def one_property_at_a_time() -> Iterator[None]:
         make: least_counterexample.MakeModel,
         timeout_ms: int,
         jobs: int | Executor,
+        tick: least_counterexample.Tick | None = None,
     ) -> dict[str, tuple[Counterexample | None, str]]:
         return {
             pid: together({pid: cells}, make, timeout_ms, jobs)[pid]

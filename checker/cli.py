@@ -560,9 +560,9 @@ def _cmd_prove(args: argparse.Namespace) -> int:
     space = _prover_space(args, policy, defaults=False)
     with open_executor(args.executor, args.jobs) as executor, run_folder(args.out) as out:
         progress = Progress(f"proving {policy.name}", enabled=not args.json)
-        verdicts, proved = prove_space(
-            policy, space, wanted, _proof_run(args, executor, minimise=True), out, progress.tick
-        )
+        minimising = progress.stage(f"least counterexamples of {policy.name}")
+        run = _proof_run(args, executor, minimise=True)
+        verdicts, proved = prove_space(policy, space, wanted, run, out, progress.tick, minimising)
         progress.close()
     return _report(args, policy, verdicts, {"proved": proved}, out, None, space)
 

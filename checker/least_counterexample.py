@@ -30,6 +30,7 @@ from chunkproof.model.counterexample import Counterexample
 from chunkproof.spec.request_symbolic import Cell, SymbolicRequest
 
 MakeModel = Callable[[Cell], SymbolicRequest]
+Tick = Callable[[int, int], None]
 
 
 @dataclass
@@ -46,6 +47,13 @@ class _Search:
     """Cells answered once the first best was found: those the claim covers."""
     undecided: int = 0
     engines: set[str] = field(default_factory=set)
+    total: int = 0
+    """Its violated cells."""
+
+    def settled(self) -> int:
+        """Cells minimised or answered, and not said to come before the best: none of them is
+        searched again."""
+        return self.total - len(self.waiting) - len(self.contenders)
 
     def claim(self) -> str:
         """The minimality claim across cells (module docstring)."""
@@ -62,26 +70,41 @@ class _Search:
 
 
 def least_counterexamples(
-    violated: dict[str, list[Cell]], make: MakeModel, timeout_ms: int, jobs: int | Executor
+    violated: dict[str, list[Cell]],
+    make: MakeModel,
+    timeout_ms: int,
+    jobs: int | Executor,
+    tick: Tick | None = None,
 ) -> dict[str, tuple[Counterexample | None, str]]:
     """For every property of ``violated`` (its violated cells), its least counterexample over
-    them and the claim (module docstring); None and why when no cell could be minimised."""
+    them and the claim (module docstring); None and why when no cell could be minimised.
+    ``tick(settled, total)``, before the first round and after each: the (cell, property)
+    pairs no longer searched, of all."""
     executor = as_executor(jobs)
     searches = [
-        _Search(pid, sorted(cells, key=lambda c: (c.values, c.speculative)))
+        _Search(pid, sorted(cells, key=lambda c: (c.values, c.speculative)), total=len(cells))
         for pid, cells in violated.items()
         if cells
     ]
+    total = sum(s.total for s in searches)
+
+    def progress() -> None:
+        if tick is not None:
+            tick(sum(s.settled() for s in searches), total)
+
+    progress()
     starting = [s for s in searches if s.waiting]
     while starting:
         for search, (best, how) in _minimise_round(executor, make, timeout_ms, starting, "waiting"):
             search.best, search.how = best, how
             search.undecided += best is None
+        progress()
         starting = [s for s in searches if s.best is None and s.waiting]
     found = [s for s in searches if s.best is not None]
     for search in found:
         search.asked = len(search.waiting)
     _ask_round(executor, make, timeout_ms, found, "waiting")
+    progress()
     racing = [s for s in found if s.contenders]
     while racing:
         improved = []
@@ -92,7 +115,9 @@ def least_counterexamples(
             else:
                 search.best, search.how = cx, how
                 improved.append(search)
+        progress()
         _ask_round(executor, make, timeout_ms, improved, "contenders")
+        progress()
         racing = [s for s in found if s.contenders]
     return {s.pid: (s.best, s.claim() if s.best is not None else s.how) for s in searches}
 

@@ -1,10 +1,12 @@
-"""Progress on standard error (cells proved, configurations explored, time left), shown only on
-a terminal, only for runs longer than a second, and never under ``--json``."""
+"""Progress on standard error (cells proved, configurations explored, the least counterexamples'
+search, time left), shown only on a terminal, only for runs longer than a second, and never
+under ``--json``."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 
@@ -38,6 +40,21 @@ class Progress:
         )
         self.stream.flush()
         self.shown = True
+
+    def stage(self, label: str) -> Callable[[int, int], None]:
+        """A :meth:`tick` for a later stage of the run, shown as ``label`` from its first call
+        on, at once, its time left estimated from that call."""
+        begun = False
+
+        def tick(done: int, total: int) -> None:
+            nonlocal begun
+            if not begun:
+                begun = True
+                self.close()
+                self.label, self.delay, self.started = label, 0.0, time.monotonic()
+            self.tick(done, total)
+
+        return tick
 
     def close(self) -> None:
         if self.shown:

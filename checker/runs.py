@@ -139,9 +139,12 @@ def prove_space(
     run: ProofRun,
     out: RunFolder | None,
     tick: Tick | None = None,
+    minimising_tick: Tick | None = None,
 ) -> tuple[list[Verdict], dict[str, Any]]:
     """The prover on every cell of ``space`` (certificates in the run folder), one verdict per
-    property of :data:`PROVER_PROPERTIES` among ``wanted``."""
+    property of :data:`PROVER_PROPERTIES` among ``wanted``; ``tick`` follows the cells, and
+    ``minimising_tick`` the search for the least counterexamples
+    (:func:`~chunkproof.checker.least_counterexample.least_counterexamples`)."""
     started = time.monotonic()
     pids = tuple(p for p in wanted if p in PROVER_PROPERTIES)
     found = cells(space)
@@ -157,7 +160,9 @@ def prove_space(
         for pid in pids
     }
     minimal = least_counterexample.least_counterexamples
-    least = minimal(violated, make, run.timeout_ms, run.jobs) if run.minimise else {}
+    least = (
+        minimal(violated, make, run.timeout_ms, run.jobs, minimising_tick) if run.minimise else {}
+    )
     verdicts = []
     for pid in pids:
         mine = [v for v in results if v.property == pid]

@@ -693,7 +693,13 @@ def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
 
     minimised.clear()
     built.clear()
-    together = least_counterexamples({pid: cells for pid in least}, make, TIMEOUT_MS, 1)
+    ticks: list[tuple[int, int]] = []
+    together = least_counterexamples(
+        {pid: cells for pid in least}, make, TIMEOUT_MS, 1, lambda *t: ticks.append(t)
+    )
+    # the progress: every (cell, property) pair settled at the end, never one unsettled again
+    assert ticks[0] == (0, 10) and ticks[-1] == (10, 10)
+    assert [done for done, _ in ticks] == sorted(done for done, _ in ticks)
     for pid in least:
         cx, how = together[pid]
         single, claim = alone[pid]
