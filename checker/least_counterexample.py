@@ -79,7 +79,7 @@ def least_counterexamples(
     """For every property of ``violated`` (its violated cells), its least counterexample over
     them and the claim (module docstring); None and why when no cell could be minimised.
     ``tick(settled, total)``, before the first round and after each: the (cell, property)
-    pairs no longer searched, of all."""
+    pairs no longer searched, of all (not called when there are none)."""
     executor = as_executor(jobs)
     searches = [
         _Search(pid, sorted(cells, key=lambda c: (c.values, c.speculative)), total=len(cells))
@@ -89,7 +89,7 @@ def least_counterexamples(
     total = sum(s.total for s in searches)
 
     def progress() -> None:
-        if tick is not None:
+        if tick is not None and total:
             tick(sum(s.settled() for s in searches), total)
 
     progress()

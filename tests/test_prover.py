@@ -700,6 +700,8 @@ def test_a_cell_is_asked_once_per_best(monkeypatch: pytest.MonkeyPatch) -> None:
     # the progress: every (cell, property) pair settled at the end, never one unsettled again
     assert ticks[0] == (0, 10) and ticks[-1] == (10, 10)
     assert [done for done, _ in ticks] == sorted(done for done, _ in ticks)
+    least_counterexamples({"P1": []}, make, TIMEOUT_MS, 1, lambda *t: ticks.append((-1, -1)))
+    assert (-1, -1) not in ticks  # nothing to search: no progress line
     for pid in least:
         cx, how = together[pid]
         single, claim = alone[pid]
