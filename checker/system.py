@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from chunkproof.spec.scheduler_step import (
     FIELDS,
     MAX_SEQS,
     SchedulerStepModel,
-    action_of,
+    decode_advances,
     describe_state,
     engine_settings,
     request_sets,
@@ -100,11 +101,15 @@ def _rank(group: tuple[Config, ...]) -> tuple[Any, ...]:
     )
 
 
-def action_words(action: int) -> str:
-    """An action of the model as the trace line's arrow: the budget, and the eligible count the
-    adaptive floor's environment set."""
-    budget, eligible = split_action(action)
-    return f"--budget {budget}{f', eligible {eligible}' if eligible else ''}-->"
+def action_words(budget: int, eligible: int, row: np.ndarray, decodes: Sequence[int]) -> str:
+    """An action of the model as the trace line's arrow: the budget, the eligible count the
+    adaptive floor's environment set, and the decode advances it chose (by the label at each
+    position of the state ``row``)."""
+    words = f"--budget {budget}{f', eligible {eligible}' if eligible else ''}"
+    for p, advance in enumerate(decodes):
+        if advance:
+            words += f", #{int(row[1 + FIELDS * p])} decodes {advance}"
+    return words + "-->"
 
 
 def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
@@ -113,9 +118,13 @@ def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
     reduced equal requests to one)."""
     eligible = witness.eligible or (0,) * len(witness.budgets)
     lines = [
-        f"{describe_state(run.batch, row)}  {action_words(action_of(budget, count))}"
-        for row, budget, count in zip(
-            run.rows[: len(witness.budgets)], witness.budgets, eligible, strict=True
+        f"{describe_state(run.batch, row)}  {action_words(budget, count, row, decodes)}"
+        for row, budget, count, decodes in zip(
+            run.rows[: len(witness.budgets)],
+            witness.budgets,
+            eligible,
+            witness.decodes,
+            strict=True,
         )
     ]
     lines.append(describe_state(run.batch, run.rows[len(witness.budgets)]))
@@ -130,12 +139,14 @@ def _witness(explored: Explored, transition: int, adaptive: bool) -> Witness:
     source = int(steps.source[transition])
     path = explored.path(source)
     first = explored.states[path[0][0] if path else source]
-    actions = [split_action(a) for a in (*(via for _, via in path), steps.action[transition])]
+    taken = [int(a) for a in (*(via for _, via in path), steps.action[transition])]
+    actions = [split_action(a) for a in taken]
     return Witness(
         batch.instances[int(first[0])],
         tuple(int(v) for v in first[1::FIELDS]),
         tuple(budget for budget, _ in actions),
         tuple(eligible for _, eligible in actions) if adaptive else None,
+        tuple(decode_advances(a, batch.k) for a in taken),
     )
 
 

@@ -22,13 +22,15 @@ from chunkproof.spec.scheduler_trace import Run, arrival_order, run_instance
 @dataclass(frozen=True)
 class Witness:
     """A violating path the explorer found: the instance, the waiting queue at Init as the
-    state row names it (least labels of equal configurations), the budgets offered and, with
-    the adaptive floor, the eligible counts (``None`` without it)."""
+    state row names it (least labels of equal configurations), the budgets offered, with the
+    adaptive floor the eligible counts (``None`` without it), and per step the decode advances
+    per position of the state row (:func:`~chunkproof.spec.scheduler_trace.run_instance`)."""
 
     instance: tuple[Config, ...]
     queue: tuple[int, ...]
     budgets: tuple[int, ...]
-    eligible: tuple[int, ...] | None = None
+    eligible: tuple[int, ...] | None
+    decodes: tuple[tuple[int, ...], ...]
 
 
 def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple[int, ...], Run]:
@@ -36,7 +38,13 @@ def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple
     queue's labels (:func:`~chunkproof.spec.scheduler_trace.arrival_order`) and the run."""
     arrival = arrival_order(witness.instance, witness.queue)
     run = run_instance(
-        policy, witness.instance, arrival, witness.budgets, max_seqs, witness.eligible
+        policy,
+        witness.instance,
+        arrival,
+        witness.budgets,
+        max_seqs,
+        witness.eligible,
+        witness.decodes,
     )
     return arrival, run
 

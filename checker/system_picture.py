@@ -43,8 +43,9 @@ LANE_NAMES = 2.6
 
 @dataclass(frozen=True)
 class Cell:
-    """Request ``lane`` in step ``step``: its list, c before and after out of T, and whether a
-    loop reached it (``offered`` tokens; 0: not reached)."""
+    """Request ``lane`` in step ``step``: its list, c before and after out of T (after a
+    decoding request's decode advance too), and whether a loop reached it (``offered``
+    tokens; 0: not reached)."""
 
     lane: int
     step: int
@@ -61,6 +62,12 @@ class Cell:
 
     @property
     def label(self) -> str:
+        if self.queue == "decoding":
+            return (
+                f"decoding: +{self.after - self.before}"
+                if self.after > self.before
+                else "decoding: not reached"
+            )
         if self.zero:
             return f"{self.queue}: 0 of {self.offered}"
         if self.after > self.before:
@@ -95,7 +102,7 @@ def system_marks(cx: SystemCounterexample) -> SystemMarks:
             index,
             part.queue,
             part.c,
-            part.c + part.chunk,
+            part.c + part.chunk + part.decoded,
             cx.requests[lane].T,
             0 if part.stages is None else part.stages.budget,
         )

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ from chunkproof.model.system_counterexample import SystemStep
 from chunkproof.proofs import certificate, isolated, solving
 from chunkproof.proofs.bounded import SolverTrace, bounded_search, shallow_violation
 from chunkproof.proofs.chc import reachable_violation
+from chunkproof.spec.scheduler_loops import DECODING, RUNNING
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
     PHASE_NAMES,
@@ -315,7 +317,11 @@ def replayed(
     actions = (*found.actions, found.final_action)
     budgets = tuple(a[0] for a in actions)
     eligible = tuple(a[1] for a in actions) if model.adaptive else None
-    run = run_instance(model.policy, instance, arrival, budgets, model.max_seqs, eligible)
+    decodes = tuple(
+        _by_position(state, action[len(action) - model.k :] if model.decodes else None)
+        for state, action in zip(states, actions, strict=False)
+    )
+    run = run_instance(model.policy, instance, arrival, budgets, model.max_seqs, eligible, decodes)
     steps = run.steps
     if len(steps) != len(budgets) or pid not in steps[-1].breaks:
         raise ModelMismatch(f"{pid}: the solver's trace of the scheduler step does not replay")
@@ -324,18 +330,31 @@ def replayed(
             raise ModelMismatch(
                 f"{pid}: step {index} of the solver's trace is not the explicit model's state"
             )
-    witness = Witness(instance, arrival, budgets, eligible)
+    witness = Witness(instance, arrival, budgets, eligible, decodes)
     return instance, witness, trace_lines(run, witness)
 
 
+def _by_position(state: list[int], advances: Sequence[int] | None) -> tuple[int, ...]:
+    """A solver action's decode advances (one per request) per position of the state row
+    (a request's position is its rank); all 0 where the cell's requests never decode."""
+    rank = fields(state).rank
+    by_position = [0] * len(rank)
+    for i, advance in enumerate(advances or ()):
+        by_position[rank[i]] = advance
+    return tuple(by_position)
+
+
 def _lists(state: list[int]) -> list[tuple[str, int, int, int]]:
-    """Per request (label order): its list, its place there (-1 when finished: the explicit
-    model orders the finished requests by label), its c and its e."""
+    """Per request (label order): its phase, its place in its list (-1 when finished: the
+    explicit model orders the finished requests by label; a decoding request's in the running
+    list), its c and its e."""
     phase, c, rank, e = fields(state)
+    listed = [RUNNING if ph == DECODING else ph for ph in phase]
     out = []
-    for i, (ph, r) in enumerate(zip(phase, rank, strict=True)):
-        place = sum(1 for j, other in enumerate(phase) if other == ph and rank[j] < r)
-        out.append((PHASE_NAMES[ph], -1 if PHASE_NAMES[ph] == "finished" else place, c[i], e[i]))
+    for i, r in enumerate(rank):
+        place = sum(1 for j, other in enumerate(listed) if other == listed[i] and rank[j] < r)
+        name = PHASE_NAMES[phase[i]]
+        out.append((name, -1 if name == "finished" else place, c[i], e[i]))
     return out
 
 

@@ -55,6 +55,7 @@ from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.loading import recorded_policy
 from chunkproof.model.system_counterexample import SystemCounterexample, SystemStep
 from chunkproof.spec.properties import PROPERTIES, Property
+from chunkproof.spec.scheduler_loops import DECODING, RUNNING
 from chunkproof.spec.scheduler_step import (
     PHASE_NAMES,
     engine_settings,
@@ -163,13 +164,16 @@ def _recorded_step(
 ) -> str:
     """One recorded step, headed by the lists it started from and the ``note`` lines; the
     stages of a request with encoder items (of ``requests``) show the encoder's value."""
+    decoding = PHASE_NAMES[DECODING]
+    listed = {decoding: PHASE_NAMES[RUNNING]}
     lists = {
         queue: [
-            f"#{label}"
+            f"#{label}" + (" decoding" if part.queue == decoding else "")
             for label, part in sorted(enumerate(step.requests), key=lambda lp: lp[1].place)
-            if part.queue == queue
+            if listed.get(part.queue, part.queue) == queue
         ]
         for queue in PHASE_NAMES
+        if queue != decoding
     }
     where = "; ".join(f"{queue} [{', '.join(labels)}]" for queue, labels in lists.items())
     stages = "".join(
@@ -178,11 +182,13 @@ def _recorded_step(
         if part.stages is not None
     )
     eligible = f"        eligible={step.eligible},\n" if step.eligible is not None else ""
+    advances = {label: part.decoded for label, part in enumerate(step.requests) if part.decoded}
+    decodes = f"        decodes={advances!r},\n" if advances else ""
     return (
         f"    # step {index}: {where}\n"
         + "".join(f"    # {line}\n" for line in note)
         + f"    Recorded(\n        budget={step.budget},\n{eligible}        stages={{\n{stages}"
-        "        },\n    ),\n"
+        f"        }},\n{decodes}    ),\n"
     )
 
 
@@ -237,6 +243,8 @@ _CHECKS = {
     if outcome.scheduled:
         return None
     for label in outcome.running + outcome.waiting:
+        if outcome.c[label] >= PREFILL_ENDS[label]:
+            continue  # decoding: no chunk to give
         offered = offer(outcome.budget, outcome.theta)
         alone = schedule_step(vllm, scheduler, outcome.c[label], offered, label$encoder_of)
         if taken(alone) > 0:
@@ -286,13 +294,14 @@ ADAPTIVE = $adaptive
 
 _TEST = '''class Recorded(NamedTuple):
     """One recorded schedule() step: the budget offered, the stages each request a loop
-    reached got from the budget left, by request label, and with ADAPTIVE the number of
-    eligible requests the step counted (0: the requests here, plus one when the budget is
-    below WHOLE_BUDGET)."""
+    reached got from the budget left, by request label, with ADAPTIVE the number of eligible
+    requests the step counted (0: the requests here, plus one when the budget is below
+    WHOLE_BUDGET), and the tokens each decoding request's decode step advanced its c."""
 
     budget: int
     stages: dict[int, Step]
     eligible: int = 0
+    decodes: dict[int, int] = {}
 
 
 class Outcome(NamedTuple):
@@ -327,7 +336,13 @@ def $test_name(vllm: Extracted$test_fixtures) -> None:
         if not running and not waiting:
             return
         outcome = schedule(
-            vllm, scheduler, running, waiting, c, recorded.budget, recorded.eligible$step_extra
+            vllm,
+            scheduler,
+            running,
+            waiting,
+            c,
+            recorded.budget,
+            recorded.eligible$step_extra$decode_argument,
         )
         problem = violation(vllm, scheduler, index, outcome$step_extra)
         assert problem is None, f"{problem}; recorded: {recorded.stages}"
@@ -350,18 +365,21 @@ def schedule(
     gets a chunk to the end of the running list (a zero: SPLIT_ZERO or LATER_ZERO, a skipped
     request keeping its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
-    reaches its E is done and leaves both lists. Each request is offered the budget left
-    capped by theta_eff (THETA_PER_STEP; ADAPTIVE: floored at WHOLE_BUDGET // ``eligible``,
-    the recorded count).$encoders_words"""
+    reaches its E is done and leaves both lists$holds_words.
+    Each request is offered the budget left capped by theta_eff (THETA_PER_STEP; ADAPTIVE:
+    floored at WHOLE_BUDGET // ``eligible``, the recorded count).$encoders_words"""
     if not ADAPTIVE:
         eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
     if ADAPTIVE and theta > 0:
         theta = max(theta, WHOLE_BUDGET // eligible)
-    left, reached = budget, {}
+    left, reached, decoding = budget, {}, []
     for label in running:
         if left == 0:
             break
+        if c[label] >= PREFILL_ENDS[label]:
+            decoding.append(label)  # its decode step: its tokens are outside the budget
+            continue
         step = reached[label] = schedule_step(
             vllm, scheduler, c[label], offer(left, theta), label$encoder_of
         )
@@ -395,8 +413,12 @@ $advance    return Outcome(
         reached,
         broke_at,
         behind,
-        left < budget,
-        [label for label in running + admitted if after[label] < PREFILL_ENDS[label]],
+        left < budget or bool(decoding),
+        [
+            label
+            for label in running + admitted
+            if after[label] < PREFILL_ENDS[label]$holds
+        ],
         [label for label in waiting if label not in admitted],
         after,
     )
@@ -460,6 +482,12 @@ def encoders() -> dict[int, EncoderRun]:
     return runs
 
 
+def holds(encoders: dict[int, EncoderRun], label: int) -> bool:
+    """Whether request ``label``'s encoder entries still reference an item (a request past
+    its prefill end then decodes, in the running list, until they free it)."""
+    return label in encoders and encoders[label].holds()
+
+
 '''
 """The encoders of a file with requests with encoder items (a :class:`~string.Template`)."""
 
@@ -476,17 +504,21 @@ _NO_ENCODER: Values = {
     "allocate_running": "",
     "allocate_admitted": "",
     "advance": "",
+    "decode_argument": "",
+    "holds": "",
+    "holds_words": "",
 }
 """The encoder's template values in a file whose requests have no encoder items."""
 
 _ENCODER_CALLS: Values = {
     "test_fixtures": ", encoders: dict[int, EncoderRun]",
     "step_extra": ", encoders",
-    "encoders_parameter": "\n    encoders: dict[int, EncoderRun],",
+    "encoders_parameter": "\n    encoders: dict[int, EncoderRun],\n    decodes: dict[int, int],",
     "encoders_words": (
         " A request with encoder items runs its\n    encoder (``encoders``, one cache): a "
         "step it takes allocates what its call scheduled\n    at once; after the step its "
-        "encoder frees what it no longer needs, and all once it is done."
+        "encoder frees what it no longer needs, and all once it is done\n    (past its E with "
+        "no entry referenced; ``decodes``: each decode step's tokens)."
     ),
     "encoder_of": ", encoders.get(label)",
     "allocate_running": (
@@ -498,11 +530,20 @@ _ENCODER_CALLS: Values = {
         "\n                encoders[label].allocate(*step.scheduled)"
     ),
     "advance": (
-        "    for label, step in reached.items():\n"
-        "        if label in encoders and taken(step) > 0:\n"
+        "    for label in decoding:\n"
+        "        after[label] += decodes.get(label, 0)\n"
+        "    for label in [*reached, *decoding]:\n"
+        "        if label in encoders and after[label] > c[label]:\n"
         "            encoders[label].computed(after[label])\n"
-        "            if after[label] >= PREFILL_ENDS[label]:\n"
+        "            if after[label] >= PREFILL_ENDS[label] and not encoders[label].holds():\n"
         "                encoders[label].finished()\n"
+    ),
+    "decode_argument": ", recorded.decodes",
+    "holds": " or holds(encoders, label)",
+    "holds_words": (
+        ", unless its encoder entries still\n    reference an item: it is then decoding, in the "
+        "running list, where the running loop runs\n    its decode step (its tokens outside the "
+        "budget), advancing its c by the recorded tokens"
     ),
 }
 """... and in one with such requests: the test takes the ``encoders`` fixture and passes it

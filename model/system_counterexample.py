@@ -8,12 +8,12 @@ the budget model ``adversarial(1..M)`` of SPEC S4, FCFS order); the requests' fu
 configurations (SPEC S1; request ``#i`` is ``requests[i]``) and the order they arrived in (the
 waiting queue at Init); the property id; the trace, one entry per step: the budget offered,
 with the adaptive floor the number of eligible requests the step counted, and per request the
-list it was in
-(running, waiting, finished) and its place there, whether the step scheduled it, and, where a
-loop reached it, the SPEC C stage values of its step at the budget that loop offered it
-(c, budget, n before the split, after the split, after the encoder cap, after the
-reservation, chunk: :class:`~chunkproof.model.step.Step`); the properties each step breaks;
-and the verdict in words. :mod:`chunkproof.model.counterexample` reads and writes the files.
+list it was in (running, waiting, decoding, finished) and its place there, whether the step
+scheduled it, where a loop reached it the SPEC C stage values of its step at the budget that
+loop offered it (c, budget, n before the split, after the split, after the encoder cap, after
+the reservation, chunk: :class:`~chunkproof.model.step.Step`), and for a decoding request the
+tokens its decode step advanced; the properties each step breaks; and the verdict in words.
+:mod:`chunkproof.model.counterexample` reads and writes the files.
 """
 
 from __future__ import annotations
@@ -26,25 +26,36 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.step import Step
 
-SYSTEM_SCHEMA = "chunkproof.system-counterexample/2"
+SYSTEM_SCHEMA = "chunkproof.system-counterexample/3"
 """Version 2 adds the adaptive floor: the engine's ``long_prefill_token_threshold_adaptive``
-and each step's eligible count; a file of version 1 reads as one with the floor off."""
-SYSTEM_SCHEMAS = ("chunkproof.system-counterexample/1", SYSTEM_SCHEMA)
+and each step's eligible count; a file of version 1 reads as one with the floor off. Version 3
+adds decoding requests (list ``decoding``: the prefill done, an encoder entry still
+referenced) and the tokens each one's decode step advanced (``decoded``); a file of an earlier
+version has none."""
+SYSTEM_SCHEMAS = (
+    "chunkproof.system-counterexample/1",
+    "chunkproof.system-counterexample/2",
+    SYSTEM_SCHEMA,
+)
 """The versions a reader accepts."""
 
 
 @dataclass(frozen=True)
 class RequestStep:
-    """One request in one step: the list it was in (running, waiting, or finished: c >= E, in
-    neither of vLLM's lists) and its place there, its c, whether the step scheduled it (a
-    chunk > 0 that breaks no stage range), and its stages at the budget a loop offered it
-    (``None``: no loop reached it, so it got nothing)."""
+    """One request in one step: the list it was in (running, waiting, decoding: in the
+    running list, c >= E and an encoder entry still referenced, or finished: in neither of
+    vLLM's lists) and its place there (a decoding request's in the running list), its c,
+    whether the step scheduled it (a chunk > 0 that breaks no stage range), its stages at the
+    budget a loop offered it (``None``: no loop reached it, so it got nothing), and for a
+    decoding request the tokens its decode step advanced c (0: the running loop did not reach
+    it)."""
 
     queue: str
     place: int
     c: int
     scheduled: bool
     stages: Step | None
+    decoded: int = 0
 
     @property
     def chunk(self) -> int:
@@ -53,13 +64,17 @@ class RequestStep:
 
     def to_dict(self) -> dict[str, Any]:
         head = {"list": self.queue, "place": self.place, "scheduled": self.scheduled}
-        return head | (self.stages.to_dict() if self.stages is not None else {"c": self.c})
+        decoded = {"decoded": self.decoded} if self.queue == "decoding" else {}
+        return (
+            head | (self.stages.to_dict() if self.stages is not None else {"c": self.c}) | decoded
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestStep:
         stages = Step.from_dict(data) if "budget" in data else None
         place, c, scheduled = int(data["place"]), int(data["c"]), bool(data["scheduled"])
-        return cls(str(data["list"]), place, c, scheduled, stages)
+        decoded = int(data.get("decoded", 0))
+        return cls(str(data["list"]), place, c, scheduled, stages, decoded)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,12 @@ NumPy lanes for the explorer (:mod:`chunkproof.spec.scheduler_step`), Z3 terms f
 (:mod:`chunkproof.spec.scheduler_step_symbolic`).
 
 A step sees the k positions of the state in list order: the running list, then the waiting
-queue, then the finished requests, each position with its phase and c. ``stages(p, c, offer,
-where)`` is the policy's step (SPEC S3) of the request at position ``p``; ``where`` marks the
-lanes whose value is read (a domain may evaluate only those). Both forms share these rules;
-only the domain's four connectives (:class:`Ops`) differ, so the explorer and the prover cannot
-drift apart.
+queue, then the finished requests, each position with its phase and c. A request in the running
+list is running (its prefill) or decoding (its prefill done, its encoder entries still
+referenced: :data:`DECODING`). ``stages(p, c, offer, where)`` is the policy's step (SPEC S3)
+of the request at position ``p``; ``where`` marks the lanes whose value is read (a domain may
+evaluate only those). Both forms share these rules; only the domain's four connectives
+(:class:`Ops`) differ, so the explorer and the prover cannot drift apart.
 """
 
 from __future__ import annotations
@@ -18,8 +19,14 @@ from typing import Any, NamedTuple
 
 from chunkproof.model.policy import LoopRules
 
-RUNNING, WAITING, FINISHED = 0, 1, 2
-"""Phase codes, in the order a row lists the positions."""
+RUNNING, WAITING, FINISHED, DECODING = 0, 1, 2, 3
+"""Phase codes. A row lists the running list (running and decoding requests in its order),
+the waiting queue, then the finished requests. A decoding request has c >= E and still
+references an encoder cache entry: ``_free_encoder_inputs`` frees an item only once its end
+plus the release's free margin is at most c (0.24-0.32: use_eagle or L), so an item that ends
+within the margin of E stays referenced through the request's first decode steps. It keeps its
+running seat; the tokens its decode steps take are part of the rest of M (SPEC S4
+``adversarial``), not of the step's budget b."""
 
 
 class Got(NamedTuple):
@@ -90,12 +97,16 @@ class Outcome:
     shared: list[Any]
     """Per position, the embeddings the other requests' entries referenced when a loop
     visited it (0 where none did)."""
+    decoded: list[Any]
+    """Per position, whether the running loop reached a decoding request there (budget left
+    and the loop not stopped): its decode step ran, so its c advances by at least 1; one the
+    loop did not reach keeps its c."""
 
 
 def least_eligible(ops: Ops, phase: Sequence[Any], budget: Any, whole: Any) -> Any:
     """The fewest requests ``schedule()`` counts as eligible (``len(running) + len(waiting)``,
-    history note 6): the instance's unfinished ones, plus one when b < M (the rest of M went to
-    another request's decode)."""
+    history note 6): the instance's unfinished ones (a decoding request is in the running
+    list), plus one when b < M (the rest of M went to another request's decode)."""
     return sum(ops.where(ph != FINISHED, 1, 0) for ph in phase) + ops.where(budget < whole, 1, 0)
 
 
@@ -146,7 +157,8 @@ def schedule_step(
     """The two loops of ``schedule()`` (history note 6) at budget ``budget``, each request
     offered ``cap(budget left)``, a zero doing what ``rules`` say. Running loop: each running
     request in order gets its chunk; a zero is ``continue`` (every release) or ``break``; the
-    loop stops when no budget is left. Waiting loop: the waiting requests in queue order while
+    loop stops when no budget is left. A decoding request the loop reaches decodes (its tokens
+    are outside b: :data:`DECODING`). Waiting loop: the waiting requests in queue order while
     budget and a seat (``max_seqs``) remain; a request that gets a chunk is admitted; a zero
     the split gives, and one a later stage gives, each breaks the loop (every release) or
     passes the request, which keeps its place (``skip_request`` from C9, a later stage's;
@@ -177,7 +189,9 @@ def schedule_step(
         return got
 
     left, unsafe, stopped = budget, ops.false, ops.false
+    decoded = []
     for p in range(k):
+        decoded.append(ops.all_(phase[p] == DECODING, left > 0, ops.not_(stopped)))
         reach = ops.all_(phase[p] == RUNNING, left > 0, ops.not_(stopped))
         offer = cap(left)
         got = visit(p, offer, reach, reach)
@@ -189,7 +203,7 @@ def schedule_step(
             stopped = ops.any_(stopped, zero)
         left = left - chunk[p]
     admitted: list[Any] = []
-    seated = sum(ops.where(ph == RUNNING, 1, 0) for ph in phase)
+    seated = sum(ops.where(ops.any_(ph == RUNNING, ph == DECODING), 1, 0) for ph in phase)
     broke = behind_fit = ops.false
     for p in range(k):
         waiting = phase[p] == WAITING
@@ -211,17 +225,56 @@ def schedule_step(
         offered[p] = ops.where(reach, offer, offered[p])
         unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
         left = left - taken
-    return Outcome(chunk, offered, admitted, left, broke, behind_fit, unsafe, after, shared)
+    return Outcome(
+        chunk, offered, admitted, left, broke, behind_fit, unsafe, after, shared, decoded
+    )
 
 
 def alone_fit(ops: Ops, at: Positions, offer: Any, where: Any) -> Any:
-    """Whether some unfinished request would get a chunk > 0 if it were offered ``offer`` (the
-    whole budget b, capped by theta_eff) as the only one (STARVE), on the lanes ``where``; the
-    other requests' encoder entries stay referenced."""
+    """Whether some request in its prefill (running or waiting) would get a chunk > 0 if it
+    were offered ``offer`` (the whole budget b, capped by theta_eff) as the only one (STARVE),
+    on the lanes ``where``; the other requests' encoder entries stay referenced."""
     refs = [at.held(p, at.c[p], e) for p, e in enumerate(at.encoded)]
     fit = ops.false
     for p, ph in enumerate(at.phase):
-        mine = ops.all_(where, ph != FINISHED)
+        mine = ops.all_(where, ops.any_(ph == RUNNING, ph == WAITING))
         got = at.stages(p, at.c[p], offer, mine, sum(refs) - refs[p])
         fit = ops.any_(fit, ops.all_(mine, ops.not_(got.unsafe), got.chunk > 0))
     return fit
+
+
+class Settled(NamedTuple):
+    """A request's place after a step: its phase, its c and the group of the list it is in
+    (0 the running list, 1 admitted by the step, 2 the waiting queue, 3 finished)."""
+
+    phase: Any
+    c: Any
+    group: Any
+
+
+def settle(
+    ops: Ops,
+    phase: Any,
+    c: Any,
+    taken: Any,
+    admitted: Any,
+    end: Any,
+    held_at: Callable[[Any], Any],
+) -> Settled:
+    """Where a request is after a step that gave it ``taken`` tokens (its chunk, or a decoding
+    request's decode advance) (history note 6; :data:`DECODING`): at c + taken >= E it has
+    done its prefill, and is decoding while its entries still reference an item at that c
+    (``held_at(c + taken)`` > 0, the entries its step left), else finished, at c = E (its
+    later decode steps are part of the rest of M). Otherwise a running or admitted request is
+    running, a waiting one waits."""
+    after = c + taken
+    done = after >= end
+    freed = ops.all_(done, held_at(after) <= 0)
+    in_list = ops.any_(phase == RUNNING, phase == DECODING, admitted)
+    new_phase = ops.where(
+        freed,
+        FINISHED,
+        ops.where(done, DECODING, ops.where(in_list, RUNNING, phase)),
+    )
+    group = ops.where(freed, 3, ops.where(admitted, 1, ops.where(in_list, 0, 2)))
+    return Settled(new_phase, ops.where(freed, end, after), group)

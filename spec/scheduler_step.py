@@ -15,11 +15,15 @@
   :func:`encoder_exact`).
 * State: vLLM's two lists, each in its order, then the finished requests: a row holds, per
   position, (label, phase, c, e), label the request's index in the instance, phase
-  :data:`RUNNING`, :data:`WAITING` or :data:`FINISHED`, c its computed tokens and e its
-  encoder items up to the last one encoded (the entries it references in the shared cache
-  follow from (c, e)). A request is
-  finished when c >= E (SPEC S2) and then leaves both lists: its decode steps are part of the
-  load the adversarial budget stands for.
+  :data:`RUNNING`, :data:`DECODING` (both in the running list), :data:`WAITING` or
+  :data:`FINISHED`, c its computed tokens and e its encoder items up to the last one encoded
+  (the entries it references in the shared cache follow from (c, e)). A request's prefill is
+  done when c >= E (SPEC S2). It is then decoding while an encoder entry of its stays
+  referenced (``_free_encoder_inputs`` frees an item once its end plus the release's free
+  margin, use_eagle in 0.24-0.27 and L in 0.28-0.32, is at most c: an item that ends within
+  the margin of E outlives the prefill), holding its running seat and its entries, the tokens
+  of its decode steps part of the load the adversarial budget stands for; then it is finished,
+  at c = E, and leaves both lists (its later decode steps are that load too).
 * Init: every arrival order of the k requests, all waiting at c0 (FCFS: the order is the queue;
   a priority heap, with no arrivals or preemption, is one fixed order of them too).
 * Actions: the token budget b the step is offered, any of 1..M (SPEC S4 ``adversarial``: the
@@ -32,7 +36,9 @@
   instance (they take no budget) or decoding in the rest of M. The step reads n only through
   theta_eff, so only the least n of each distinct theta_eff is enumerated
   (:func:`eligible_choices`); S-LIVE asks for the instance alone (no other eligible request).
-  An action is one integer (:data:`ACTION_STRIDE`).
+  Each decoding request the running loop reaches advances its c by 1..its margin (1 + the
+  drafts its decode step accepted; an advance past the margin frees what the margin does):
+  the environment chooses each. An action is one integer (:data:`ACTION_STRIDE`).
 * Next (history note 6; the rules written once for this model and its symbolic form:
   :func:`~chunkproof.spec.scheduler_loops.schedule_step`): the running loop visits the running
   requests in order with token_budget = b; each gets n from the policy's own stages
@@ -99,6 +105,7 @@ from chunkproof.spec import system_properties as sysprops
 from chunkproof.spec.interface import Transitions
 from chunkproof.spec.request import Batch, batch_key, make_batch
 from chunkproof.spec.scheduler_loops import (
+    DECODING,
     FINISHED,
     RUNNING,
     WAITING,
@@ -111,10 +118,12 @@ from chunkproof.spec.scheduler_loops import (
     alone_fit,
     least_eligible,
     schedule_step,
+    settle,
     theta_cap,
 )
 
-PHASE_NAMES = ("running", "waiting", "finished")
+PHASE_NAMES = ("running", "waiting", "finished", "decoding")
+"""The phases by code (:data:`~chunkproof.spec.scheduler_loops.RUNNING`, ...)."""
 
 REQUEST_FIELDS = (
     "prompt",
@@ -137,7 +146,8 @@ MAX_SEQS = 256
 
 STEP_FIXED = (
     "no preemption or KV allocation failure",
-    "no decode steps: every request arrives at the first step and leaves when its prefill ends",
+    "every request arrives at the first step; its decode steps are modelled while its encoder "
+    "entries stay referenced (their tokens outside b), then it leaves",
     "no encoder item of one request is another's (every item its own encoder cache entry)",
 )
 """What the scheduler step fixes beyond each request's step (the policy's ``fixed``); a report
@@ -146,22 +156,49 @@ names both (:func:`fixed_inputs`)."""
 BATCH_INSTANCES = 512
 """At most this many instances per batch."""
 
-ACTION_STRIDE = 1 << 32
-"""An action of the explicit model is ``budget + ACTION_STRIDE * eligible`` (:func:`action_of`):
-the budget b and, with the adaptive floor, the environment's count of eligible requests (0:
-the model's own count, :func:`~chunkproof.spec.scheduler_loops.least_eligible`)."""
+ACTION_STRIDE = 1 << 24
+"""An action of the explicit model is ``budget + ACTION_STRIDE * eligible + DECODE_STRIDE *
+code`` (:func:`action_of`): the budget b (below 2^24), with the adaptive floor the
+environment's count of eligible requests (0: the model's own count,
+:func:`~chunkproof.spec.scheduler_loops.least_eligible`; below 2^20), and the decode advances
+(:func:`decode_code`)."""
+
+DECODE_STRIDE = 1 << 44
+"""Where an action's decode advances start (:data:`ACTION_STRIDE`)."""
+
+DECODE_DIGIT = 4
+"""Bits per position of an action's decode advances: one advance is at most the free margin,
+below 2^4 (:func:`make_scheduler_batch` refuses more)."""
+
+MAX_DECODE_POSITIONS = 4
+"""The most positions whose decode advances an action holds (the bits left in an int64)."""
 
 
 def action_of(budget: Any, eligible: Any) -> Any:
-    """The explicit model's action for (b, eligible) (:data:`ACTION_STRIDE`), of integers or
-    of lanes."""
+    """The explicit model's action for (b, eligible) without decode advances
+    (:data:`ACTION_STRIDE`), of integers or of lanes."""
     return budget + ACTION_STRIDE * eligible
 
 
 def split_action(action: int) -> tuple[int, int]:
     """(b, eligible) of an explicit model's action (:data:`ACTION_STRIDE`)."""
-    eligible, budget = divmod(int(action), ACTION_STRIDE)
+    eligible, budget = divmod(int(action) % DECODE_STRIDE, ACTION_STRIDE)
     return budget, eligible
+
+
+def decode_code(advance: np.ndarray) -> np.ndarray:
+    """The decode advances of lanes (per lane and position) as one integer per lane, a digit
+    of :data:`DECODE_DIGIT` bits per position."""
+    shifts = DECODE_DIGIT * np.arange(advance.shape[1], dtype=np.int64)
+    code: np.ndarray = (advance << shifts).sum(axis=1)
+    return code
+
+
+def decode_advances(action: int, k: int) -> tuple[int, ...]:
+    """Per position, the decode advance of an explicit model's action (:func:`decode_code`)."""
+    code = int(action) // DECODE_STRIDE
+    mask = (1 << DECODE_DIGIT) - 1
+    return tuple((code >> (DECODE_DIGIT * p)) & mask for p in range(k))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -278,7 +315,9 @@ class SchedulerBatch:
     ``instance * k + label``; ``klass`` maps such a row to the least label of an equal
     configuration of the instance; ``whole`` is M and ``theta`` the static threshold per
     instance, ``radix`` bounds every c and ``items`` every e; ``encoder`` is (C, b0) per
-    instance (:func:`shared_encoder`), one column each."""
+    instance (:func:`shared_encoder`), one column each; ``margin`` is each request's free
+    margin (how far past an item's end c must be for ``_free_encoder_inputs`` to free it; 0
+    without items: :data:`~chunkproof.spec.scheduler_loops.DECODING`)."""
 
     instances: list[tuple[Config, ...]]
     k: int
@@ -289,6 +328,7 @@ class SchedulerBatch:
     radix: int
     items: int
     encoder: np.ndarray
+    margin: np.ndarray
 
     def __len__(self) -> int:
         return len(self.instances)
@@ -299,21 +339,51 @@ class SchedulerBatch:
         return rows
 
 
-def make_scheduler_batch(instances: list[tuple[Config, ...]]) -> SchedulerBatch:
-    """A batch of ``instances`` (of one size k, sharing the engine's settings)."""
+def make_scheduler_batch(
+    instances: list[tuple[Config, ...]], call: CallRules | None = None
+) -> SchedulerBatch:
+    """A batch of ``instances`` (of one size k, sharing the engine's settings), under the
+    policy's encoder ``call`` rules (the free margin: ``None``, none)."""
     k = len(instances[0])
     flat = [cfg for group in instances for cfg in group]
     klass = np.array([group.index(cfg) for group in instances for cfg in group], dtype=np.int64)
     whole = np.array([group[0].max_sched for group in instances], dtype=np.int64)
     theta = np.array([group[0].threshold for group in instances], dtype=np.int64)
-    radix = max(cfg.tokens for cfg in flat) + 1
+    requests = RequestRows.of(flat)
+    margin = free_margins(requests, call)
+    if int(whole.max()) >= 1 << 20 or int(margin.max()) >= 1 << DECODE_DIGIT:
+        raise ConfigError(
+            "scheduler step: the explicit model takes M below 2^20 and an encoder free margin "
+            f"(L) below {1 << DECODE_DIGIT}"
+        )
+    if int(margin.max()) > 0 and k > MAX_DECODE_POSITIONS:
+        raise ConfigError(
+            f"scheduler step: at most {MAX_DECODE_POSITIONS} requests with decode steps "
+            "(encoder items and a free margin > 0)"
+        )
+    radix = max(cfg.tokens for cfg in flat) + 1 + int(margin.max())
     items = max(len(cfg.items) for cfg in flat) + 1
     if len(instances) * (k * len(PHASE_NAMES) * radix * items) ** k >= 1 << 62:
         raise ConfigError("scheduler step: too many instances or tokens for an int64 key")
     encoder = np.array([shared_encoder(group) for group in instances], dtype=np.int64)
     return SchedulerBatch(
-        instances, k, RequestRows.of(flat), klass, whole, theta, radix, items, encoder
+        instances, k, requests, klass, whole, theta, radix, items, encoder, margin
     )
+
+
+def free_margins(requests: RequestRows, call: CallRules | None) -> np.ndarray:
+    """Each request's free margin under the encoder ``call`` rules (0 without items or
+    rules): the release's own (:data:`~chunkproof.model.stages.ENCODER_CALL_SITES`), over
+    each part's lanes."""
+    margin = np.zeros(len(requests.part), dtype=np.int64)
+    if call is None:
+        return margin
+    for index, part in enumerate(requests.parts):
+        rows = np.flatnonzero(requests.part == index)
+        if part.items:
+            view = part.view(requests.local[rows])
+            margin[rows] = _subset(call.margin, [view])
+    return margin
 
 
 @dataclass
@@ -354,7 +424,11 @@ class SchedulerStepModel:
             groups.setdefault((len(group), keys), []).append(group)
         for same in groups.values():
             for first in range(0, len(same), BATCH_INSTANCES):
-                yield make_scheduler_batch(same[first : first + BATCH_INSTANCES])
+                yield self.batch(same[first : first + BATCH_INSTANCES])
+
+    def batch(self, instances: list[tuple[Config, ...]]) -> SchedulerBatch:
+        """A batch of ``instances`` under the policy's encoder call rules."""
+        return make_scheduler_batch(instances, self.encoder_call)
 
     def initial(self, batch: SchedulerBatch) -> np.ndarray:
         """Init: every arrival order of every instance, all requests waiting at c0 (one row
@@ -482,34 +556,28 @@ class SchedulerStepModel:
         source: np.ndarray,
         budget: np.ndarray,
         eligible: np.ndarray | None = None,
+        advance: np.ndarray | None = None,
     ) -> Transitions:
         """The transitions (states[source], budget, eligible): Next (:func:`~chunkproof.spec.
         scheduler_loops.schedule_step` over lanes) and every property; ``eligible`` is the
-        environment's count under the adaptive floor, ``None`` without it."""
+        environment's count under the adaptive floor, ``None`` without it. Each decoding
+        request the running loop reached advances its c by any of 1..its free margin (the
+        accepted tokens its decode step computed, the environment's choice; more is what the
+        margin gives, all its items freed), one the loop did not reach by 0: one transition per
+        choice, unless ``advance`` (per lane and position) gives them."""
         rows = states[source]
         inst = rows[:, 0]
         label, phase, c, e = (rows[:, 1 + j :: FIELDS] for j in range(FIELDS))
         request_rows = batch.rows(inst, label)
         ops = numpy_ops(len(rows))
         phases = list(phase.T)
-        at = Positions(
-            phases,
-            list(c.T),
-            list(e.T),
-            self._at(batch, request_rows),
-            self._held(batch, request_rows),
-        )
+        held = self._held(batch, request_rows)
+        at = Positions(phases, list(c.T), list(e.T), self._at(batch, request_rows), held)
         cap = self._cap(ops, batch, inst, phases, budget, eligible)
         done = schedule_step(ops, at, budget, cap, self.max_seqs, self.rules)
         chunk, admitted = np.stack(done.chunk, axis=1), np.stack(done.admitted, axis=1)
-        encoded = np.stack(done.encoded, axis=1)
-        after = c + chunk
-        finished = after >= batch.requests.end[request_rows]
-        moved = (phase == RUNNING) | admitted
-        new_phase = np.where(finished, FINISHED, np.where(moved, RUNNING, phase))
-        group = np.where(finished, 3, np.where(admitted, 1, np.where(moved, 0, 2)))
-        target = self.arrange(batch, inst, label, new_phase, after, encoded, group)
-        unchanged = ~done.unsafe & (chunk.sum(axis=1) == 0)
+        decoded = np.stack(done.decoded, axis=1)
+        unchanged = ~done.unsafe & (chunk.sum(axis=1) == 0) & ~decoded.any(axis=1)
         safe = ~done.unsafe
         unfinished = (phase != FINISHED).any(axis=1)
         fit = alone_fit(ops, at, cap(budget), unchanged)
@@ -528,16 +596,58 @@ class SchedulerStepModel:
         record = {f"chunk{p}": chunk[:, p] for p in range(batch.k)}
         record |= {f"offered{p}": np.asarray(done.offered[p]) for p in range(batch.k)}
         record |= {f"shared{p}": np.asarray(done.shared[p]) for p in range(batch.k)}
-        record["left"] = done.left
+        record["left"] = np.asarray(done.left)
+        if advance is None:
+            lane, advance = self._advances(batch, request_rows, c, decoded)
+        else:
+            lane = np.arange(len(rows))
+        encoded = np.stack(done.encoded, axis=1)[lane]
+        taken = chunk[lane] + advance
+        held_after = self._held(batch, request_rows[lane])
+        places = [
+            settle(
+                numpy_ops(len(lane)),
+                phase[lane, p],
+                c[lane, p],
+                taken[:, p],
+                admitted[lane, p],
+                batch.requests.end[request_rows[lane, p]],
+                functools.partial(held_after, p, e=encoded[:, p]),
+            )
+            for p in range(batch.k)
+        ]
+        new_phase, after, group = (np.stack(column, axis=1) for column in zip(*places, strict=True))
+        target = self.arrange(batch, inst[lane], label[lane], new_phase, after, encoded, group)
+        record = {name: values[lane] for name, values in record.items()}
+        record |= {f"decoded{p}": advance[:, p] for p in range(batch.k)}
+        action = budget if eligible is None else action_of(budget, eligible)
         return Transitions(
-            source=source,
-            action=budget if eligible is None else action_of(budget, eligible),
+            source=source[lane],
+            action=action[lane] + DECODE_STRIDE * decode_code(advance),
             target=target,
-            follow=safe & ~unchanged & (new_phase != FINISHED).any(axis=1),
-            bad={pid: bad[pid] for pid in self.properties},
-            weight=np.ones(len(source), dtype=np.int64),
+            follow=(safe & ~unchanged)[lane] & (new_phase != FINISHED).any(axis=1),
+            bad={pid: bad[pid][lane] for pid in self.properties},
+            weight=np.ones(len(lane), dtype=np.int64),
             record=record,
         )
+
+    def _advances(
+        self, batch: SchedulerBatch, rows: np.ndarray, c: np.ndarray, decoded: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every choice of decode advances (:meth:`step`): per lane, each decoding request the
+        loop reached any of 1..m, m its free margin less how far past E it is (a larger
+        advance frees what m does), the others 0. The lanes they belong to, and the advances
+        (per lane and position)."""
+        span = batch.requests.end[rows] + batch.margin[rows] - c
+        choices = np.where(decoded, np.maximum(span, 1), 1)
+        count = choices.prod(axis=1)
+        lane = np.repeat(np.arange(len(rows)), count)
+        digits = _offsets(count)
+        advance = np.zeros((len(lane), batch.k), dtype=np.int64)
+        for p in range(batch.k):
+            digits, advance[:, p] = np.divmod(digits, choices[lane, p])
+        advance = np.where(decoded[lane], advance + 1, 0)
+        return lane, advance
 
     def _at(self, batch: SchedulerBatch, rows: np.ndarray) -> Stages:
         """The policy's step of the request at a position, over the lanes ``where`` marks
@@ -730,11 +840,14 @@ def check_threshold_cap(policy: Policy) -> None:
 
 def describe_state(batch: SchedulerBatch, row: np.ndarray) -> str:
     """A row as the two lists and the finished requests, each request as T and c, and e when
-    it carries encoder items and has not finished."""
-    lists: dict[int, list[str]] = {phase: [] for phase in range(len(PHASE_NAMES))}
+    it carries encoder items and has not finished; a decoding request in the running list,
+    marked so."""
+    lists: dict[int, list[str]] = {phase: [] for phase in (RUNNING, WAITING, FINISHED)}
     group = batch.instances[int(row[0])]
     for p in range(batch.k):
         label, phase, c, e = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
         encoded = f", e={e}" if group[label].items and phase != FINISHED else ""
-        lists[phase].append(f"#{label}(T={group[label].tokens}, c={c}{encoded})")
+        decoding = ", decoding" if phase == DECODING else ""
+        where = RUNNING if phase == DECODING else phase
+        lists[where].append(f"#{label}(T={group[label].tokens}, c={c}{encoded}{decoding})")
     return "; ".join(f"{PHASE_NAMES[ph]} [{', '.join(v)}]" for ph, v in lists.items())

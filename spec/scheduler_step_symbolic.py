@@ -28,17 +28,20 @@ requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicMo
   constants renamed. The request at a position of a list is the one whose rank is that
   position: its inputs are chosen among the requests' of each pattern by rank, so each loop
   evaluates the policy once per position and pattern.
-* State, per request: its phase (:data:`~chunkproof.spec.scheduler_step.RUNNING`, ``WAITING``,
-  ``FINISHED``), its c, its rank (its position in the explicit model's row: the running list
-  in order, then the waiting queue in order, then the finished requests) and its e (0 once
-  finished: its entries are freed).
+* State, per request: its phase (:data:`~chunkproof.spec.scheduler_loops.RUNNING`,
+  ``DECODING``, ``WAITING``, ``FINISHED``), its c, its rank (its position in the explicit
+  model's row: the running list in order, then the waiting queue in order, then the finished
+  requests) and its e (0 once finished: its entries are freed).
 * Init: every arrival order (the ranks any permutation), every request waiting at c0, e = 0.
 * Action: the budget b offered to the step, 1..M, and with the adaptive floor the eligible
   count n, any from :func:`~chunkproof.spec.scheduler_loops.least_eligible` up (the explicit
   model enumerates only the least n of each theta_eff; here n is free). From C8 each request
   is offered the budget left capped by theta_eff, as in the explicit model
   (:func:`~chunkproof.spec.scheduler_loops.theta_cap`); the floor M // n is non-linear, which
-  the bounded search solves and Spacer may leave undecided.
+  the bounded search solves and Spacer may leave undecided. Where a request carries items
+  under the releases' encoder call, each request's decode advance: 1..its free margin for a
+  decoding request the running loop reaches, else 0 (the explicit model enumerates the same
+  choices, those past what frees its items once).
 * Next: the loop rules the explicit model runs (:func:`~chunkproof.spec.scheduler_loops.
   schedule_step`, written once for both: the running loop's ``continue``, the waiting loop's
   ``break``, from C9 the ``skip`` of a zero after the split) over Z3 terms, then ``arrange``:
@@ -68,8 +71,8 @@ from chunkproof.model.step import stage_order
 from chunkproof.spec.interface import as_term
 from chunkproof.spec.request_symbolic import Cell, SymbolicRequest, cells
 from chunkproof.spec.scheduler_loops import (
+    DECODING,
     FINISHED,
-    RUNNING,
     WAITING,
     Got,
     Ops,
@@ -78,6 +81,7 @@ from chunkproof.spec.scheduler_loops import (
     alone_fit,
     least_eligible,
     schedule_step,
+    settle,
     theta_cap,
 )
 from chunkproof.spec.scheduler_step import (
@@ -127,6 +131,8 @@ class StepTerms:
     whether the step scheduled nothing, and the flags the system properties read."""
 
     target: list[Any]
+    decoded: list[Any]
+    """Per request, whether the running loop reached it decoding."""
     unsafe: Any
     unchanged: Any
     unfinished: Any
@@ -191,6 +197,10 @@ class SymbolicSchedulerStep:
         self.rules = step_loop_rules(policy)
         self.encoder_call = call_rules(policy.stage("encoder"))
         check_encoder_call(policy, sum(1 for layout in cell.layouts if layout))
+        self.decodes = self.encoder_call is not None and any(cell.layouts)
+        """Whether a request can decode (:data:`~chunkproof.spec.scheduler_loops.DECODING`):
+        some request carries items and the encoder call has a free margin rule (a margin
+        that is 0 keeps every advance 0)."""
         patterns = list(dict.fromkeys(cell.layouts))
         self.templates = [
             SymbolicRequest(policy, dataclasses.replace(cell.engine, layout=p), None, main=False)
@@ -331,11 +341,18 @@ class SymbolicSchedulerStep:
     def _held(self, template: SymbolicRequest, c: Any, e: Any) -> Any:
         """:func:`~chunkproof.model.encoder_items.referenced_embeds` of one template's request
         at (c, e); 0 without items or call rules (as the explicit model's)."""
+        if not template.cell.layout or self.encoder_call is None:
+            return 0
+        margin = self._margin(template)
+        return template.call(referenced_embeds, [template.view, c, e, margin])
+
+    def _margin(self, template: SymbolicRequest) -> Any:
+        """One template's free margin (0 without items or call rules, as
+        :func:`~chunkproof.spec.scheduler_step.free_margins`)."""
         rules = self.encoder_call
         if not template.cell.layout or rules is None:
             return 0
-        margin = template.call(rules.margin, [template.view])
-        return template.call(referenced_embeds, [template.view, c, e, margin])
+        return template.call(rules.margin, [template.view])
 
     # -- Next ------------------------------------------------------------------------------------
 
@@ -366,8 +383,10 @@ class SymbolicSchedulerStep:
         got_chunk = [_pick(mine[i], done.chunk) for i in range(k)]
         got_admitted = [_pick(mine[i], done.admitted) for i in range(k)]
         got_encoded = [_pick(mine[i], done.encoded) for i in range(k)]
-        target = self._arrange(state, got_chunk, got_admitted, got_encoded)
-        unchanged = z3.And(z3.Not(done.unsafe), z3.Sum(got_chunk) == 0)
+        decoded = [_pick(mine[i], done.decoded) for i in range(k)]
+        taken = [got_chunk[i] + self._advance(action, i) for i in range(k)]
+        target = self._arrange(state, taken, got_admitted, got_encoded)
+        unchanged = z3.And(z3.Not(done.unsafe), z3.Sum(got_chunk) == 0, z3.Not(z3.Or(*decoded)))
         each = Positions(
             phase,
             c,
@@ -378,6 +397,7 @@ class SymbolicSchedulerStep:
         alone = alone_fit(Z3_OPS, each, cap(b), z3.BoolVal(True))
         return StepTerms(
             target,
+            decoded,
             done.unsafe,
             unchanged,
             z3.Or(*[ph != FINISHED for ph in phase]),
@@ -390,29 +410,38 @@ class SymbolicSchedulerStep:
         """The eligible count the action sets with the adaptive floor, else ``None``."""
         return action[1] if self.adaptive else None
 
+    def _advance(self, action: list[Any], i: int) -> Any:
+        """Request ``i``'s decode advance the action sets (0 in a cell whose requests never
+        decode: :attr:`decodes`)."""
+        return action[-self.k + i] if self.decodes else 0
+
     def _arrange(
-        self, state: list[Any], chunk: list[Any], admitted: list[Any], encoded: list[Any]
+        self, state: list[Any], taken: list[Any], admitted: list[Any], encoded: list[Any]
     ) -> list[Any]:
-        """The next state: c += chunk, the phases, the ranks sorted by (group, old rank),
-        group 0 the running list, 1 the admitted, 2 the waiting queue, 3 the finished, and e
-        (0 once finished) (``SchedulerStepModel.step`` and ``arrange``)."""
+        """The next state (``SchedulerStepModel.step`` and ``arrange``): each request where
+        :func:`~chunkproof.spec.scheduler_loops.settle` puts it after ``taken`` tokens (its
+        chunk, or its decode advance), e 0 once finished, and the ranks sorted by (group, old
+        rank)."""
         k = self.k
         phase, c, rank, _ = fields(state)
-        after = [c[i] + chunk[i] for i in range(k)]
         keys = []
         new_phase = []
+        new_c = []
         new_e = []
         for i in range(k):
-            finished = after[i] >= self.ends[i]
-            moved = z3.Or(phase[i] == RUNNING, admitted[i])
-            new_phase.append(z3.If(finished, FINISHED, z3.If(moved, RUNNING, phase[i])))
-            new_e.append(z3.If(finished, 0, encoded[i]))
-            group = z3.If(finished, 3, z3.If(admitted[i], 1, z3.If(moved, 0, 2)))
-            keys.append(group * k + rank[i])
+
+            def held_at(at_c: Any, i: int = i) -> Any:
+                return self.of(i, self._held(self._template(i), at_c, encoded[i]))
+
+            place = settle(Z3_OPS, phase[i], c[i], taken[i], admitted[i], self.ends[i], held_at)
+            new_phase.append(place.phase)
+            new_c.append(place.c)
+            new_e.append(z3.If(place.phase == FINISHED, 0, encoded[i]))
+            keys.append(place.group * k + rank[i])
         new_rank = [
             z3.Sum([z3.If(keys[j] < keys[i], 1, 0) for j in range(k) if j != i]) for i in range(k)
         ]
-        return [v for i in range(k) for v in (new_phase[i], after[i], new_rank[i], new_e[i])]
+        return [v for i in range(k) for v in (new_phase[i], new_c[i], new_rank[i], new_e[i])]
 
     # -- the SymbolicModel interface --------------------------------------------------------------
 
@@ -420,8 +449,11 @@ class SymbolicSchedulerStep:
         return [z3.Int(f"{name}_{part}{i}") for i in range(self.k) for part in STATE_FIELDS]
 
     def action(self, name: str) -> list[Any]:
-        """The budget b, and with the adaptive floor the eligible count n (module docstring)."""
-        return [z3.Int(name), *([z3.Int(f"{name}.eligible")] if self.adaptive else [])]
+        """The budget b, with the adaptive floor the eligible count n, and where a request
+        can decode (:attr:`decodes`) each request's decode advance (module docstring)."""
+        eligible = [z3.Int(f"{name}.eligible")] if self.adaptive else []
+        advances = [z3.Int(f"{name}.decode{i}") for i in range(self.k)] if self.decodes else []
+        return [z3.Int(name), *eligible, *advances]
 
     def init(self, state: list[Any]) -> Any:
         """Every request waiting at c0 with no item encoded, in any arrival order."""
@@ -437,11 +469,25 @@ class SymbolicSchedulerStep:
     def guard(self, state: list[Any], action: list[Any]) -> Any:
         """Any budget 1..M (SPEC S4 ``adversarial``), and any eligible count from
         :func:`~chunkproof.spec.scheduler_loops.least_eligible` up."""
-        budget = z3.And(action[0] >= 1, action[0] <= self.whole)
+        budget = z3.And(action[0] >= 1, action[0] <= self.whole, *self._decode_guard(state, action))
         if not self.adaptive:
             return budget
         least = least_eligible(Z3_OPS, fields(state).phase, action[0], self.whole)
         return z3.And(budget, action[1] >= least)
+
+    def _decode_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
+        """Each decoding request the running loop reaches advances by 1..its free margin,
+        every other request by 0 (``SchedulerStepModel.step``)."""
+        if not self.decodes:
+            return []
+        reached = self.step(state, action).decoded
+        guards = []
+        for i in range(self.k):
+            advance = self._advance(action, i)
+            margin = self.of(i, self._margin(self._template(i)))
+            decodes = z3.And(fields(state).phase[i] == DECODING, reached[i])
+            guards.append(z3.If(decodes, z3.And(advance >= 1, advance <= margin), advance == 0))
+        return guards
 
     def next(self, state: list[Any], action: list[Any]) -> list[Any]:
         return self.step(state, action).target

@@ -21,14 +21,13 @@ from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.model.system_counterexample import RequestStep, SystemCounterexample, SystemStep
-from chunkproof.spec.scheduler_loops import WAITING, least_eligible
+from chunkproof.spec.scheduler_loops import DECODING, RUNNING, WAITING, least_eligible
 from chunkproof.spec.scheduler_step import (
     FIELDS,
     PHASE_NAMES,
     SchedulerBatch,
     SchedulerStepModel,
     engine_encoder,
-    make_scheduler_batch,
     numpy_ops,
     shared_encoder,
 )
@@ -72,16 +71,19 @@ def run_instance(
     budgets: Sequence[int],
     max_seqs: int,
     eligible: Sequence[int] | None = None,
+    decodes: Sequence[Sequence[int]] | None = None,
 ) -> Run:
     """The steps of ``instance`` from Init with the waiting queue ``arrival`` (labels), offered
     ``budgets`` in order, with the adaptive floor at the ``eligible`` counts (``None``: the
-    floor off) (module docstring), and the states they pass through. The run ends early where
-    the model's search would stop (a step that breaks P0, or after which every request has
-    finished)."""
+    floor off), each decoding request the running loop reaches advancing by its entry of
+    ``decodes`` (per step, per position of the state row; ``None``: 1 each) (module
+    docstring), and the states they pass through. The run ends early where the model's search
+    would stop (a step that breaks P0, or after which every request has finished), and where
+    the step has no transition with the given advances."""
     model = SchedulerStepModel(
         policy, [instance], symmetry=False, max_seqs=max_seqs, adaptive=eligible is not None
     )
-    batch = make_scheduler_batch([instance])
+    batch = model.batch([instance])
     label = np.array([arrival], dtype=np.int64)
     phase = np.full(label.shape, WAITING, dtype=np.int64)
     starts = np.array([[instance[i].start for i in arrival]], dtype=np.int64)
@@ -95,12 +97,23 @@ def run_instance(
         moved = model.step(
             batch, row[None, :], np.zeros(1, dtype=np.int64), np.array([budget]), lanes
         )
-        breaks = tuple(pid for pid in model.properties if moved.bad[pid][0])
-        parts = _requests(policy, instance, row, moved.record)
+        advanced = np.stack([moved.record[f"decoded{p}"] for p in range(batch.k)], axis=1)
+        wanted = decodes[index] if decodes is not None else None
+        chosen = [
+            lane
+            for lane in range(len(moved.source))
+            if wanted is None or advanced[lane].tolist() == list(wanted)
+        ]
+        if not chosen:
+            break
+        lane = chosen[0]
+        breaks = tuple(pid for pid in model.properties if moved.bad[pid][lane])
+        record = {name: values[lane] for name, values in moved.record.items()}
+        parts = _requests(policy, instance, row, record)
         steps.append(SystemStep(budget, parts, breaks, count))
-        row = moved.target[0]
+        row = moved.target[lane]
         rows.append(row)
-        if not moved.follow[0]:
+        if not moved.follow[lane]:
             break
     return Run(tuple(steps), tuple(rows), batch)
 
@@ -109,22 +122,25 @@ def _requests(
     policy: Policy, instance: tuple[Config, ...], row: np.ndarray, record: dict[str, np.ndarray]
 ) -> tuple[RequestStep, ...]:
     """Each request's part in one step, in label order: from the state row its list, place
-    and c; from the step's record the budget it was offered (0: not reached), the encoder
-    cache the others referenced then, and its chunk. A request with encoder items runs with
-    the engine's cache and compute budget (:func:`~chunkproof.spec.scheduler_step.
-    engine_encoder`)."""
+    (a decoding request's in the running list) and c; from the step's record the budget it
+    was offered (0: not reached), the encoder cache the others referenced then, its chunk and
+    its decode advance. A request with encoder items runs with the engine's cache and compute
+    budget (:func:`~chunkproof.spec.scheduler_step.engine_encoder`)."""
     parts: dict[int, RequestStep] = {}
     places = [0] * len(PHASE_NAMES)
     encoder = shared_encoder(instance)
     for p in range(len(instance)):
         label, phase, c, _ = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
-        offered = int(record[f"offered{p}"][0])
+        offered = int(record[f"offered{p}"])
         cfg = engine_encoder(instance[label], encoder)
-        shared = int(record[f"shared{p}"][0])
+        shared = int(record[f"shared{p}"])
         stages = step(policy, cfg, c, offered, shared) if offered > 0 else None
-        scheduled = int(record[f"chunk{p}"][0]) > 0
-        parts[label] = RequestStep(PHASE_NAMES[phase], places[phase], c, scheduled, stages)
-        places[phase] += 1
+        scheduled = int(record[f"chunk{p}"]) > 0
+        listed = RUNNING if phase == DECODING else phase
+        decoded = int(record[f"decoded{p}"])
+        queue = PHASE_NAMES[phase]
+        parts[label] = RequestStep(queue, places[listed], c, scheduled, stages, decoded)
+        places[listed] += 1
     return tuple(parts[label] for label in range(len(instance)))
 
 
@@ -136,7 +152,10 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
     if any(not 1 <= b <= top for b in budgets):
         return f"a recorded budget lies outside the budget model's 1..{top}"
     eligible = [int(s.eligible or 0) for s in cx.steps] if cx.adaptive else None
-    replayed = run_instance(policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible).steps
+    decodes = [recorded_advances(s) for s in cx.steps]
+    replayed = run_instance(
+        policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible, decodes
+    ).steps
     for index, (recorded, actual) in enumerate(zip(cx.steps, replayed, strict=False)):
         phases = [np.array([PHASE_NAMES.index(r.queue)]) for r in actual.requests]
         offered = np.array([actual.budget])
@@ -167,6 +186,16 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
     if cx.property not in replayed[-1].breaks:
         return f"the last step no longer breaks {cx.property}"
     return None
+
+
+def recorded_advances(stepped: SystemStep) -> tuple[int, ...]:
+    """A recorded step's decode advances per position of its state row (a decoding request's
+    place in the running list is its position: that list comes first)."""
+    advances = [0] * len(stepped.requests)
+    for part in stepped.requests:
+        if part.queue == PHASE_NAMES[DECODING]:
+            advances[part.place] = part.decoded
+    return tuple(advances)
 
 
 def _same_crash(recorded: RequestStep, actual: RequestStep) -> RequestStep:

@@ -31,7 +31,7 @@ from chunkproof.model.counterexample import load_any
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.releases import release_root
-from chunkproof.model.system_counterexample import SystemCounterexample
+from chunkproof.model.system_counterexample import SYSTEM_SCHEMA, SystemCounterexample
 from chunkproof.spec import scheduler_step
 from chunkproof.spec.scheduler_loops import WAITING, alone
 from chunkproof.spec.scheduler_step import (
@@ -166,7 +166,7 @@ def floor_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_file_records_the_eligible_counts(cli: Cli, floor_file: Path) -> None:
     data = json.loads(floor_file.read_text())
-    assert data["schema"] == "chunkproof.system-counterexample/2"
+    assert data["schema"] == SYSTEM_SCHEMA
     assert data["engine"]["long_prefill_token_threshold_adaptive"] is True
     assert [s["eligible"] for s in data["trace"]] == [2, 1]
     assert cli("replay", str(floor_file)).code == 0

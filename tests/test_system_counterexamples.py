@@ -10,6 +10,7 @@ The instances are those of ``tests/test_scheduler_step.py``: HOL behind a split 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,15 @@ from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
 
 from chunkproof.checker.cli import main
+from chunkproof.checker.system_counterexamples import Witness, build
 from chunkproof.checker.system_picture import system_marks
 from chunkproof.checker.system_repro import system_repro_source
-from chunkproof.model.counterexample import load_any
+from chunkproof.model.builtin import get_builtin
+from chunkproof.model.config import Config, Items
+from chunkproof.model.counterexample import load_any, write_file
 from chunkproof.model.releases import release_root
 from chunkproof.model.system_counterexample import SYSTEM_SCHEMA, SystemCounterexample
+from chunkproof.spec.scheduler_step import MAX_SEQS
 
 SPLIT_ZERO = ["--block", "4", "--lookahead", "0", "--drop", "off", "--prompt", "3-4"]
 RESERVATION_ZERO = ["--block", "2", "--lookahead", "3", "--drop", "off", "--prompt", "3,10"]
@@ -242,3 +247,35 @@ def test_a_repro_under_the_per_step_threshold(cli: Cli, tmp_path: Path) -> None:
     )
     status, output = run_repro(test_file, release_root("0.33.0"), blocking_packages(tmp_path / "b"))
     assert status == 1 and "AssertionError: HOL: step" in output, output
+
+
+def test_a_decode_step_is_recorded_replayed_and_reproduced(cli: Cli, tmp_path: Path) -> None:
+    """HOL through a decode step on 0.28 (tests/test_shared_encoder.py has the instance): the
+    file records the request whose image outlives its prefill as decoding, with the tokens
+    its decode step advanced; it replays, a file whose decode step advances by 0 (where the
+    running loop reached the request) does not, the picture's lane shows the decode step,
+    and the repro fails on 0.28.0's real code at step 2, where the real
+    ``_free_encoder_inputs`` still holds the image."""
+    image = Config(block=4, prompt=12, max_sched=8, lookahead=2, drop=True, encoder_cache=4)
+    instance = (
+        replace(image, items=Items(((8, 4),))),
+        replace(image, items=Items(((0, 4),))),
+        image,
+    )
+    witness = Witness(instance, (0, 1, 2), (8, 4, 4), None, ((0, 0, 0), (0, 0, 0), (1, 0, 0)))
+    cx = build(get_builtin("vllm-0.28"), witness, "HOL", MAX_SEQS, {})
+    path = tmp_path / "hol-decoding.json"
+    write_file(path, cx.to_dict())
+    data = json.loads(path.read_text())
+    decoding = data["trace"][2]["requests"][0]
+    assert (decoding["list"], decoding["c"], decoding["decoded"]) == ("decoding", 12, 1)
+    assert cli("replay", str(path)).code == 0
+    decoding["decoded"] = 0
+    edited = tmp_path / "hol-no-decode.json"
+    edited.write_text(json.dumps(data))
+    assert cli("replay", str(edited)).code == 1
+    cells = [cell for cell in system_marks(cx).cells if cell.step == 2]
+    assert cells[0].label == "decoding: +1"
+    test_file = generate_repro(cli, path, tmp_path)
+    status, output = run_repro(test_file, release_root("0.28.0"), blocking_packages(tmp_path / "b"))
+    assert status == 1 and "AssertionError: HOL: step 2 (budget 4)" in output, output

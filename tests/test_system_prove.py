@@ -36,7 +36,13 @@ from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.certificate import holds, recheck
 from chunkproof.spec.request_symbolic import cells
 from chunkproof.spec.scheduler_loops import FINISHED, WAITING
-from chunkproof.spec.scheduler_step import FIELDS, SchedulerStepModel, request_sets
+from chunkproof.spec.scheduler_step import (
+    FIELDS,
+    SchedulerStepModel,
+    decode_advances,
+    request_sets,
+    split_action,
+)
 from chunkproof.spec.scheduler_step_symbolic import (
     SymbolicSchedulerStep,
     SystemCell,
@@ -56,6 +62,11 @@ SHARED_CACHE = {"block": "1", "lookahead": "1", "drop": "on", "threshold": "4", 
 SHARED_CACHE |= {"max_sched": "8", "layout": "2+4,6+4", "encoder_cache": "8"}
 """README's two image requests on one encoder cache: S-LIVE on 0.28 (both hold their first
 image, freed only L tokens past the prompt's end, and the second finds no room)."""
+
+DECODE = {"block": "4", "lookahead": "2", "drop": "on", "prompt": "12", "max_sched": "8"}
+DECODE |= {"layout": "8+4;0+2,4+2", "encoder_cache": "4"}
+"""An image at the prompt's end, which 0.28-0.32 free only L tokens later, through the
+request's first decode steps, beside one that needs the whole cache."""
 
 THETA = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3,20", "max_sched": "12"}
 THETA |= {"threshold": "0,5"}
@@ -255,6 +266,8 @@ FULL |= {"layout": "none;0+6"}
         ("vllm-0.28", SHARED_CACHE),
         ("vllm-0.33", SHARED_CACHE),
         ("vllm==0.28.0", SHARED_CACHE),  # real code: its own call gives the items encoded
+        ("vllm-0.28", DECODE),
+        ("vllm==0.30.0", DECODE),
     ],
 )
 def test_the_symbolic_step_is_the_explicit_one_on_every_transition(
@@ -285,8 +298,13 @@ def test_the_symbolic_step_is_the_explicit_one_on_every_transition(
             row, target = explored.states[steps.source[t]], steps.target[t]
             s, a = symbolic.state("s"), symbolic.action("a")
             solver = z3.Solver()
-            solver.add(pinned, a[0] == int(steps.action[t]))
-            solver.add(*[v == x for v, x in zip(s, _symbolic_state(row, by_pattern), strict=True)])
+            solver.add(pinned, a[0] == split_action(int(steps.action[t]))[0])
+            state = _symbolic_state(row, by_pattern)
+            if symbolic.decodes:
+                advance = decode_advances(int(steps.action[t]), 2)
+                rank = fields(state).rank
+                solver.add(*[a[-2 + i] == advance[rank[i]] for i in range(2)])
+            solver.add(*[v == x for v, x in zip(s, state, strict=True)], symbolic.guard(s, a))
             assert solver.check() == z3.sat
             found = solver.model()
             after = [found.eval(v).as_long() for v in symbolic.next(s, a)]
