@@ -604,18 +604,19 @@ class SchedulerStepModel:
         encoded = np.stack(done.encoded, axis=1)[lane]
         taken = chunk[lane] + advance
         held_after = self._held(batch, request_rows[lane])
-        places = [
-            settle(
-                numpy_ops(len(lane)),
-                phase[lane, p],
-                c[lane, p],
-                taken[:, p],
-                admitted[lane, p],
-                batch.requests.end[request_rows[lane, p]],
-                functools.partial(held_after, p, e=encoded[:, p]),
+        lanes = numpy_ops(len(lane))
+        places = []
+        for p in range(batch.k):
+
+            def held_at(at_c: np.ndarray, p: int = p) -> Any:
+                return held_after(p, at_c, encoded[:, p])
+
+            end = batch.requests.end[request_rows[lane, p]]
+            places.append(
+                settle(
+                    lanes, phase[lane, p], c[lane, p], taken[:, p], admitted[lane, p], end, held_at
+                )
             )
-            for p in range(batch.k)
-        ]
         new_phase, after, group = (np.stack(column, axis=1) for column in zip(*places, strict=True))
         target = self.arrange(batch, inst[lane], label[lane], new_phase, after, encoded, group)
         record = {name: values[lane] for name, values in record.items()}

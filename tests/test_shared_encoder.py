@@ -246,8 +246,11 @@ def test_an_image_at_the_prompt_end_is_held_through_decode_steps(
     0 gets nothing, its zero breaks the waiting loop and the text request behind that is
     blocked (HOL in step 2) until the image is freed after step 3. 0.33 frees it at c = 12,
     so the second request is admitted in step 2."""
-    instance = (IMAGE_AT_END, replace(IMAGE_AT_END, items=Items(((0, 4),))))
-    instance += (replace(IMAGE_AT_END, items=Items(())),)
+    instance = (
+        IMAGE_AT_END,
+        replace(IMAGE_AT_END, items=Items(((0, 4),))),
+        replace(IMAGE_AT_END, items=Items(())),
+    )
     budgets = [8, 4, 4, 4, 4]
     real = RealScheduler(release, instance)
     assert real.run((0, 1, 2), budgets) == expected
