@@ -109,7 +109,8 @@ def verdict_words(policy: Policy, instance: tuple[Config, ...], last: SystemStep
             " work left: the state is its own successor, so no request progresses for ever"
         )
     if pid == "STARVE":
-        label = next(i for i in unfinished if alone(i, last.budget) > 0)
+        prefilling = [i for i, part in enumerate(parts) if part.queue in ("running", "waiting")]
+        label = next(i for i in prefilling if alone(i, last.budget) > 0)
         return (
             f"offered {last.budget} tokens, the step schedules nothing (it repeats for ever "
             f"under that budget), while {name(label)} alone would get a chunk of "

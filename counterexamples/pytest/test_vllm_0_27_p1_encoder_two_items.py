@@ -1089,6 +1089,16 @@ class EncoderRun:
         object.__setattr__(self.request, "num_computed_tokens", end)
         self.scheduler._free_encoder_inputs(self.request)
 
+    def holds(self) -> bool:
+        """Whether the request still references an entry of the cache (``_free_encoder_inputs``
+        has not freed every item it allocated; an entry no request references stays cached,
+        freeable)."""
+        request_id = self.request.request_id
+        return any(
+            request_id in self.manager.cached.get(feature.identifier, ())
+            for feature in self.request.mm_features
+        )
+
     def finished(self) -> None:
         """The request finished: every entry it references is freed (``_free_request``)."""
         self.manager.free(self.request)

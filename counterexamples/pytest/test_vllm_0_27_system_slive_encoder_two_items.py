@@ -209,6 +209,12 @@ def encoders() -> dict[int, EncoderRun]:
     return runs
 
 
+def holds(encoders: dict[int, EncoderRun], label: int) -> bool:
+    """Whether request ``label``'s encoder entries still reference an item (a request past
+    its prefill end then decodes, in the running list, until they free it)."""
+    return label in encoders and encoders[label].holds()
+
+
 class Step(NamedTuple):
     """One scheduling step: c, the budget offered, n after schedule()'s budget cap, after
     _mamba_block_aligned_split, after _reserve_prefill_lookahead, and the chunk scheduled;
@@ -245,13 +251,14 @@ class Step(NamedTuple):
 
 class Recorded(NamedTuple):
     """One recorded schedule() step: the budget offered, the stages each request a loop
-    reached got from the budget left, by request label, and with ADAPTIVE the number of
-    eligible requests the step counted (0: the requests here, plus one when the budget is
-    below WHOLE_BUDGET)."""
+    reached got from the budget left, by request label, with ADAPTIVE the number of eligible
+    requests the step counted (0: the requests here, plus one when the budget is below
+    WHOLE_BUDGET), and the tokens each decoding request's decode step advanced its c."""
 
     budget: int
     stages: dict[int, Step]
     eligible: int = 0
+    decodes: dict[int, int] = {}
 
 
 class Outcome(NamedTuple):
@@ -335,7 +342,13 @@ def test_s_live_system_live(vllm: Extracted, encoders: dict[int, EncoderRun]) ->
         if not running and not waiting:
             return
         outcome = schedule(
-            vllm, scheduler, running, waiting, c, recorded.budget, recorded.eligible, encoders
+            vllm,
+            scheduler,
+            running,
+            waiting,
+            c,
+            recorded.budget,
+            recorded.eligible, encoders, recorded.decodes,
         )
         problem = violation(vllm, scheduler, index, outcome, encoders)
         assert problem is None, f"{problem}; recorded: {recorded.stages}"
@@ -351,6 +364,7 @@ def schedule(
     budget: int,
     eligible: int,
     encoders: dict[int, EncoderRun],
+    decodes: dict[int, int],
 ) -> Outcome:
     """One schedule() step over the requests as chunkproof models it (history note 6): the
     running loop offers each running request in order the budget left and takes its chunk (a
@@ -359,20 +373,26 @@ def schedule(
     gets a chunk to the end of the running list (a zero: SPLIT_ZERO or LATER_ZERO, a skipped
     request keeping its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
-    reaches its E is done and leaves both lists. Each request is offered the budget left
-    capped by theta_eff (THETA_PER_STEP; ADAPTIVE: floored at WHOLE_BUDGET // ``eligible``,
-    the recorded count). A request with encoder items runs its
+    reaches its E is done and leaves both lists, unless its encoder entries still
+    reference an item: it is then decoding, in the running list, where the running loop runs
+    its decode step (its tokens outside the budget), advancing its c by the recorded tokens.
+    Each request is offered the budget left capped by theta_eff (THETA_PER_STEP; ADAPTIVE:
+    floored at WHOLE_BUDGET // ``eligible``, the recorded count). A request with encoder items runs its
     encoder (``encoders``, one cache): a step it takes allocates what its call scheduled
-    at once; after the step its encoder frees what it no longer needs, and all once it is done."""
+    at once; after the step its encoder frees what it no longer needs, and all once it is done
+    (past its E with no entry referenced; ``decodes``: each decode step's tokens)."""
     if not ADAPTIVE:
         eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
     if ADAPTIVE and theta > 0:
         theta = max(theta, WHOLE_BUDGET // eligible)
-    left, reached = budget, {}
+    left, reached, decoding = budget, {}, []
     for label in running:
         if left == 0:
             break
+        if c[label] >= PREFILL_ENDS[label]:
+            decoding.append(label)  # its decode step: its tokens are outside the budget
+            continue
         step = reached[label] = schedule_step(
             vllm, scheduler, c[label], offer(left, theta), label, encoders.get(label)
         )
@@ -403,10 +423,12 @@ def schedule(
     after = list(c)
     for label, step in reached.items():
         after[label] += taken(step)
-    for label, step in reached.items():
-        if label in encoders and taken(step) > 0:
+    for label in decoding:
+        after[label] += decodes.get(label, 0)
+    for label in [*reached, *decoding]:
+        if label in encoders and after[label] > c[label]:
             encoders[label].computed(after[label])
-            if after[label] >= PREFILL_ENDS[label]:
+            if after[label] >= PREFILL_ENDS[label] and not encoders[label].holds():
                 encoders[label].finished()
     return Outcome(
         budget,
@@ -415,8 +437,12 @@ def schedule(
         reached,
         broke_at,
         behind,
-        left < budget,
-        [label for label in running + admitted if after[label] < PREFILL_ENDS[label]],
+        left < budget or bool(decoding),
+        [
+            label
+            for label in running + admitted
+            if after[label] < PREFILL_ENDS[label] or holds(encoders, label)
+        ],
         [label for label in waiting if label not in admitted],
         after,
     )
@@ -1314,6 +1340,16 @@ class EncoderRun:
         needs are freed (``update_from_output``)."""
         object.__setattr__(self.request, "num_computed_tokens", end)
         self.scheduler._free_encoder_inputs(self.request)
+
+    def holds(self) -> bool:
+        """Whether the request still references an entry of the cache (``_free_encoder_inputs``
+        has not freed every item it allocated; an entry no request references stays cached,
+        freeable)."""
+        request_id = self.request.request_id
+        return any(
+            request_id in self.manager.cached.get(feature.identifier, ())
+            for feature in self.request.mm_features
+        )
 
     def finished(self) -> None:
         """The request finished: every entry it references is freed (``_free_request``)."""

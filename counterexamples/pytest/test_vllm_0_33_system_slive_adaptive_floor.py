@@ -203,13 +203,14 @@ class Step(NamedTuple):
 
 class Recorded(NamedTuple):
     """One recorded schedule() step: the budget offered, the stages each request a loop
-    reached got from the budget left, by request label, and with ADAPTIVE the number of
-    eligible requests the step counted (0: the requests here, plus one when the budget is
-    below WHOLE_BUDGET)."""
+    reached got from the budget left, by request label, with ADAPTIVE the number of eligible
+    requests the step counted (0: the requests here, plus one when the budget is below
+    WHOLE_BUDGET), and the tokens each decoding request's decode step advanced its c."""
 
     budget: int
     stages: dict[int, Step]
     eligible: int = 0
+    decodes: dict[int, int] = {}
 
 
 class Outcome(NamedTuple):
@@ -264,7 +265,13 @@ def test_s_live_system_live(vllm: Extracted) -> None:
         if not running and not waiting:
             return
         outcome = schedule(
-            vllm, scheduler, running, waiting, c, recorded.budget, recorded.eligible
+            vllm,
+            scheduler,
+            running,
+            waiting,
+            c,
+            recorded.budget,
+            recorded.eligible,
         )
         problem = violation(vllm, scheduler, index, outcome)
         assert problem is None, f"{problem}; recorded: {recorded.stages}"
@@ -287,18 +294,21 @@ def schedule(
     gets a chunk to the end of the running list (a zero: SPLIT_ZERO or LATER_ZERO, a skipped
     request keeping its place). A request whose step breaks P0 gets nothing.
     Each waiting request behind a break is run at the budget left (HOL). A request whose c
-    reaches its E is done and leaves both lists. Each request is offered the budget left
-    capped by theta_eff (THETA_PER_STEP; ADAPTIVE: floored at WHOLE_BUDGET // ``eligible``,
-    the recorded count)."""
+    reaches its E is done and leaves both lists.
+    Each request is offered the budget left capped by theta_eff (THETA_PER_STEP; ADAPTIVE:
+    floored at WHOLE_BUDGET // ``eligible``, the recorded count)."""
     if not ADAPTIVE:
         eligible = len(running) + len(waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
     if ADAPTIVE and theta > 0:
         theta = max(theta, WHOLE_BUDGET // eligible)
-    left, reached = budget, {}
+    left, reached, decoding = budget, {}, []
     for label in running:
         if left == 0:
             break
+        if c[label] >= PREFILL_ENDS[label]:
+            decoding.append(label)  # its decode step: its tokens are outside the budget
+            continue
         step = reached[label] = schedule_step(
             vllm, scheduler, c[label], offer(left, theta), label
         )
@@ -332,8 +342,12 @@ def schedule(
         reached,
         broke_at,
         behind,
-        left < budget,
-        [label for label in running + admitted if after[label] < PREFILL_ENDS[label]],
+        left < budget or bool(decoding),
+        [
+            label
+            for label in running + admitted
+            if after[label] < PREFILL_ENDS[label]
+        ],
         [label for label in waiting if label not in admitted],
         after,
     )
