@@ -319,7 +319,7 @@ def replayed(
     eligible = tuple(a[1] for a in actions) if model.adaptive else None
     decodes = tuple(
         _by_position(state, action[len(action) - model.k :] if model.decodes else None)
-        for state, action in zip(states, actions, strict=False)
+        for state, action in zip(states, actions, strict=True)
     )
     run = run_instance(model.policy, instance, arrival, budgets, model.max_seqs, eligible, decodes)
     steps = run.steps

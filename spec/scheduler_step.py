@@ -556,7 +556,6 @@ class SchedulerStepModel:
         source: np.ndarray,
         budget: np.ndarray,
         eligible: np.ndarray | None = None,
-        advance: np.ndarray | None = None,
     ) -> Transitions:
         """The transitions (states[source], budget, eligible): Next (:func:`~chunkproof.spec.
         scheduler_loops.schedule_step` over lanes) and every property; ``eligible`` is the
@@ -564,7 +563,7 @@ class SchedulerStepModel:
         request the running loop reached advances its c by any of 1..its free margin (the
         accepted tokens its decode step computed, the environment's choice; more is what the
         margin gives, all its items freed), one the loop did not reach by 0: one transition per
-        choice, unless ``advance`` (per lane and position) gives them."""
+        choice."""
         rows = states[source]
         inst = rows[:, 0]
         label, phase, c, e = (rows[:, 1 + j :: FIELDS] for j in range(FIELDS))
@@ -597,10 +596,7 @@ class SchedulerStepModel:
         record |= {f"offered{p}": np.asarray(done.offered[p]) for p in range(batch.k)}
         record |= {f"shared{p}": np.asarray(done.shared[p]) for p in range(batch.k)}
         record["left"] = np.asarray(done.left)
-        if advance is None:
-            lane, advance = self._advances(batch, request_rows, c, decoded)
-        else:
-            lane = np.arange(len(rows))
+        lane, advance = self._advances(batch, request_rows, c, decoded)
         encoded = np.stack(done.encoded, axis=1)[lane]
         taken = chunk[lane] + advance
         held_after = self._held(batch, request_rows[lane])

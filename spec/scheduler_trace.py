@@ -182,7 +182,11 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
                 f"{list(recorded.breaks)}, replayed {list(actual.breaks)}"
             )
     if len(replayed) < len(cx.steps):
-        return f"the replay stops after step {len(replayed) - 1}: the rest cannot be taken"
+        return (
+            f"the replay stops after step {len(replayed) - 1}: the rest cannot be taken (every "
+            "request finished, a step broke P0, or the next step's recorded decode advances "
+            "are none it allows)"
+        )
     if cx.property not in replayed[-1].breaks:
         return f"the last step no longer breaks {cx.property}"
     return None

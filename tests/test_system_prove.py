@@ -12,6 +12,7 @@ none, which it reports as BOUNDED, never PROVED.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ from chunkproof.checker.system_counterexamples import build
 from chunkproof.checker.system_prove import BOUNDED, prove_system, replayed
 from chunkproof.checker.traces import ModelMismatch
 from chunkproof.model.builtin import get_builtin
-from chunkproof.model.config import Config
+from chunkproof.model.config import Config, Items
 from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import LoopRules
 from chunkproof.proofs import chc, isolated
@@ -38,6 +39,7 @@ from chunkproof.spec.request_symbolic import cells
 from chunkproof.spec.scheduler_loops import FINISHED, WAITING
 from chunkproof.spec.scheduler_step import (
     FIELDS,
+    MAX_SEQS,
     SchedulerStepModel,
     decode_advances,
     request_sets,
@@ -49,7 +51,7 @@ from chunkproof.spec.scheduler_step_symbolic import (
     fields,
     system_cells,
 )
-from chunkproof.spec.scheduler_trace import replay
+from chunkproof.spec.scheduler_trace import replay, run_instance
 from chunkproof.spec.space import Space
 
 HOL_RANGE = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3-4", "max_sched": "8"}
@@ -144,6 +146,38 @@ def test_a_trace_that_does_not_replay_is_an_error() -> None:
     assert isinstance(found, SolverTrace)
     with pytest.raises(ModelMismatch):
         replayed(model, "HOL", found)
+
+
+def test_a_solver_trace_through_a_decode_step_replays() -> None:
+    """HOL through a decode step on 0.28 (tests/test_shared_encoder.py): a text request, the
+    request whose image ends its prompt and one with images at 0 that need the whole cache,
+    as a solver trace of the three-request cell (each request's decode advance in the action)
+    replays on the explicit model, its witness and trace lines naming the decode step."""
+    texts = DECODE | {"layout": "none;8+4;0+2,4+2"}
+    policy = get_builtin("vllm-0.28")
+    (cell,) = [
+        cell
+        for cell in system_cells(space_of(texts), 3)
+        if [len(layout) for layout in cell.layouts] == [0, 1, 2]
+    ]
+    model = SymbolicSchedulerStep(policy, cell)
+    text = Config(block=4, prompt=12, max_sched=8, lookahead=2, drop=True, encoder_cache=4)
+    instance = [
+        text,
+        replace(text, items=Items(((8, 4),))),
+        replace(text, items=Items(((0, 2), (4, 2)))),
+    ]
+    budgets, decodes = (8, 4, 4), ((0, 0, 0), (0, 0, 0), (1, 0, 0))
+    run = run_instance(policy, tuple(instance), (1, 2, 0), budgets, MAX_SEQS, None, decodes)
+    states = [_symbolic_state(row, [0, 1, 2]) for row in run.rows[:3]]
+    actions = [[8, 0, 0, 0], [4, 0, 0, 0], [4, 0, 1, 0]]
+    solver = z3.Solver()
+    solver.add(_pinned(model, instance))
+    assert solver.check() == z3.sat
+    found = SolverTrace(solver.model(), states[:2], actions[:2], states[2], actions[2], 3)
+    got, witness, lines = replayed(model, "HOL", found)
+    assert got == tuple(instance) and witness.decodes == decodes
+    assert "#1 decodes 1" in lines[2] and "c=12, e=1, decoding" in lines[2]
 
 
 def test_cli(tmp_path: Path, cli: Cli) -> None:
