@@ -152,13 +152,15 @@ def render_system(marks: SystemMarks, path: Path) -> Path:
 
 
 def _draw_cell(ax: Axes, cell: Cell) -> None:
-    """The request's progress bar in the step (c/T before, the chunk darker), its list and
-    what it got above, c before and after below; a zero is a red X."""
+    """The request's progress bar in the step (c/T before, the chunk darker; a decoding
+    request's bar runs to its c after the step, past T), its list and what it got above, c
+    before and after below; a zero is a red X."""
     left, width, y = cell.step - 0.4, 0.8, cell.lane
+    scale = max(cell.total, cell.after)
     ax.barh(y, width, left=left, height=0.22, color=ADMITTED, zorder=1)
-    done = width * cell.before / cell.total
+    done = width * cell.before / scale
     ax.barh(y, done, left=left, height=0.22, color=DONE, zorder=2)
-    ax.barh(y, width * (cell.after - cell.before) / cell.total, left=left + done, height=0.22,
+    ax.barh(y, width * (cell.after - cell.before) / scale, left=left + done, height=0.22,
             color=BAR, zorder=3)  # fmt: skip
     colour = RED if cell.zero else "black"
     ax.text(cell.step, y - 0.17, cell.label, ha="center", va="bottom", fontsize=8, color=colour)
