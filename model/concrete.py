@@ -28,6 +28,12 @@ class ScalarDomain(FoldingLogic):
     def number(self, value: Value) -> bool:
         return isinstance(value, int)
 
+    def truthy(self, value: Value) -> Value:
+        return bool(value)
+
+    def integer(self, value: Value) -> Value:
+        return int(value)
+
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         return then if cond else other
 

@@ -62,6 +62,7 @@ from chunkproof.model.subset import (
     _BINOPS,
     _CMPOPS,
     BoundMember,
+    Conflict,
     Domain,
     Interpreter,
     Member,
@@ -197,7 +198,7 @@ _SPECIAL = (StdlibName, Closure, Method, Logger, LaneSet, LaneDict, LaneList, _R
 
 def is_domain(value: Value) -> bool:
     """Whether ``value`` is a number or boolean of some domain (not data of this module)."""
-    return not isinstance(value, (*_SIMPLE, *_SPECIAL, _Conflict))
+    return not isinstance(value, (*_SIMPLE, *_SPECIAL, Conflict))
 
 
 def plain(value: Value) -> Value:
@@ -275,6 +276,7 @@ def validate(func: SubsetFunction) -> None:
             f"{func.where(node)}: {func.name}: decorators and */** parameters are outside the "
             "subset"
         )
+    subset.check_nesting(func)
     stack: list[ast.AST] = list(ast.iter_child_nodes(node))
     while stack:
         child = stack.pop()
@@ -358,14 +360,6 @@ class _Loop:
 
     broken: list[tuple[Value, dict[str, Value]]] = field(default_factory=list)
     continued: list[tuple[Value, dict[str, Value]]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class _Conflict:
-    """A variable that holds different objects on different lanes (the loop variable after a
-    loop, say); reading it is an error, since no lane-wise form of it exists."""
-
-    what: str
 
 
 MAX_DEPTH = 64
@@ -452,7 +446,7 @@ class ImperativeInterpreter(Interpreter):
             return then
         if type(then) is type(other) and isinstance(then, LaneSet | LaneDict | LaneList):
             return self._merge_containers(cond, then, other)
-        return _Conflict(f"{_kind(then)} on some lanes and {_kind(other)} on others")
+        return Conflict(f"{_kind(then)} on some lanes and {_kind(other)} on others")
 
     def _merge_maybe(self, cond: Value, then: Value, other: Value) -> Value:
         d = self.domain
@@ -548,7 +542,7 @@ class ImperativeInterpreter(Interpreter):
             for target in stmt.targets:
                 self._delete(func, target, frame)
         elif isinstance(stmt, ast.Assert):
-            ok = self._truthy(self._expr(func, stmt.test, frame.env, frame.active))
+            ok = self._test(func, stmt.test, frame.env, frame.active)
             self._crash(func, stmt, d.and_(frame.active, d.not_(ok)), "assertion failed", frame)
         elif isinstance(stmt, ast.Raise):
             self._crash(func, stmt, frame.active, "raise", frame)
@@ -693,7 +687,7 @@ class ImperativeInterpreter(Interpreter):
         env = frame.env
         try:
             for _ in range(MAX_ITERATIONS):
-                cond = self._truthy(self._expr(func, stmt.test, env, looping))
+                cond = self._test(func, stmt.test, env, looping)
                 live = d.and_(looping, cond)
                 left = d.or_(left, d.and_(looping, d.not_(cond)))
                 if self._decided(live) is False:
@@ -771,9 +765,9 @@ class ImperativeInterpreter(Interpreter):
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp):
             return self._comprehension(func, node, env, active)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return d.not_(self._truthy(self._expr(func, node.operand, env, active)))
+            return self._test(func, node, env, active)
         if isinstance(node, ast.IfExp):
-            cond = self._truthy(self._expr(func, node.test, env, active))
+            cond = self._test(func, node.test, env, active)
             known = d.truth(cond)
             if known is not None:
                 return self._expr(func, node.body if known else node.orelse, env, active)
@@ -789,14 +783,11 @@ class ImperativeInterpreter(Interpreter):
         return super()._expr(func, node, env, active)
 
     def _truthy(self, value: Value) -> Value:
-        """Python's truth of ``value`` as a domain boolean."""
+        """Python's truth of ``value`` as a domain boolean (SPEC Q1), for this module's values
+        too: a container is true where it has a member, an object always."""
         d = self.domain
-        if value is None:
-            return False
-        if isinstance(value, str | tuple):
-            return bool(value)
         if isinstance(value, Bounded):
-            return value.value
+            return super()._truthy(value.value)
         if isinstance(value, Maybe):
             return d.and_(value.present, self._truthy(value.value))
         if isinstance(value, LaneSet | LaneDict | LaneList):
@@ -806,22 +797,7 @@ class ImperativeInterpreter(Interpreter):
             return found
         if isinstance(value, SourceObject | BoundMember | SubsetFunction):
             return True
-        return value
-
-    def _bool_op(
-        self, func: SubsetFunction, node: ast.BoolOp, env: Mapping[str, Value], active: Value
-    ) -> Value:
-        d = self.domain
-        is_and = isinstance(node.op, ast.And)
-        value = self._truthy(self._expr(func, node.values[0], env, active))
-        live = active
-        for operand in node.values[1:]:
-            live = d.and_(live, value if is_and else d.not_(value))
-            if d.truth(live) is False:
-                break
-            right = self._truthy(self._expr(func, operand, env, live))
-            value = d.and_(value, right) if is_and else d.or_(value, right)
-        return value
+        return super()._truthy(value)
 
     def _compare(
         self, func: SubsetFunction, node: ast.Compare, env: Mapping[str, Value], active: Value
@@ -934,7 +910,7 @@ class ImperativeInterpreter(Interpreter):
             scope = {**env, comp.target.id: value}
             keep = d.and_(active, member)
             for cond in comp.ifs:
-                keep = d.and_(keep, self._truthy(self._expr(func, cond, scope, keep)))
+                keep = d.and_(keep, self._test(func, cond, scope, keep))
             if d.truth(keep) is False:
                 continue
             items.append((self._expr(func, node.elt, scope, keep), keep))
@@ -960,7 +936,7 @@ class ImperativeInterpreter(Interpreter):
     ) -> Value:
         if name in env:
             value = env[name]
-            if isinstance(value, _Conflict):
+            if isinstance(value, Conflict):
                 raise SubsetError(f"{func.where(node)}: {name!r} holds {value.what}")
             return value
         if name in ("True", "False", "None"):
@@ -983,7 +959,7 @@ class ImperativeInterpreter(Interpreter):
         if isinstance(base, SourceObject):
             if node.attr in base.attributes:
                 value = base.attributes[node.attr]
-                if isinstance(value, _Conflict):
+                if isinstance(value, Conflict):
                     raise SubsetError(f"{func.where(node)}: {node.attr!r} holds {value.what}")
                 return value
             member = base.cls.members.get(node.attr) if base.cls else None

@@ -127,6 +127,13 @@ class _Domain(FoldingLogic):
         is checked when a real form evaluates it)."""
         return True
 
+    def truthy(self, value: Value) -> Value:
+        self.reads.use(value, "condition", self.where)
+        return bool(value) if self._known(value) else UNKNOWN
+
+    def integer(self, value: Value) -> Value:
+        return int(value) if isinstance(value, bool) else value
+
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         known = self.truth(cond)
         if known is not None:

@@ -26,6 +26,15 @@ number, ``None < n``, a returned tuple) is a one-line :class:`SubsetError` namin
 never a traceback. Every domain bounds plain integers
 (:data:`~chunkproof.model.errors.MAX_BITS`).
 
+**Python's meaning (SPEC Q1).** Every form computes what CPython computes: ``a and b`` is ``b``
+on the lanes where ``a`` is true and ``a`` elsewhere (``or`` the other way round), so it yields
+an operand, not a boolean; a condition (``if``, ``x if c else y``, ``assert``, ``not``, a
+generator's filter) takes an integer's truth (non-zero); booleans are the integers 0 and 1 in
+arithmetic, orderings, ``min``/``max`` and a policy's result. A value the array and solver
+forms cannot hold lane-wise (a string on some lanes and a number on others, from ``x or "s"``
+or from the two branches of an ``if``) is a :class:`SubsetError` where it is read, naming the
+line.
+
 **Crashes (SPEC P0).** A lane that fails an ``assert``, reaches a ``raise`` or divides by zero
 while it is live is a crash: the interpreter reports the condition to the domain
 (:meth:`Domain.crash`) and the lane stops there, as Python would stop. ``and``/``or`` and
@@ -64,6 +73,14 @@ class Domain(Protocol):
         """Whether ``value`` is an integer or a boolean of this domain (arithmetic, ordering,
         ``min``/``max`` and a policy's result need one)."""
 
+    def truthy(self, value: Value) -> Value:
+        """Python's truth of a number of this domain, as a domain boolean: an integer is true
+        where it is not 0 (SPEC Q1)."""
+
+    def integer(self, value: Value) -> Value:
+        """A number of this domain as an integer: a boolean is 0 or 1, as in Python's
+        arithmetic (SPEC Q1)."""
+
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         """Lane-wise ``then if cond else other``."""
 
@@ -71,13 +88,14 @@ class Domain(Protocol):
         """``+ - * // %`` and the comparisons ``< <= > >= == !=``."""
 
     def and_(self, left: Value, right: Value) -> Value:
-        """Boolean conjunction."""
+        """Conjunction of two domain booleans (the interpreter's lane masks and conditions;
+        Python's ``and`` on values is :meth:`Interpreter._bool_op`)."""
 
     def or_(self, left: Value, right: Value) -> Value:
-        """Boolean disjunction."""
+        """Disjunction of two domain booleans."""
 
     def not_(self, value: Value) -> Value:
-        """Boolean negation."""
+        """Negation of a domain boolean."""
 
     def neg(self, value: Value) -> Value:
         """Integer negation."""
@@ -229,6 +247,7 @@ def validate(func: SubsetFunction) -> None:
         raise SubsetError(
             f"{func.where(node)}: {func.name}: positional-only parameters are outside the subset"
         )
+    check_nesting(func)
     stack: list[tuple[ast.AST, ast.AST]] = [(c, node) for c in ast.iter_child_nodes(node)]
     while stack:
         child, parent = stack.pop()
@@ -236,6 +255,26 @@ def validate(func: SubsetFunction) -> None:
         _check_node(func, child, at)
         if not isinstance(child, ast.Raise):
             stack.extend((c, at) for c in ast.iter_child_nodes(child))
+
+
+MAX_NESTING = 100
+"""Deepest syntax tree a function of the subset may have: an ``elif`` chain or an expression
+nests one level per branch or operator (vLLM's own functions nest at most 14 deep), and the
+interpreter recurses once per level."""
+
+
+def check_nesting(func: SubsetFunction) -> None:
+    """Refuse a function whose syntax tree is deeper than :data:`MAX_NESTING`, before any
+    evaluation (a bound checked before work starts), naming the first node that deep."""
+    stack: list[tuple[ast.AST, int]] = [(func.node, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise SubsetError(
+                f"{func.where(node)}: {func.name} nests more than {MAX_NESTING} levels deep "
+                "(a long elif chain or expression); the policy subset stops there"
+            )
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
 def _check_node(func: SubsetFunction, child: ast.AST, at: ast.AST) -> None:
@@ -382,6 +421,14 @@ class BoundMember:
 # -- the interpreter ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Conflict:
+    """A value that differs in kind between lanes (a string on some, a number on others): no
+    lane-wise form of it exists, so reading it is an error (SPEC Q1)."""
+
+    what: str
+
+
 class _Frame:
     """Execution state of one function body: variables, live lanes, and the returned value."""
 
@@ -422,6 +469,11 @@ class Interpreter:
         try:
             frame = _Frame(self._bind(func, args, dict(kwargs or {}), active), active)
             self._block(func, func.node.body, frame)
+        except RecursionError:
+            raise SubsetError(
+                f"{func.where(func.node)}: {func.name}: calls and branches nest too deeply "
+                "to interpret"
+            ) from None
         finally:
             self.depth -= 1
         if self.domain.truth(frame.active) is not False:
@@ -510,7 +562,7 @@ class Interpreter:
         elif isinstance(stmt, ast.If):
             self._if(func, stmt, frame)
         elif isinstance(stmt, ast.Assert):
-            ok = self._expr(func, stmt.test, frame.env, frame.active)
+            ok = self._test(func, stmt.test, frame.env, frame.active)
             self._crash(func, stmt, d.and_(frame.active, d.not_(ok)), "assertion failed", frame)
         elif isinstance(stmt, ast.Raise):
             self._crash(func, stmt, frame.active, "raise", frame)
@@ -529,7 +581,7 @@ class Interpreter:
 
     def _if(self, func: SubsetFunction, stmt: ast.If, frame: _Frame) -> None:
         d = self.domain
-        cond = self._truthy(self._expr(func, stmt.test, frame.env, frame.active))
+        cond = self._test(func, stmt.test, frame.env, frame.active)
         known = self._decided(cond)
         if known is not None:
             self._block(func, stmt.body if known else stmt.orelse, frame)
@@ -555,16 +607,56 @@ class Interpreter:
         frame.env = merged
 
     def _truthy(self, value: Value) -> Value:
-        """A condition's value as a domain boolean (the subset's conditions already are)."""
-        return value
+        """Python's truth of ``value`` as a domain boolean (SPEC Q1): a string, ``None`` or a
+        tuple by Python's rule, a number of the domain by :meth:`Domain.truthy`."""
+        if value is None or isinstance(value, (str, tuple)):
+            return bool(value)
+        return self.domain.truthy(value)
+
+    def _test(
+        self, func: SubsetFunction, node: ast.expr, env: Mapping[str, Value], active: Value
+    ) -> Value:
+        """The truth of ``node`` used as a condition, a domain boolean (SPEC Q1). Only its
+        truth matters there, so ``and``/``or``/``not`` combine their operands' truths (as
+        Python's truth of ``a and b`` is ``a``'s and ``b``'s), each operand evaluated only on
+        the lanes Python evaluates it on."""
+        d = self.domain
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return d.not_(self._test(func, node.operand, env, active))
+        if not isinstance(node, ast.BoolOp):
+            return self._truthy(self._expr(func, node, env, active))
+        is_and = isinstance(node.op, ast.And)
+        truth = self._test(func, node.values[0], env, active)
+        live = active
+        for operand in node.values[1:]:
+            live = d.and_(live, truth if is_and else d.not_(truth))
+            if d.truth(live) is False:
+                break
+            right = self._test(func, operand, env, live)
+            truth = d.and_(truth, right) if is_and else d.or_(truth, right)
+        return truth
 
     def _decided(self, cond: Value) -> bool | None:
         """Whether ``cond`` holds on every live lane (True), on none (False), or is open."""
         return self.domain.truth(cond)
 
     def merge(self, cond: Value, then: Value, other: Value) -> Value:
-        """Lane-wise ``then if cond else other``, for the values the subset has."""
-        return then if then is other else self.domain.ite(cond, then, other)
+        """Lane-wise ``then if cond else other``, for the values the subset has: numbers of
+        the domain, equal strings or ``None``, tuples element by element; anything else is a
+        :class:`Conflict` (SPEC Q1)."""
+        d = self.domain
+        if then is other:
+            return then
+        known = d.truth(cond)
+        if known is not None:
+            return then if known else other
+        if d.number(then) and d.number(other):
+            return d.ite(cond, then, other)
+        if isinstance(then, tuple) and isinstance(other, tuple) and len(then) == len(other):
+            return tuple(self.merge(cond, a, b) for a, b in zip(then, other, strict=True))
+        if isinstance(then, _PLAIN) and type(then) is type(other) and then == other:
+            return then
+        return Conflict(f"{_kind(then)} on some lanes and {_kind(other)} on others")
 
     # -- expressions --------------------------------------------------------------------------
 
@@ -584,16 +676,16 @@ class Interpreter:
             right = self._expr(func, node.right, env, active)
             return self._binop(func, node, _BINOPS[type(node.op)], left, right, active)
         if isinstance(node, ast.UnaryOp):
-            operand = self._expr(func, node.operand, env, active)
             if isinstance(node.op, ast.Not):
-                return d.not_(operand)
+                return self._test(func, node, env, active)
+            operand = self._expr(func, node.operand, env, active)
             return d.neg(self._number(func, node, operand, "unary -"))
         if isinstance(node, ast.BoolOp):
             return self._bool_op(func, node, env, active)
         if isinstance(node, ast.Compare):
             return self._compare(func, node, env, active)
         if isinstance(node, ast.IfExp):
-            cond = self._expr(func, node.test, env, active)
+            cond = self._test(func, node.test, env, active)
             known = d.truth(cond)
             if known is not None:
                 return self._expr(func, node.body if known else node.orelse, env, active)
@@ -604,7 +696,7 @@ class Interpreter:
                 return self._expr(func, node.body, env, live_then)
             then = self._expr(func, node.body, env, live_then)
             other = self._expr(func, node.orelse, env, live_else)
-            return d.ite(cond, then, other)
+            return self._merged(func, node, cond, then, other)
         if isinstance(node, ast.Tuple):
             return tuple(self._expr(func, elt, env, active) for elt in node.elts)
         if isinstance(node, ast.Call):
@@ -629,24 +721,44 @@ class Interpreter:
     def _bool_op(
         self, func: SubsetFunction, node: ast.BoolOp, env: Mapping[str, Value], active: Value
     ) -> Value:
-        """``a and b`` / ``a or b``: each operand only on the lanes Python evaluates it on."""
+        """``a and b`` is ``b`` where ``a`` is true and ``a`` elsewhere; ``a or b`` is ``a``
+        where ``a`` is true and ``b`` elsewhere: an operand, as in Python (SPEC Q1). Each
+        operand is evaluated only on the lanes Python evaluates it on."""
         d = self.domain
         is_and = isinstance(node.op, ast.And)
         value = self._expr(func, node.values[0], env, active)
         live = active
         for operand in node.values[1:]:
-            live = d.and_(live, value if is_and else d.not_(value))
+            truth = self._truthy(value)
+            onward = truth if is_and else d.not_(truth)
+            live = d.and_(live, onward)
             if d.truth(live) is False:
                 break
             right = self._expr(func, operand, env, live)
-            value = d.and_(value, right) if is_and else d.or_(value, right)
+            value = self._merged(func, node, onward, right, value)
+        return value
+
+    def _merged(
+        self, func: SubsetFunction, node: ast.expr, cond: Value, then: Value, other: Value
+    ) -> Value:
+        """:meth:`merge` of an expression's two values, which is read at once: a
+        :class:`Conflict` is an error naming the expression (SPEC Q1)."""
+        value = self.merge(cond, then, other)
+        if isinstance(value, Conflict):
+            raise SubsetError(
+                f"{func.where(node)}: {ast.unparse(node)!r} in {func.name} is {value.what}, "
+                "which no lane-wise form holds"
+            )
         return value
 
     def _name(
         self, func: SubsetFunction, node: ast.AST, name: str, env: Mapping[str, Value]
     ) -> Value:
         if name in env:
-            return env[name]
+            value = env[name]
+            if isinstance(value, Conflict):
+                raise SubsetError(f"{func.where(node)}: {name!r} in {func.name} holds {value.what}")
+            return value
         if name in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[name]
         if name in func.namespace:
@@ -795,7 +907,7 @@ class Interpreter:
             scope = {**env, comp.target.id: item}
             keep: Value = True
             for cond in comp.ifs:
-                keep = d.and_(keep, self._expr(func, cond, scope, d.and_(active, keep)))
+                keep = d.and_(keep, self._test(func, cond, scope, d.and_(active, keep)))
             value = self._expr(func, gen.elt, scope, d.and_(active, keep))
             self._number(func, call, value, "min" if is_min else "max")
             better = d.binop("<" if is_min else ">", value, best)

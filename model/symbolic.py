@@ -1,10 +1,12 @@
 """The symbolic form of a subset function: the same syntax tree evaluated over Z3 terms.
 
 Integers are Z3 ``Int`` terms (or Python ints for concrete parameters), conditions Z3 ``Bool``
-terms. ``//`` and ``%`` keep Python's floor semantics for any divisor sign: ``//`` is SMT-LIB
-``div`` for a positive divisor (which floors there) and ``-left div -right`` otherwise, and ``%``
-is ``left - right * (left // right)``. The conditions under which the code raises (SPEC P0: a
-failed ``assert``, a ``raise``, a division by zero) are collected in :attr:`Z3Domain.crashed`.
+terms. A boolean meeting an integer (``True + 1``, ``b == 1``, ``min(b, n)``, ``b or n``) is the
+integer 0 or 1 there, as in Python (SPEC Q1); two booleans stay a ``Bool``. ``//`` and ``%``
+keep Python's floor semantics for any divisor sign: ``//`` is SMT-LIB ``div`` for a positive
+divisor (which floors there) and ``-left div -right`` otherwise, and ``%`` is ``left - right *
+(left // right)``. The conditions under which the code raises (SPEC P0: a failed ``assert``, a
+``raise``, a division by zero) are collected in :attr:`Z3Domain.crashed`.
 """
 
 from __future__ import annotations
@@ -21,11 +23,23 @@ def _is_term(value: Value) -> bool:
     return isinstance(value, z3.ExprRef)
 
 
+def _boolean(value: Value) -> bool:
+    """Whether ``value`` is a boolean: a Python ``bool`` or a Z3 ``Bool`` term."""
+    return isinstance(value, (bool, z3.BoolRef))
+
+
 def _condition(value: Value) -> Value:
     """Python truthiness: an integer term used as a condition means ``value != 0``."""
     if isinstance(value, z3.ArithRef):
         return value != 0
     return value
+
+
+def integer(value: Value) -> Value:
+    """A boolean as the integer 0 or 1, as in Python's arithmetic (SPEC Q1)."""
+    if isinstance(value, z3.BoolRef):
+        return z3.If(value, 1, 0)
+    return int(value) if isinstance(value, bool) else value
 
 
 class Z3Domain(FoldingLogic):
@@ -52,6 +66,12 @@ class Z3Domain(FoldingLogic):
     def number(self, value: Value) -> bool:
         return isinstance(value, (int, z3.ArithRef, z3.BoolRef))
 
+    def truthy(self, value: Value) -> Value:
+        return _condition(value) if _is_term(value) else bool(value)
+
+    def integer(self, value: Value) -> Value:
+        return integer(value)
+
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         known = self.truth(cond)
         if known is not None:
@@ -59,11 +79,15 @@ class Z3Domain(FoldingLogic):
         cond = _condition(cond)
         if isinstance(then, bool) and isinstance(other, bool):
             return z3.And(cond, then) if other is False else z3.Or(z3.Not(cond), then)
+        if not (_boolean(then) and _boolean(other)):
+            then, other = self.integer(then), self.integer(other)
         return z3.If(cond, then, other)
 
     def binop(self, op: str, left: Value, right: Value) -> Value:
         if not (_is_term(left) or _is_term(right)):
             return _concrete(op, left, right)
+        if op not in ("==", "!=") or not (_boolean(left) and _boolean(right)):
+            left, right = self.integer(left), self.integer(right)
         if op == "//":
             return self._floordiv(left, right)
         if op == "%":
@@ -91,16 +115,18 @@ class Z3Domain(FoldingLogic):
         return z3.Not(_condition(value)) if _is_term(value) else not value
 
     def neg(self, value: Value) -> Value:
-        return -value
+        return -self.integer(value)
 
     def minimum(self, left: Value, right: Value) -> Value:
         if not (_is_term(left) or _is_term(right)):
             return min(left, right)
+        left, right = self.integer(left), self.integer(right)
         return z3.If(left <= right, left, right)
 
     def maximum(self, left: Value, right: Value) -> Value:
         if not (_is_term(left) or _is_term(right)):
             return max(left, right)
+        left, right = self.integer(left), self.integer(right)
         return z3.If(left >= right, left, right)
 
     def crash(self, cond: Value, where: str) -> None:

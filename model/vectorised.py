@@ -41,6 +41,9 @@ _OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+_ARITHMETIC = frozenset({"+", "-", "*", "//", "%"})
+
+
 def _is_array(value: Value) -> bool:
     return isinstance(value, np.ndarray)
 
@@ -64,6 +67,14 @@ def _magnitude(value: Value) -> int:
     if not value.size:
         return 0
     return max(abs(int(value.max())), abs(int(value.min())))
+
+
+def integer(value: Value) -> Value:
+    """Booleans as int64 lanes or Python ints (SPEC Q1): NumPy's own arithmetic on booleans is
+    logical (``True + True`` is ``True``) or refused (``-True``), not Python's."""
+    if _is_array(value):
+        return value.astype(np.int64) if value.dtype == np.bool_ else value
+    return int(value) if isinstance(value, (bool, np.bool_)) else value
 
 
 class NumpyDomain(FoldingLogic):
@@ -94,6 +105,14 @@ class NumpyDomain(FoldingLogic):
             return bool(value.dtype.kind in "biu")
         return isinstance(value, (int, np.integer, np.bool_))
 
+    def truthy(self, value: Value) -> Value:
+        if _is_array(value):
+            return value if value.dtype == np.bool_ else value != 0
+        return bool(value)
+
+    def integer(self, value: Value) -> Value:
+        return integer(value)
+
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         known = self.truth(cond)
         if known is not None:
@@ -102,6 +121,8 @@ class NumpyDomain(FoldingLogic):
         return np.where(cond, then, other)
 
     def binop(self, op: str, left: Value, right: Value) -> Value:
+        if op in _ARITHMETIC:
+            left, right = self.integer(left), self.integer(right)
         arrays = _lanes(left, right)
         if not arrays:
             if op in ("//", "%") and not right:
@@ -134,7 +155,7 @@ class NumpyDomain(FoldingLogic):
         return not value
 
     def neg(self, value: Value) -> Value:
-        return -value
+        return -self.integer(value)
 
     def minimum(self, left: Value, right: Value) -> Value:
         if _lanes(left, right):
