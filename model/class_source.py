@@ -29,6 +29,16 @@ would answer it at run time:
   ``apply()``) runs when POLICY names it (``patch.py:apply``). Nothing else a module does at
   import can change a class, so everything else is ignored; a value glue cannot know (a call
   of a library) is an error only if a reached function uses it.
+* **The base tree's own module bindings (SPEC Q2).** ``scheduler.py`` and the package
+  ``__init__`` files Python runs to import it (:data:`~chunkproof.model.extraction.
+  PACKAGE_INITS`, innermost first) are evaluated the same way, after their definitions are
+  read as the tree's: ``Scheduler.m = f``, ``setattr`` and the other patches above apply to
+  the tree's classes, and a function they install resolves the names its module binds at
+  import (``orig = Scheduler.m``). What would change which class or function a name of such a
+  module denotes and that glue does not follow (a second ``class Scheduler``, rebinding a
+  class or a function the module defines or imports, assigning a module's attribute,
+  ``globals()``, ``global``, ``del``) is one :class:`~chunkproof.model.errors.PolicyError`
+  naming file, line and construct, never ignored.
 * **Wrappers.** A wrapper that forwards ``*args``/``**kwargs`` to the function it wraps takes
   that function's remaining parameters instead (with their constant defaults), and passes them
   on by name; any other use of ``*args`` or ``**kwargs`` is outside the policy subset. In code of
@@ -57,13 +67,17 @@ from typing import Any
 
 from chunkproof.model.errors import PolicyError, SubsetError
 from chunkproof.model.extraction import (
+    MAX_SOURCE_BYTES,
+    PACKAGE_INITS,
     SCHEDULER_FILE,
     Collector,
     DirectoryTree,
     SourceError,
     global_names,
+    parse_source,
     stripped,
 )
+from chunkproof.model.files import read_bytes
 from chunkproof.model.source_model import Outside, check, fill_namespaces
 from chunkproof.model.subset import Member, SourceClass, SubsetFunction
 
@@ -150,6 +164,7 @@ class _Identity:
 
 
 _WRAPS = frozenset({"functools.wraps", "wraps"})
+_DYNAMIC_BINDERS = frozenset({"globals", "vars", "locals", "exec", "eval", "__import__"})
 _GLUE_BUILTINS = {
     "setattr": "setattr",
     "staticmethod": "staticmethod",
@@ -172,6 +187,12 @@ class _UserModule:
     env: dict[str, Any] = field(default_factory=dict)
     state: str = "new"
     """``new``, ``running`` or ``done``."""
+    of_tree: bool = False
+    """A module of the base tree (SPEC Q2): its ``def`` and ``class`` statements are the
+    tree's own definitions, which glue does not re-read."""
+    kinds: dict[str, str] = field(default_factory=dict)
+    """In a tree module, how each module-level name was first bound: ``def``, ``class``,
+    ``import`` or ``value`` (:meth:`_Glue.bind`)."""
 
 
 @dataclass(frozen=True)
@@ -247,6 +268,9 @@ class ClassLoader:
         self._depth = 0
         self.files: dict[str, bytes] = {}
         """Every user file read, by label (its bytes, for the policy's fingerprint)."""
+        self.bound: dict[str, _UserModule] = {}
+        """The base tree's modules on the scheduler's import path, evaluated as glue."""
+        self._bind_import_path()
 
     # -- modules ----------------------------------------------------------------------------
 
@@ -256,13 +280,13 @@ class ClassLoader:
         module = self.user.get(rel)
         if module is None:
             label = str(path)
+            data = read_bytes(path, "policy source", MAX_SOURCE_BYTES)
             try:
-                data = path.read_bytes()
-                tree = ast.parse(data.decode("utf-8"), filename=label)
-            except (OSError, UnicodeDecodeError) as exc:
-                raise PolicyError(f"{label}: cannot read: {exc}") from None
-            except SyntaxError as exc:
-                raise PolicyError(f"{label}:{exc.lineno}: syntax error: {exc.msg}") from None
+                tree = parse_source(data.decode("utf-8"), label)
+            except UnicodeDecodeError as exc:
+                raise PolicyError(f"{label}: not UTF-8 text (byte {exc.start})") from None
+            except SourceError as exc:
+                raise PolicyError(str(exc)) from None
             self.files[label] = data
             module = _UserModule(rel, label, path, tree)
             self.user[rel] = module
@@ -271,6 +295,33 @@ class ClassLoader:
             _Glue(self, module).run_module()
             module.state = "done"
         return module
+
+    def _bind_import_path(self) -> None:
+        """Evaluate ``scheduler.py``, then the package ``__init__`` files on its import path
+        that the tree has, as Python runs them at import (SPEC Q2; module docstring)."""
+        for rel in (SCHEDULER_FILE, *PACKAGE_INITS):
+            if rel == SCHEDULER_FILE or self.collector.tree.read(rel) is not None:
+                self.bound_module(rel)
+
+    def bound_module(self, rel: str) -> _UserModule:
+        """Tree module ``rel`` with its import-time statements evaluated as glue, once."""
+        module = self.bound.get(rel)
+        if module is None:
+            try:
+                parsed = self.collector.module(rel)
+            except SourceError as exc:
+                raise PolicyError(str(exc)) from None
+            module = _UserModule(rel, parsed.label, Path(parsed.label), parsed.tree, of_tree=True)
+            self.bound[rel] = module
+        if module.state == "new":
+            module.state = "running"
+            _Glue(self, module).run_module()
+            module.state = "done"
+        return module
+
+    def glue_module(self, rel: str) -> _UserModule | None:
+        """The module ``rel`` evaluated as glue: a user module or a bound tree module."""
+        return self.user.get(rel) or self.bound.get(rel)
 
     def policy_module(self) -> _UserModule:
         """The policy file as a user module."""
@@ -360,6 +411,8 @@ class ClassLoader:
         if found is None:
             if module.partition(".")[0] in sys.stdlib_module_names:
                 full = f"{module}.{name}"
+                if full == "typing.TYPE_CHECKING":
+                    return Constant(False)
                 return Builtin(full) if full in _WRAPS else Opaque(f"{where}: {full}")
             return Missing(module, where)
         if found[0] == "user":
@@ -499,11 +552,27 @@ class ClassLoader:
                 if found is not None:
                     local[name] = self._namespace_value(found, name, label, node)
         else:
+            for name, value in self._import_bindings(fv, names).items():
+                synthetic[name] = self._namespace_value(value, name, label, node)
             try:
                 self.collector.link(fv.rel, node, frozenset(synthetic))
             except SourceError as exc:
                 raise PolicyError(str(exc)) from None
         return function
+
+    def _import_bindings(self, fv: FunctionValue, names: set[str]) -> dict[str, Any]:
+        """The global names of tree function ``fv`` that its module binds at import other
+        than by a ``def`` or an import (``orig = Scheduler.m`` in a patched ``scheduler.py``,
+        SPEC Q2), with their values; the extraction resolves the others."""
+        module = self.bound.get(fv.rel)
+        if module is None:
+            return {}
+        parsed = self.collector.module(fv.rel)
+        return {
+            name: module.env[name]
+            for name in sorted(names)
+            if name in module.env and name not in parsed.functions and name not in parsed.imports
+        }
 
     def _glue_lookup(self, fv: FunctionValue, name: str) -> Any:
         """What global name ``name`` of user function ``fv`` is bound to, or ``None``."""
@@ -756,11 +825,16 @@ class ClassLoader:
         )
 
     def fingerprint(self) -> str:
-        """sha256 over the bytes of every file the policy was read from (the user's files and
-        the base tree's ``scheduler.py``), in a fixed order."""
+        """sha256 over the bytes of every file the policy was read from (the user's files, the
+        base tree's package ``__init__`` files that patched a class, and its ``scheduler.py``),
+        in a fixed order."""
         digest = hashlib.sha256()
         scheduler = self.sources.scheduler or self.sources.base / SCHEDULER_FILE
-        parts = sorted(self.files.items())
+        patching = {_location(where)[0] for _, _, where in self.patched}
+        inits = [m.path for rel, m in self.bound.items() if rel != SCHEDULER_FILE]
+        files = dict(self.files)
+        files.update((str(path), path.read_bytes()) for path in inits if str(path) in patching)
+        parts = sorted(files.items())
         parts.append((str(scheduler), scheduler.read_bytes()))
         for label, data in parts:
             digest.update(hashlib.sha256(label.encode()).digest())
@@ -986,12 +1060,12 @@ class _Glue:
 
     def call(self, fv: FunctionValue, args: list[Any], node: ast.AST) -> Any:
         """A call of a user function at import: its body, evaluated as glue."""
-        if not fv.user:
-            return Opaque(f"the result of {fv.node.name}() at {self.where(node)}")
         loader = self.loader
+        module = loader.glue_module(fv.rel)
+        if module is None:
+            return Opaque(f"the result of {fv.node.name}() at {self.where(node)}")
         if loader._depth >= _MAX_GLUE_DEPTH:
             raise PolicyError(f"{self.where(node)}: import-time calls nest too deeply")
-        module = loader.user[fv.rel]
         glue = self if module is self.module else _Glue(loader, module)
         scope: dict[str, Any] = {}
         params = fv.node.args.args
@@ -1033,19 +1107,24 @@ class _Glue:
         self, stmt: ast.stmt, scope: dict[str, Any], closure: Mapping[str, Any] | None
     ) -> None:
         loader = self.loader
+        self.refuse_dynamic_binding(stmt)
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             self.imports(stmt, scope)
         elif isinstance(stmt, ast.FunctionDef):
             inner: Mapping[str, Any] | None = None
             if scope is not self.module.env:
                 inner = scope if closure is None else ChainMap(scope, dict(closure))
-            fv = FunctionValue(stmt, self.module.rel, True, inner)
-            scope[stmt.name] = self.decorate(fv, stmt, scope, closure)
+            fv = FunctionValue(stmt, self.module.rel, not self.module.of_tree, inner)
+            self.bind(scope, stmt.name, self.decorate(fv, stmt, scope, closure), "def", stmt)
         elif isinstance(stmt, ast.AsyncFunctionDef):
-            scope[stmt.name] = Opaque(f"an async function ({self.where(stmt)})")
+            value = Opaque(f"an async function ({self.where(stmt)})")
+            self.bind(scope, stmt.name, value, "def", stmt)
         elif isinstance(stmt, ast.ClassDef):
-            bases = [self.expr(b, scope, closure) for b in stmt.bases]
-            scope[stmt.name] = loader.register_user_class(self.module, stmt, bases)
+            if self.module.of_tree:
+                self.bind(scope, stmt.name, self.tree_class(stmt, scope), "class", stmt)
+            else:
+                bases = [self.expr(b, scope, closure) for b in stmt.bases]
+                scope[stmt.name] = loader.register_user_class(self.module, stmt, bases)
         elif isinstance(stmt, ast.Assign):
             value = self.expr(stmt.value, scope, closure)
             for target in stmt.targets:
@@ -1074,10 +1153,74 @@ class _Glue:
                 f"{self.where(stmt)}: the module raises at import (chunkproof evaluates its "
                 "import-time statements statically)"
             )
+        elif self.module.of_tree and scope is self.module.env and _stored_names(stmt):
+            raise PolicyError(
+                f"{self.where(stmt)}: a {type(stmt).__name__.lower()} statement binds "
+                f"{', '.join(sorted(_stored_names(stmt)))} at import, which chunkproof does not "
+                "evaluate statically (SPEC Q2)"
+            )
         elif _patches(stmt):
             raise PolicyError(
                 f"{self.where(stmt)}: a {type(stmt).__name__.lower()} statement that changes a "
                 "class at import is outside what chunkproof evaluates statically"
+            )
+
+    def bind(self, scope: dict[str, Any], name: str, value: Any, kind: str, stmt: ast.AST) -> None:
+        """``name = value`` in ``scope``. In a tree module, a module-level name bound by a
+        ``def``, a ``class`` or an import is bound once (imports of it may repeat): chunkproof
+        reads the tree's definitions by name, so any other second binding is refused rather
+        than ignored (SPEC Q2)."""
+        module = self.module
+        if module.of_tree and scope is module.env:
+            first = module.kinds.setdefault(name, kind)
+            again = name in scope and {first, kind} not in ({"import"}, {"value"})
+            if again:
+                raise PolicyError(
+                    f"{self.where(stmt)}: {name!r} is bound again at import (by a {kind}; a "
+                    f"{first} bound it first): Python uses the last binding, chunkproof reads "
+                    "one definition per name of a vLLM module (SPEC Q2)"
+                )
+        scope[name] = value
+
+    def tree_class(self, stmt: ast.ClassDef, scope: dict[str, Any]) -> Any:
+        """A ``class`` statement of a tree module: the tree's class (read from its body);
+        refused when a decorator could replace it (SPEC Q2)."""
+        if scope is not self.module.env:
+            return Opaque(f"a class defined in a function ({self.where(stmt)})")
+        if stmt.decorator_list:
+            raise PolicyError(
+                f"{self.where(stmt)}: class {stmt.name} is decorated; a decorator can replace "
+                "the class at import, which chunkproof cannot evaluate statically (SPEC Q2)"
+            )
+        key = (self.module.rel, stmt.name)
+        self.loader.classes.setdefault(key, stmt)
+        return ClassValue(key)
+
+    def refuse_dynamic_binding(self, stmt: ast.stmt) -> None:
+        """``global``, ``nonlocal``, ``del`` of a name or attribute, and calls of
+        ``globals``, ``vars``, ``locals``, ``exec``, ``eval`` or ``__import__`` at import can
+        rebind what a module's names or a class's members are; glue does not follow them, so
+        they are refused (SPEC Q2)."""
+        what = None
+        if isinstance(stmt, (ast.Global, ast.Nonlocal)):
+            what = f"`{type(stmt).__name__.lower()} {', '.join(stmt.names)}`"
+        elif isinstance(stmt, ast.Delete):
+            what = f"`del {', '.join(ast.unparse(t) for t in stmt.targets)[:60]}`"
+        elif not isinstance(
+            stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.Try, ast.With)
+        ):
+            for node in ast.walk(stmt):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in _DYNAMIC_BINDERS
+                ):
+                    what = f"a call of {node.func.id}()"
+                    break
+        if what is not None:
+            raise PolicyError(
+                f"{self.where(stmt)}: {what} at import can rebind a module's names or a "
+                "class's members, which chunkproof cannot evaluate statically (SPEC Q2)"
             )
 
     def imports(self, stmt: ast.Import | ast.ImportFrom, scope: dict[str, Any]) -> None:
@@ -1085,21 +1228,28 @@ class _Glue:
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname:
-                    scope[alias.asname] = loader.import_value(
+                    value = loader.import_value(
                         alias.name, None, module.rel, module.label, stmt.lineno, 0
                     )
+                    self.bind(scope, alias.asname, value, "import", stmt)
                 else:
                     top = alias.name.partition(".")[0]
-                    scope[top] = loader.import_value(
-                        top, None, module.rel, module.label, stmt.lineno, 0
-                    )
+                    value = loader.import_value(top, None, module.rel, module.label, stmt.lineno, 0)
+                    self.bind(scope, top, value, "import", stmt)
             return
         for alias in stmt.names:
             if alias.name == "*":
+                if module.of_tree:
+                    raise PolicyError(
+                        f"{self.where(stmt)}: `from {stmt.module} import *` at import can "
+                        "rebind any name of the module, which chunkproof cannot evaluate "
+                        "statically (SPEC Q2)"
+                    )
                 continue
-            scope[alias.asname or alias.name] = loader.import_value(
+            value = loader.import_value(
                 stmt.module or "", alias.name, module.rel, module.label, stmt.lineno, stmt.level
             )
+            self.bind(scope, alias.asname or alias.name, value, "import", stmt)
 
     def decorate(
         self,
@@ -1121,7 +1271,7 @@ class _Glue:
                 if isinstance(value, FunctionValue):
                     value = _with_kind(value, applied.name)
                 continue
-            if isinstance(applied, FunctionValue) and applied.user:
+            if isinstance(applied, FunctionValue) and self.loader.glue_module(applied.rel):
                 value = self.call(applied, [value], decorator)
                 continue
             value = Opaque(f"decorated with {ast.unparse(decorator)} at {self.where(decorator)}")
@@ -1136,11 +1286,22 @@ class _Glue:
         stmt: ast.stmt,
     ) -> None:
         if isinstance(target, ast.Name):
-            scope[target.id] = value
+            self.bind(scope, target.id, value, "value", stmt)
         elif isinstance(target, ast.Attribute):
             owner = self.expr(target.value, scope, closure)
             if isinstance(owner, ClassValue):
                 self.loader.patch(owner.key, target.attr, value, self.where(stmt))
+            elif isinstance(owner, ModuleValue) and self.loader.find_module(owner.name):
+                raise PolicyError(
+                    f"{self.where(stmt)}: assigns {ast.unparse(target)[:60]}, a name of another "
+                    "module, at import; chunkproof reads each module's own bindings and does "
+                    "not follow this (SPEC Q2)"
+                )
+            elif self.module.of_tree and not isinstance(owner, Missing):
+                raise PolicyError(
+                    f"{self.where(stmt)}: assigns {ast.unparse(target)[:60]} at import, and "
+                    "chunkproof cannot tell statically what it changes (SPEC Q2)"
+                )
         elif isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
                 self.assign(
@@ -1201,6 +1362,13 @@ class _Glue:
                     and isinstance(args[1].value, str)
                 ):
                     loader.patch(args[0].key, args[1].value, args[2], self.where(node))
+                elif (args and isinstance(args[0], (ClassValue, ModuleValue))) or (
+                    self.module.of_tree and not (args and isinstance(args[0], Missing))
+                ):
+                    raise PolicyError(
+                        f"{self.where(node)}: {ast.unparse(node)[:60]} at import: chunkproof "
+                        "cannot tell statically which class member or name it sets (SPEC Q2)"
+                    )
                 return Constant(None)
             kinds = ("staticmethod", "classmethod", "property")
             wrapped = args[0] if len(args) == 1 else None
@@ -1234,6 +1402,15 @@ def _always_raises(body: list[ast.stmt]) -> bool:
     if isinstance(last, ast.If):
         return _always_raises(last.body) and _always_raises(last.orelse)
     return False
+
+
+def _stored_names(stmt: ast.stmt) -> set[str]:
+    """The names a statement glue does not evaluate binds (``for`` targets, walrus, ...)."""
+    return {
+        node.id
+        for node in ast.walk(stmt)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    }
 
 
 def _patches(stmt: ast.stmt) -> bool:

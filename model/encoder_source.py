@@ -37,6 +37,7 @@ from chunkproof.model.extraction import (
     SourceError,
     SourceTree,
     package_root,
+    parse_source,
     stripped,
     top_imports,
 )
@@ -103,10 +104,7 @@ class _Modules:
             label = self.tree.label(rel)
             if text is None:
                 raise SourceError(f"{label}: no such file")
-            try:
-                self.parsed[rel] = ast.parse(text, filename=label)
-            except SyntaxError as exc:
-                raise SourceError(f"{label}:{exc.lineno}: syntax error: {exc.msg}") from None
+            self.parsed[rel] = parse_source(text, label)
         return self.parsed[rel]
 
     def namespace(self, rel: str) -> _Namespace:
@@ -279,8 +277,8 @@ def _scheduler_methods(tree: SourceTree) -> set[str]:
     if text is None:
         return set()
     try:
-        module = ast.parse(text)
-    except SyntaxError:
+        module = parse_source(text, SCHEDULER_FILE)
+    except SourceError:
         return set()
     return {
         f.name

@@ -7,7 +7,9 @@ and ``manifest.json`` (version, wheel name and sha256, and each file's sha256). 
 wheel is fetched with ``pip download --no-deps --only-binary=:all:`` into a temporary directory
 beside the cache entry, those files are extracted with :mod:`zipfile`, and the wheel is deleted,
 so a machine downloads each wheel at most once. An entry whose files no longer match its
-manifest is fetched again. vLLM is never imported or installed.
+manifest, or that was written before a file joined :data:`ALWAYS_FILES`, is fetched again
+(once: the fetch holds a per-version lock file, and a run that waited for it finds the entry
+complete). vLLM is never imported or installed.
 
 ``<cache>`` is ``$CHUNKPROOF_CACHE`` if set, else ``$XDG_CACHE_HOME/chunkproof``, else
 ``~/.cache/chunkproof``.
@@ -15,6 +17,8 @@ manifest is fetched again. vLLM is never imported or installed.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -24,22 +28,25 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from chunkproof.model.encoder_source import ENCODER_FILES
 from chunkproof.model.errors import PolicyError
-from chunkproof.model.extraction import SCHEDULER_FILE
+from chunkproof.model.extraction import PACKAGE_INITS, SCHEDULER_FILE
 from chunkproof.model.vllm_source import source_files
 
 ALWAYS_FILES = (
     SCHEDULER_FILE,
     "vllm/v1/kv_cache_interface.py",
     "vllm/utils/math_utils.py",
+    *PACKAGE_INITS,
     *ENCODER_FILES,
 )
 """Files kept from every wheel that has them, whether or not the methods reach them: the
-split's, and those the encoder scheduling reads
+split's, the package ``__init__`` files Python runs to import it (SPEC Q2: they could patch
+the class), and those the encoder scheduling reads
 (:data:`chunkproof.model.encoder_source.ENCODER_FILES`, about 80 KB)."""
 
 MANIFEST = "manifest.json"
@@ -62,14 +69,32 @@ def release_root(version: str) -> Path:
     root = cache_dir() / f"vllm-{version}"
     if _is_complete(root):
         return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".vllm-{version}-") as tmp:
-        wheel = _download(version, Path(tmp))
-        staging = Path(tmp) / "tree"
-        _extract(wheel, staging, version)
-        wheel.unlink()
-        _install(staging, root)
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PolicyError(
+            f"the release cache {root.parent} cannot be created ({exc.strerror}); "
+            "set CHUNKPROOF_CACHE to a folder"
+        ) from None
+    with _locked(root.parent / f".vllm-{version}.lock"):
+        if _is_complete(root):  # fetched by a concurrent run while this one waited
+            return root
+        with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".vllm-{version}-") as tmp:
+            wheel = _download(version, Path(tmp))
+            staging = Path(tmp) / "tree"
+            _extract(wheel, staging, version)
+            wheel.unlink()
+            _install(staging, root)
     return root
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if absent) for the block: one fetch of a
+    release at a time on this machine (module docstring)."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _is_complete(root: Path) -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import importlib
 import inspect
 import sys
 from collections.abc import Mapping
@@ -31,10 +30,13 @@ from chunkproof.model.extraction import (
     SCHEDULER_FILE,
     Collector,
     Link,
+    SourceError,
     global_names,
+    parse_source,
     stripped,
     top_imports,
 )
+from chunkproof.model.files import read_text
 from chunkproof.model.subset import Member, SourceClass, SubsetFunction, validate
 
 _KINDS = {
@@ -217,11 +219,9 @@ def read_function(path: Path, name: str) -> SubsetFunction:
     error naming file and line."""
     label = str(path)
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=label)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"{label}: cannot read: {exc}") from None
-    except SyntaxError as exc:
-        raise PolicyError(f"{label}:{exc.lineno}: syntax error: {exc.msg}") from None
+        tree = parse_source(read_text(path, "policy source"), label)
+    except SourceError as exc:
+        raise PolicyError(str(exc)) from None
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     if name not in functions:
         raise PolicyError(f"{label}: no function named {name!r}")
@@ -253,10 +253,22 @@ def read_function(path: Path, name: str) -> SubsetFunction:
 
 def _imported(spec: tuple[str, str | None, int], name: str, label: str) -> Any:
     """What an imported name of a user's file means to the subset: a function of chunkproof's
-    own (trusted: its module is imported), else a marker that using it is an error."""
+    model (``chunkproof.model.*``) whose module the checker has already loaded, else a marker
+    that using it is an error. A user's file never causes an import, not even of chunkproof's
+    own modules (SPEC Q2: importing one runs its import-time code)."""
     module, imported, line = spec
-    if module.partition(".")[0] == "chunkproof" and imported is not None:
-        value = getattr(importlib.import_module(module), imported, None)
-        if inspect.isfunction(value) and value.__module__.startswith("chunkproof."):
+    loaded = sys.modules.get(module) if module.startswith(_MODEL_PACKAGE) else None
+    if loaded is not None and imported is not None:
+        value = getattr(loaded, imported, None)
+        if inspect.isfunction(value) and value.__module__.startswith(_MODEL_PACKAGE):
             return value
-    return Outside(f"{label}:{line}: {name!r} is imported from {module}")
+    reason = f"{label}:{line}: {name!r} is imported from {module}"
+    if module.partition(".")[0] == "chunkproof":
+        reason += (
+            ", which is not a loaded module of chunkproof's model (a policy file never causes "
+            "an import)"
+        )
+    return Outside(reason)
+
+
+_MODEL_PACKAGE = "chunkproof.model."

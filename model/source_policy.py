@@ -55,14 +55,17 @@ from chunkproof.model.class_source import (
 )
 from chunkproof.model.config import Config
 from chunkproof.model.encoder_source import with_source_encoder
-from chunkproof.model.errors import PolicyError, SubsetError
+from chunkproof.model.errors import ChunkproofError, PolicyError, SubsetError
 from chunkproof.model.extraction import (
     RESERVE_METHOD,
     SCHEDULER_FILE,
     SPLIT_METHOD,
     UNCACHED_PARAM,
+    SourceError,
     package_root,
+    parse_source,
 )
+from chunkproof.model.files import read_text
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.releases import MANIFEST, release_root
 from chunkproof.model.schedule_source import (
@@ -139,8 +142,8 @@ def names_class(text: str) -> bool:
     if not path.is_file():
         return False
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError):
+        tree = parse_source(read_text(path, "policy source"), str(path))
+    except (ChunkproofError, SourceError):
         return False
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == name:
@@ -248,8 +251,8 @@ def _base_tree(base: str) -> tuple[Path, str | None]:
 def _defines_scheduler(path: Path) -> bool:
     """Whether the file has a top-level ``class Scheduler`` (a ``scheduler.py``)."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError):
+        tree = parse_source(read_text(path, "policy source"), str(path))
+    except (ChunkproofError, SourceError):
         return True  # reported by the loader, with file and line
     return any(isinstance(n, ast.ClassDef) and n.name == "Scheduler" for n in tree.body)
 
@@ -390,7 +393,11 @@ def _build(
     cls = loader.source_class(key, entries, _provided())
     if target.sources.policy_file is None and target.class_name is None:
         scheduler = target.sources.scheduler or target.sources.base / SCHEDULER_FILE
-        sha = hashlib.sha256(scheduler.read_bytes()).hexdigest()
+        sha = (
+            loader.fingerprint()
+            if loader.patched
+            else hashlib.sha256(scheduler.read_bytes()).hexdigest()
+        )
         path = scheduler
     else:
         sha = loader.fingerprint()
@@ -709,6 +716,9 @@ def _summary(
         scheduler = target.sources.scheduler or base / SCHEDULER_FILE
         what = f"{release} {scheduler} (sha256 {sha[:12]}): real split"
         what += " and reservation" if reserve is not None else ""
+        if loader.patched:  # SPEC Q2: patched at import by the tree's own modules
+            where = ", ".join(f"{cls[1]}.{name} at {at}" for cls, name, at in loader.patched)
+            what += f", as patched at import ({where})"
         return f"{what} in {how}"
     where = f"class {key[1]} on {release} {base}"
     if loader.patched:

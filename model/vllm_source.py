@@ -121,7 +121,7 @@ def parse_overrides(items: list[str]) -> Overrides:
             not sep
             or parts[0] not in ("self", "request")
             or len(parts) < 2
-            or not all(part.isidentifier() for part in parts)
+            or not all(part.isidentifier() and not part.startswith("__") for part in parts)
         ):
             raise PolicyError(
                 f"--set {item}: expected self.NAME=VALUE or request.NAME=VALUE "
