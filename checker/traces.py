@@ -30,12 +30,12 @@ def violates(pid: str, cfg: Config, s: Step, window: str, high: int) -> bool:
     trace is a ``const(b)`` run and its last step yields 0 (or breaks P0)."""
     if pid == "P0":
         return s.unsafe is not None
+    if pid in props.STUCK_PROPERTIES and pid != "P7" and s.crash is None:
+        return s.budget == high and bool(props.stuck(cfg, s.c, s.chunk))  # SPEC Q3
     if s.unsafe is not None:
         return pid == "P7" and s.c < cfg.prefill_end
     if pid == "P7":
         return bool(props.stuck(cfg, s.c, s.chunk))
-    if pid in props.STUCK_PROPERTIES:
-        return s.budget == high and bool(props.stuck(cfg, s.c, s.chunk))
     if s.chunk <= 0:
         return False
     if pid == "P4" and encoder_forced(s.order, stage_values(s)):
@@ -104,13 +104,15 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
         return f"at c={last.c} with budget {last.budget}, {last.unsafe}"
     if pid == "P1":
         return (
-            f"stuck at c={last.c} < E={big_e}: even the largest budget, {last.budget}, yields 0, "
-            "and c, T and the flags never change"
+            f"stuck at c={last.c} < E={big_e}: even the largest budget, {last.budget}, yields "
+            f"{last.chunk}, and c, T and the flags never change"
         )
     if pid == "P2":
         return f"b* does not exist: at c={last.c} no budget up to {last.budget} makes progress"
     if pid == "P7":
-        why = "breaks P0" if last.unsafe is not None else "yields 0"
+        why = "breaks P0"
+        if last.crash is None and last.chunk <= 0:  # SPEC Q3: the chunk the code schedules
+            why = f"yields {last.chunk}" + (" and breaks P0" if last.unsafe is not None else "")
         return f"const({last.budget}) never finishes: at c={last.c} < E={big_e} the step {why}"
     if pid == "P3":
         claim = crossing_claim(cfg, last.c, e)

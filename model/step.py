@@ -5,6 +5,11 @@ Every stage is a clamp: it maps its input ``n`` to a value in ``[0, n]``. A step
 code raises, or one of whose stages leaves that interval, breaks SPEC P0 (SAFE): in vLLM that
 takes the engine core down (or schedules a negative or oversized chunk), so the engines record
 it as a violation and do not follow the step.
+
+SPEC Q3: a step whose code does not raise still schedules its last stage's value, ``chunk``,
+P0-violating or not (the real reservation clamps a negative split to 0 and the request is
+skipped); P1, P2 and P7 judge that chunk, ``chunk <= 0`` being no progress
+(:func:`chunkproof.spec.properties.stuck`). Only a step that raises schedules nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkproof.model import vectorised
 from chunkproof.model.config import Config
 from chunkproof.model.errors import PolicyCrash
 from chunkproof.model.policy import STAGE_NAMES, Policy
@@ -215,7 +221,7 @@ def step(policy: Policy, cfg: Config, c: int, budget: int, shared: int = 0) -> S
     n = budget
     for stage in policy.stages:
         try:
-            n = stage.function(view, c, n)
+            n = passed_on(stage.function(view, c, n))
         except CRASHES as exc:
             where = str(exc.args[0]) if isinstance(exc, PolicyCrash) else type(exc).__name__
             for later in order[order.index(stage.name) :]:
@@ -229,11 +235,12 @@ def step(policy: Policy, cfg: Config, c: int, budget: int, shared: int = 0) -> S
     return Step(c, budget, f["cap"], f["split"], f["encoder"], f["reservation"], n, None, first)
 
 
-def passed_on(value: Value) -> Value:
-    """What a stage hands the next one (SPEC S3): its value, or 0 when it has none because it
-    raised on every lane (SPEC P0 has recorded the crash; the later stages still run, as a
-    stage's input they must accept)."""
-    return 0 if value is None else value
+def passed_on(value: Value, integer: Callable[[Value], Value] = vectorised.integer) -> Value:
+    """What a stage hands the next one (SPEC S3): its value as an integer of its form
+    (``integer``: a boolean is 0 or 1, SPEC Q1), or 0 when it has none because it raised on
+    every lane (SPEC P0 has recorded the crash; the later stages still run, as a stage's input
+    they must accept)."""
+    return 0 if value is None else integer(value)
 
 
 def unsafe_lanes(values: dict[str, Value], budget: np.ndarray, order: tuple[str, ...]) -> Any:

@@ -62,7 +62,7 @@ def run(policy: Policy, cfg: Config, budgets: Sequence[int]) -> Trajectory:
         index = len(steps)
         s = step(policy, cfg, c, budgets[min(index, len(budgets) - 1)])
         steps.append(s)
-        if s.unsafe is not None or (s.chunk == 0 and index >= len(budgets) - 1):
+        if s.unsafe is not None or (s.chunk <= 0 and index >= len(budgets) - 1):
             return Trajectory(tuple(steps), finished=False)
         c = s.end
     return Trajectory(tuple(steps), finished=True)

@@ -84,8 +84,11 @@ def parse_property_ids(text: str) -> tuple[str, ...]:
 
 
 def stuck(cfg: Config, c: int, chunk: int) -> bool:
-    """P1 at state c: c < E and the chunk with the largest budget is 0 (permanent: SPEC P1)."""
-    return c < prefill_end(cfg) and chunk == 0
+    """P1 at state c: c < E and the chunk with the largest budget makes no progress (permanent:
+    SPEC P1). ``chunk`` is what the release's code schedules after every clamp it applies
+    (SPEC Q3); 0 skips the request (SPEC S3), and a negative chunk is no progress either (it
+    would move c backwards; SPEC P0 reports the stage that went below 0)."""
+    return c < prefill_end(cfg) and chunk <= 0
 
 
 def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
@@ -139,8 +142,10 @@ def ideal_steps(end: Any, start: Any, budget: Any) -> Any:
 
 
 STUCK_PROPERTIES = ("P1", "P2", "P7")
-"""Properties broken at a state whose chunk under the largest budget is 0 (:func:`stuck`): a
-livelock (P1) has no progress budget (P2) and never finishes (P7)."""
+"""Properties broken at a state whose chunk under the largest budget makes no progress
+(:func:`stuck`): a livelock (P1) has no progress budget (P2) and never finishes (P7). They judge
+every step whose code does not raise, P0-violating or not (SPEC Q3): a stage below 0 that a
+later clamp turns into a chunk of 0 is a skip the release really makes."""
 
 EDGE_PROPERTIES: dict[str, Callable[..., bool]] = {
     "P3": crosses_block_end,

@@ -10,9 +10,10 @@
 * Next: c + chunk, the policy's stages at (c, b) (:mod:`chunkproof.model.step`). A step that
   breaks P0 (the code raises, or a stage leaves [0, its input]) does not lead on: in vLLM the
   engine core is down. The prefill is over at c >= E.
-* Properties: P0, P1 (the largest budget, high, yields 0 at a reachable c < E), P3-P6 on every
-  reachable step (:mod:`chunkproof.spec.properties`); P2 and P7 are figures over the reachable
-  steps and the ``const(b)`` runs (:meth:`RequestModel.figures`).
+* Properties: P0, P1 (the largest budget, high, makes no progress at a reachable c < E: a
+  chunk <= 0 from code that does not raise, even when a stage broke P0 on the way, SPEC Q3),
+  P3-P6 on every reachable step (:mod:`chunkproof.spec.properties`); P2 and P7 are figures over
+  the reachable steps and the ``const(b)`` runs (:meth:`RequestModel.figures`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ from chunkproof.spec.space import Space
 
 STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 """The properties judged on single transitions; P2 and P7 are figures."""
+
+ALWAYS = ("P0", "P1")
+"""The step properties every transition records whichever are selected: P2, P7's ``const(b)``
+runs and the tables compare reads rest on them, so no selection changes another verdict."""
 
 BATCH_LANES = 1 << 22
 """About how many (state, budget) lanes one vectorised evaluation covers."""
@@ -250,9 +255,15 @@ class RequestModel:
     space: Space
     window: str = props.DEFAULT_WINDOW
     properties: tuple[str, ...] = STEP_PROPERTIES
+    """The step properties judged: those given, and always :data:`ALWAYS`."""
     unoffered: int = 0
     """Configurations of the space the budget range offers no budget (counted by
     :meth:`batches`; not part of any verdict)."""
+
+    def __post_init__(self) -> None:
+        self.properties = tuple(
+            pid for pid in STEP_PROPERTIES if pid in self.properties or pid in ALWAYS
+        )
 
     def batches(self) -> Iterator[Batch]:
         """The configurations of the space that are offered some budget, grouped by
@@ -346,7 +357,7 @@ class RequestModel:
         bad: dict[str, np.ndarray] = {"P0": unsafe}
         largest = budget == batch.high[lane_inst]
         stuck = _predicate(props.stuck, [view, c, chunk], size)
-        bad["P1"] = ~unsafe & largest & stuck
+        bad["P1"] = ~crashed & largest & stuck
         edges = _edge_runs(source, target, moving)
         edge_view = batch.view(lane_inst[edges.first])
         edge_args = [edge_view, c[edges.first], target[edges.first]]
@@ -364,7 +375,7 @@ class RequestModel:
             action=budget,
             target=np.stack([lane_inst, target], axis=1),
             follow=moving & (target < batch.end[lane_inst]),
-            bad={pid: m for pid, m in bad.items() if pid in self.properties or pid == "P1"},
+            bad={pid: m for pid, m in bad.items() if pid in self.properties},
             weight=np.ones(size, dtype=np.int64),
             record={"chunk": chunk, "crashed": crashed.astype(np.int64)},
         )
@@ -392,10 +403,13 @@ class RequestModel:
 
     def figures(self, batch: Batch, states: np.ndarray, steps: Transitions) -> Figures:
         """P2 and P7 for every instance from all its reachable transitions ``steps`` (leaving
-        the reachable ``states``)."""
+        the reachable ``states``). A step makes no progress when its chunk is <= 0 and its code
+        does not raise (SPEC Q3, as P1 judges it); a ``const(b)`` run also ends at a step that
+        breaks P0 (it does not lead on)."""
         inst = states[steps.source, 0]
         c = states[steps.source, 1]
-        zero = (steps.record["chunk"] == 0) & ~steps.bad["P0"] & (c < batch.end[inst])
+        crashed = steps.record["crashed"].astype(bool)
+        zero = (steps.record["chunk"] <= 0) & ~crashed & (c < batch.end[inst])
         last_zero = np.zeros(len(batch), dtype=np.int64)
         np.maximum.at(last_zero, inst[zero], steps.action[zero])
         runs = _constant_runs(batch, states, steps)

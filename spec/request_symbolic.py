@@ -30,6 +30,7 @@ from chunkproof.model.splits import prefill_end
 from chunkproof.model.step import ENCODER_VIEW_DEFAULTS, passed_on, stage_order, step_view
 from chunkproof.model.subset import SubsetFunction, parse
 from chunkproof.model.symbolic import Z3Domain, symbolic
+from chunkproof.model.symbolic import integer as symbolic_integer
 from chunkproof.spec import properties as props
 from chunkproof.spec.constraints import member
 from chunkproof.spec.request import encoder_forced
@@ -278,7 +279,7 @@ class SymbolicRequest:
             else:
                 value, crash = symbolic(stage.subset(), stage.arguments(view, c, n))
             crashed = z3.Or(crashed, crash) if crash is not False else crashed
-            n = passed_on(value)
+            n = passed_on(value, symbolic_integer)
             values[stage.name] = n
         filled: dict[str, Any] = {}
         current = b
@@ -339,14 +340,15 @@ class SymbolicRequest:
         return z3.And(z3.Not(self.unsafe(c, b)), self.stages(c, b)["chunk"] > 0)
 
     def violation(self, pid: str, state: list[Any], action: list[Any]) -> Any:
-        """The transition (c, b) violates ``pid`` (SPEC P); P1 looks at the largest budget."""
+        """The transition (c, b) violates ``pid`` (SPEC P); P1 looks at the largest budget, at
+        the chunk its code schedules unless it raises, P0-violating or not (SPEC Q3)."""
         c, b = state[0], action[0]
         if pid == "P0":
             return self.unsafe(c, b)
         if pid == "P1":
             largest = self.stages(c, self.high)
             stuck = self.call(props.stuck, [self.view, c, largest["chunk"]])
-            return z3.And(z3.Not(self.unsafe(c, self.high)), stuck)
+            return z3.And(z3.Not(largest["crashed"]), stuck)
         values = self.stages(c, b)
         e = c + values["chunk"]
         moving = z3.And(z3.Not(self.unsafe(c, b)), values["chunk"] > 0)
