@@ -6,11 +6,16 @@ arguments and prints."""
 from __future__ import annotations
 
 import argparse
+import codecs
+import io
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn
 
 from chunkproof.checker.abstraction import check_abstraction
@@ -36,7 +41,13 @@ from chunkproof.checker.graph_picture import save_graph
 from chunkproof.checker.output import RunFolder, run_folder
 from chunkproof.checker.pictures import check_picture_suffix, save_picture
 from chunkproof.checker.progress import Progress
-from chunkproof.checker.ranges import add_range_flags, budget_range, range_texts, trace_items
+from chunkproof.checker.ranges import (
+    add_range_flags,
+    ascii_int,
+    budget_range,
+    range_texts,
+    trace_items,
+)
 from chunkproof.checker.report import (
     EMPTY,
     PROVED,
@@ -50,7 +61,13 @@ from chunkproof.checker.report import (
     verdicts_document,
 )
 from chunkproof.checker.repro import SOURCE_VARIABLE, write_repro
-from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
+from chunkproof.checker.runs import (
+    PROVER_PROPERTIES,
+    ProofRun,
+    check_cell_count,
+    explore_space,
+    prove_space,
+)
 from chunkproof.checker.system import explore_system, threshold_words
 from chunkproof.checker.system_picture import save_system_picture
 from chunkproof.checker.system_prove import (
@@ -60,7 +77,7 @@ from chunkproof.checker.system_prove import (
     report_lines,
 )
 from chunkproof.checker.system_repro import any_repro_source
-from chunkproof.checker.traces import violates
+from chunkproof.checker.traces import describe, violates
 from chunkproof.model.builtin import ALIASES, builtin_policies
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample, load_any, replay_steps
@@ -70,7 +87,9 @@ from chunkproof.model.errors import (
     EXIT_UNKNOWN,
     EXIT_VIOLATED,
     ChunkproofError,
+    ConfigError,
 )
+from chunkproof.model.files import printable
 from chunkproof.model.loading import recorded_policy, resolve_policy, source_flags_given
 from chunkproof.model.policy import Policy
 from chunkproof.model.source_policy import names_class, names_source
@@ -105,9 +124,9 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 
     def convert(text: str) -> int:
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+            value = ascii_int(text, "the value")
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("the value: ")) from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{value} must be at least {minimum}")
         return value
@@ -246,22 +265,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM reached the run: it unwinds like an interrupt (the run folder drops its staging
+    folder, the worker pool is stopped) and ends with one line."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> NoReturn:
+    raise Terminated
+
+
+def _escape_unencodable(error: UnicodeError) -> tuple[str | bytes, int]:
+    """Output that the terminal's encoding cannot hold (a non-ASCII path under ``LANG=C``):
+    a byte of a file name that was not valid text goes out as that byte (surrogateescape),
+    any other character as its escape sequence (backslashreplace)."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start : error.end]
+    if all("\udc80" <= char <= "\udcff" for char in text):
+        return codecs.lookup_error("surrogateescape")(error)
+    return codecs.backslashreplace_errors(error)
+
+
+codecs.register_error("chunkproof-escape", _escape_unencodable)
+
+
+def _guard_streams() -> None:
+    """Standard output and error never fail on a character their encoding lacks."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="chunkproof-escape")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _guard_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = _HANDLERS[args.command]
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         return handler(args)
     except ChunkproofError as exc:
-        print(f"chunkproof: error: {exc}", file=sys.stderr)
+        print(f"chunkproof: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("chunkproof: interrupted", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except Terminated:
+        print("chunkproof: terminated", file=sys.stderr)
         return EXIT_UNKNOWN
     except BrokenPipeError:
         # The reader of our output went away (`| head`): not an error of ours.
         sys.stderr.close()
         return EXIT_OK
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _emit(document: dict[str, Any]) -> None:
@@ -475,10 +534,11 @@ def _trace_table(policy: Policy, cfg: Config, steps: Sequence[Step]) -> list[str
 
 
 def _budget_list(text: str) -> tuple[int, ...]:
+    """``--budgets b1,b2,...``: positive integers."""
     try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise ChunkproofError(f"--budgets: cannot read {text!r} (use 16,16,8)") from None
+        values = tuple(ascii_int(part, "--budgets") for part in text.split(","))
+    except ConfigError:
+        raise ChunkproofError(f"--budgets: cannot read {text[:40]!r} (use 16,16,8)") from None
     if not values or min(values) < 1:
         raise ChunkproofError("--budgets must list positive integers")
     return values
@@ -513,8 +573,11 @@ def _prover_space(args: argparse.Namespace, *policies: Policy, defaults: bool) -
     production range of every policy."""
     texts, budget = range_texts(args), budget_range(args)
     if texts and not defaults:
-        return user_space(texts, budget, production=True)
-    return union([production_space(policy, budget) for policy in policies])
+        space = user_space(texts, budget, production=True)
+    else:
+        space = union([production_space(policy, budget) for policy in policies])
+    check_cell_count(space)
+    return space
 
 
 def _check_size(space: Space) -> None:
@@ -705,10 +768,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if changed:
         print(f"note: the source differs from the recorded one (sha256 {cx.source_sha256})")
     if reproduces:
-        print(f"reproduces on {policy.name}: {cx.property} {cx.verdict}")
+        print(f"reproduces on {policy.name}: {cx.property} {_replayed_words(cx)}")
     else:
-        print(f"does not reproduce on {policy.name}: {difference}")
+        print(f"does not reproduce on {policy.name}: {printable(str(difference))}")
     return EXIT_OK if reproduces else EXIT_VIOLATED
+
+
+def _replayed_words(cx: Counterexample | SystemCounterexample) -> str:
+    """The verdict of a trace that reproduced, in the tool's own words for a single request
+    (SPEC C: the file's free text is untrusted); a multi-request file's, escaped."""
+    if isinstance(cx, SystemCounterexample):
+        return cx.verdict
+    return printable(describe(cx.property, cx.config, cx.steps[-1], cx.details))
 
 
 # -- conform ------------------------------------------------------------------------------------

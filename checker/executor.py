@@ -17,12 +17,14 @@ modules refuses).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import io
 import multiprocessing
 import os
 import pickle
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError
 from contextlib import contextmanager
@@ -82,8 +84,27 @@ _INHERITED: dict[str, Any] = {}
 
 
 def _inherit(function: Callable[..., Any], shared: tuple[Any, ...]) -> None:
-    """A pool worker's start: keep what it inherited from the fork."""
+    """A pool worker's start: keep what it inherited from the fork, and leave signals to the
+    parent (:func:`_quiet_worker`)."""
+    _quiet_worker()
     _INHERITED.update(function=function, shared=shared)
+
+
+PR_SET_PDEATHSIG = 1
+"""Linux prctl option: the signal a process gets when its parent dies."""
+
+
+def _quiet_worker() -> None:
+    """A worker ignores Ctrl-C (the parent stops the pool: no worker prints a traceback),
+    dies at once on SIGTERM (the parent's handler, inherited by the fork, is not its own),
+    and is killed when the parent dies, even by SIGKILL (Linux), so no worker outlives a run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
 
 
 def _call_inherited(item: Any) -> Any:

@@ -71,15 +71,20 @@ class RunFolder:
         return str(final)
 
     def commit(self) -> None:
-        """Replace each policy folder of the run by its staged one."""
-        for stem in sorted(self.policies):
-            staged = self.staging / stem
-            target = self.root / stem
+        """Replace each policy folder of the run by its staged one. A folder that is another
+        run's ``--out`` (it holds a lock file, its own or deeper) is never replaced: the run
+        stops with an error instead of deleting that run's files."""
+        targets = [self.root / stem for stem in sorted(self.policies)]
+        for target in targets:
+            _refuse_other_runs(target)
+        for target in targets:
+            staged = self.staging / target.name
             if not staged.exists():
                 staged.mkdir(parents=True)
-            retired = self.root / f".retired-{os.getpid()}-{stem}"
+            retired = self.root / f".retired-{os.getpid()}-{target.name}"
             if target.exists():
-                target.rename(retired)
+                with _held(target):
+                    target.rename(retired)
             staged.rename(target)
             shutil.rmtree(retired, ignore_errors=True)
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -113,6 +118,9 @@ def run_folder(root: Path) -> Iterator[RunFolder]:
             raise
         try:
             folder.commit()
+        except ChunkproofError:
+            folder.abandon()
+            raise
         except OSError as exc:
             folder.abandon()
             raise ChunkproofError(f"--out {root}: cannot write there: {exc.strerror}") from None
@@ -123,3 +131,35 @@ def _clear_leftovers(root: Path) -> None:
     for entry in root.iterdir():
         if entry.name.startswith((".staging-", ".retired-")):
             shutil.rmtree(entry, ignore_errors=True)
+
+
+def _refuse_other_runs(target: Path) -> None:
+    """:class:`ChunkproofError` when ``target`` is, or holds, the ``--out`` folder of another
+    run (a lock file in it or below)."""
+    if not target.is_dir():
+        return
+    lock = next(target.rglob(LOCK), None)
+    if lock is not None:
+        raise ChunkproofError(
+            f"--out {target.parent}: {lock.parent} is another run's --out folder; it is not "
+            "replaced (use --out folders that do not nest)"
+        )
+
+
+@contextmanager
+def _held(target: Path) -> Iterator[None]:
+    """An exclusive lock on ``target``'s lock file while the run moves it away: a run that
+    starts in it meanwhile stops (or, holding it first, this one does)."""
+    path = target / LOCK
+    with path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ChunkproofError(
+                f"--out {target.parent}: another run writes in {target}; it is not replaced"
+            ) from None
+        try:
+            yield
+        except BaseException:
+            path.unlink(missing_ok=True)  # the folder stays: no lock file of this run in it
+            raise

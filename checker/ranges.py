@@ -5,6 +5,7 @@ of ``trace`` that name one configuration."""
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from chunkproof.model.config import Config, Items
@@ -36,6 +37,37 @@ RANGE_HELP = {
 }
 
 
+MAX_DIGITS = 20
+"""Most digits a number on the command line may have (every input is at most 2^40; a longer
+number is refused before Python converts it)."""
+_INTEGER = re.compile(r"-?[0-9]+")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def ascii_int(text: str, flag: str) -> int:
+    """An integer written in ASCII digits (an optional ``-``), at most :data:`MAX_DIGITS`
+    long: Python's ``int()`` also reads other scripts' digits, ``_`` and spaces, which no
+    flag takes."""
+    if not _INTEGER.fullmatch(text):
+        raise ConfigError(f"{flag}: {text[:40]!r} is not an integer (ASCII digits 0-9)")
+    plain_number(text, flag)
+    return int(text)
+
+
+def plain_number(text: str, flag: str) -> str:
+    """``text`` (a range flag's value) when it is ASCII and each number in it has at most
+    :data:`MAX_DIGITS` digits; the parsers of :mod:`chunkproof.spec.space` then read it."""
+    if not text.isascii():
+        raise ConfigError(f"{flag}: {text[:40]!r} is not ASCII (numbers are digits 0-9)")
+    for number in _DIGITS.findall(text):
+        if len(number.lstrip("0")) > MAX_DIGITS:
+            raise ConfigError(
+                f"{flag}: a number of {len(number)} digits (at most {MAX_DIGITS}; the largest "
+                "value is 2^40)"
+            )
+    return text
+
+
 def add_range_flags(parser: argparse.ArgumentParser) -> None:
     """Every input of SPEC S1 as a range flag, plus ``--budget``."""
     group = parser.add_argument_group("ranges (every input; default: the command's grids)")
@@ -47,7 +79,7 @@ def add_range_flags(parser: argparse.ArgumentParser) -> None:
 def range_texts(args: argparse.Namespace) -> dict[str, str]:
     """The range flags given, by input name."""
     return {
-        item.name: value
+        item.name: plain_number(value, item.flag)
         for item in INPUTS
         if (value := getattr(args, f"range_{item.name}", None)) is not None
     }
@@ -57,7 +89,7 @@ def budget_range(args: argparse.Namespace) -> tuple[int, int] | None:
     """``--budget lo-hi`` (or one value)."""
     if getattr(args, "budget", None) is None:
         return None
-    values = parse_ints(args.budget, "--budget")
+    values = parse_ints(plain_number(args.budget, "--budget"), "--budget")
     if values.low < 1:
         raise ConfigError("--budget must be positive")
     return values.low, values.high
@@ -86,7 +118,7 @@ def trace_items(text: str | None) -> Items:
     """``trace --items``: one layout in the syntax of the range flag (``4+20,26+20``)."""
     if text is None:
         return Items()
-    layouts = parse_layouts(text)
+    layouts = parse_layouts(plain_number(text, "--items"))
     if not layouts.fixed():
         raise ConfigError(f"--items {text}: trace takes one layout (START+LENGTH,...)")
     pattern = layouts.alternatives[0]

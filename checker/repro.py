@@ -99,7 +99,7 @@ def write_repro(text: str, out: Path) -> Path:
         raise ChunkproofError(f"--pytest {out}: the test file must end in .py")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
+        out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ChunkproofError(f"--pytest {out}: cannot write: {exc.strerror}") from None
     return out
@@ -327,7 +327,7 @@ def module_source(module: ModuleType) -> tuple[list[str], str]:
     """``module`` (standard library only, beside chunkproof modules the file carries) without
     its docstring and imports: its standard-library import lines (for the top of the file)
     and the rest."""
-    text = Path(str(module.__file__)).read_text()
+    text = Path(str(module.__file__)).read_text(encoding="utf-8")
     lines = text.splitlines()
     imports, last = [], 0
     for node in ast.parse(text).body:

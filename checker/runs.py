@@ -28,17 +28,59 @@ from chunkproof.checker.report import (
 )
 from chunkproof.checker.search import explore
 from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
 from chunkproof.proofs import prover
 from chunkproof.spec.properties import WINDOW_FORMS
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.request_symbolic import CELL_INPUTS, Cell, SymbolicRequest, cells
-from chunkproof.spec.space import Grid, Space
+from chunkproof.spec.space import Bools, Grid, Ints, Layouts, Retentions, Space, TermSet, ValueSet
 
 Tick = Callable[[int, int], None]
 
 PROVER_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 """Properties the prover decides; P2 and P7 are figures, computed by the explorer."""
+MAX_CELLS = 10_000
+"""Most proof cells one run takes (a default production range has at most about 110)."""
+
+
+def value_count(values: ValueSet) -> int:
+    """How many values a set holds at most, whatever the earlier inputs (1 for a set of
+    another form: the cell inputs have none)."""
+    if isinstance(values, Ints):
+        return values.size()
+    if isinstance(values, Bools | Retentions):
+        return len(values.options)
+    if isinstance(values, Layouts):
+        return len(values.alternatives)
+    if isinstance(values, TermSet):
+        numbers = values.numbers.size() if values.numbers is not None else 0
+        return numbers + sum(term.high - term.low + 1 for term in values.terms)
+    return 1
+
+
+def cell_count(space: Space) -> int:
+    """At most how many proof cells ``space`` has (:func:`~chunkproof.spec.request_symbolic.
+    cells`: each combination of :data:`~chunkproof.spec.request_symbolic.CELL_INPUTS`, the
+    checkpoints, the two lookahead classes L = 0 and L >= 1, and the item layouts), counted
+    without enumerating them."""
+    total = 0
+    for grid in space.grids:
+        size = min(value_count(grid.sets["lookahead"]), 2)
+        for name in (*CELL_INPUTS, "checkpoints", "layout"):
+            size *= value_count(grid.sets[name])
+        total += size
+    return total
+
+
+def check_cell_count(space: Space) -> None:
+    """Refuse a range of more than :data:`MAX_CELLS` proof cells before any is built."""
+    count = cell_count(space)
+    if count > MAX_CELLS:
+        raise ConfigError(
+            f"the range has about {count:.3g} proof cells; the prover takes at most "
+            f"{MAX_CELLS}: narrow the inputs each cell fixes (B, G, H, alpha, R)"
+        )
 
 
 def explorer_range(space: Space, configs: dict[str, int]) -> dict[str, Any]:

@@ -44,6 +44,7 @@ import z3
 
 from chunkproof.checker.output import RunFolder
 from chunkproof.checker.report import EMPTY, PROVED, UNKNOWN, VIOLATED
+from chunkproof.checker.runs import check_cell_count
 from chunkproof.checker.system import describe_instance, threshold_words, trace_lines
 from chunkproof.checker.system_counterexamples import Witness, build, save
 from chunkproof.checker.traces import ModelMismatch
@@ -74,6 +75,9 @@ from chunkproof.spec.space import Space
 BOUNDED = "BOUNDED"
 """No violation within the depth searched: not a proof."""
 DEFAULT_DEPTH = 4
+MAX_DEPTH = 64
+"""Deepest bounded search (the unrolling grows with the depth times the requests; a deeper
+violation is Spacer's to find, ``--unbounded``)."""
 TIMEOUT_MS = 60_000
 QUICK_MS = 2_000
 """The plain solver's try at each depth: most no-violation answers come fast from it, while
@@ -150,8 +154,12 @@ def prove_system(
     and the certificates of the cells Spacer proves (``unbounded``)."""
     if requests not in SYMBOLIC_REQUESTS:
         raise ChunkproofError(f"--prove: --requests must be one of {SYMBOLIC_REQUESTS}")
-    if depth < 1:
-        raise ChunkproofError("--depth must be at least 1")
+    if not 1 <= depth <= MAX_DEPTH:
+        raise ChunkproofError(
+            f"--depth {depth}: the bounded search goes 1 to {MAX_DEPTH} steps deep (beyond: "
+            "--unbounded)"
+        )
+    check_cell_count(space)
     started = time.monotonic()
     found = system_cells(space, requests)
     proofs: dict[str, SystemProof] = {}

@@ -11,12 +11,15 @@ from typing import Any
 from chunkproof.model.budget import Adversarial, BudgetModel, budget_model_from_dict
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.files import printable, read_json
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.model.system_counterexample import (
+    MALFORMED,
     SYSTEM_SCHEMA,
     SYSTEM_SCHEMAS,
     SystemCounterexample,
+    recorded_sha256,
 )
 
 SCHEMA = "chunkproof.counterexample/2"
@@ -78,17 +81,17 @@ class Counterexample:
         try:
             return cls(
                 policy=str(data["policy"]["name"]),
-                source_sha256=data["policy"].get("source_sha256"),
+                source_sha256=recorded_sha256(data["policy"].get("source_sha256")),
                 policy_options=tuple(str(o) for o in data["policy"].get("options", ())),
                 config=Config.from_dict(data["config"]),
                 budget_model=budget_model_from_dict(data["budget_model"]),
                 property=str(data["property"]),
                 steps=tuple(Step.from_dict(s) for s in data["trace"]),
-                verdict=str(data["verdict"]),
-                minimised=tuple(data.get("minimised", ())),
+                verdict=printable(str(data["verdict"])),
+                minimised=tuple(str(name) for name in data.get("minimised", ())),
                 details=dict(data.get("details", {})),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except MALFORMED as exc:
             raise ChunkproofError(f"malformed counterexample: missing or bad field {exc}") from None
 
     def save(self, path: Path) -> Path:
@@ -111,12 +114,9 @@ def write_file(path: Path, document: dict[str, Any]) -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ChunkproofError(f"{path}: no such file") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ChunkproofError(f"{path}: not readable JSON ({exc})") from None
+    """The JSON object of a counterexample file (:func:`~chunkproof.model.files.read_json`:
+    a regular file of bounded size, UTF-8, bounded nesting and numbers)."""
+    data = read_json(Path(path), "counterexample file")
     if not isinstance(data, dict):
         raise ChunkproofError(f"{path}: not a chunkproof counterexample")
     return data

@@ -24,6 +24,7 @@ from typing import Any
 from chunkproof.model.budget import Adversarial
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.files import printable
 from chunkproof.model.step import Step
 
 SYSTEM_SCHEMA = "chunkproof.system-counterexample/3"
@@ -32,6 +33,20 @@ and each step's eligible count; a file of version 1 reads as one with the floor 
 adds decoding requests (list ``decoding``: the prefill done, an encoder entry still
 referenced) and the tokens each one's decode step advanced (``decoded``); a file of an earlier
 version has none."""
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+"""What reading a field of the wrong shape raises (a list where an object belongs, a string
+where a number does): each is a malformed file, one line of bad input."""
+
+
+def recorded_sha256(value: object) -> str | None:
+    """A file's recorded source digest: ``None`` (a built-in policy) or 64 hex digits."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) != 64 or value.strip("0123456789abcdef"):
+        raise ValueError(f"source_sha256 is not a sha256 digest: {printable(str(value))[:80]}")
+    return value
+
+
 SYSTEM_SCHEMAS = (
     "chunkproof.system-counterexample/1",
     "chunkproof.system-counterexample/2",
@@ -154,7 +169,7 @@ class SystemCounterexample:
         try:
             cx = cls(
                 policy=str(data["policy"]["name"]),
-                source_sha256=data["policy"].get("source_sha256"),
+                source_sha256=recorded_sha256(data["policy"].get("source_sha256")),
                 policy_options=tuple(str(o) for o in data["policy"].get("options", ())),
                 requests=tuple(Config.from_dict(c) for c in data["requests"]),
                 arrival=tuple(int(label) for label in data["arrival"]),
@@ -162,10 +177,10 @@ class SystemCounterexample:
                 adaptive=bool(data["engine"].get("long_prefill_token_threshold_adaptive", False)),
                 property=str(data["property"]),
                 steps=tuple(SystemStep.from_dict(s) for s in data["trace"]),
-                verdict=str(data["verdict"]),
+                verdict=printable(str(data["verdict"])),
                 details=dict(data.get("details", {})),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except MALFORMED as exc:
             raise ChunkproofError(f"malformed counterexample: missing or bad field {exc}") from None
         if not cx.steps or sorted(cx.arrival) != list(range(len(cx.requests))):
             raise ChunkproofError(

@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from cli_helpers import Cli
+from cli_helpers import Cli, CliRun
+
+from chunkproof.checker.executor import usable_jobs
+from chunkproof.checker.output import run_folder
+from chunkproof.checker.runs import MAX_CELLS
+from chunkproof.checker.system_prove import MAX_DEPTH
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.files import MAX_COUNTEREXAMPLE_BYTES
 
 TRACE = ["trace", "vllm-0.33", "--lookahead", "3", "--budget", "16"]
 
@@ -109,3 +123,321 @@ def test_a_budget_range_no_configuration_offers_is_not_proved(cli: Cli, tmp_path
     verdicts = run.json()["verdicts"]
     assert {v["status"] for v in verdicts} == {"EMPTY"}
     assert all("offered no budget" in v["summary"] for v in verdicts)
+
+
+# -- files a user gives: counterexamples (SPEC CLI bad input) ------------------------------------
+
+SYSTEM_CX = (
+    Path(__file__).resolve().parent.parent
+    / "counterexamples/vllm-0.27/system-slive-encoder-two-items.json"
+)
+FILE_COMMANDS = {
+    "replay": lambda path, tmp: ["replay", path],
+    "show": lambda path, tmp: ["show", path, "--out", str(tmp / "x.svg")],
+    "repro": lambda path, tmp: ["repro", path, "--pytest", str(tmp / "t.py")],
+}
+
+
+def _one_line_exit_2(run: CliRun, words: str = "") -> None:
+    assert run.code == 2, (run.code, run.out, run.err[-500:])
+    assert "Traceback" not in run.err
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("chunkproof: error: "), run.err[-500:]
+    assert words in lines[0], lines[0]
+
+
+def _with_prompt(text: str) -> str:
+    """The curated counterexample with its prompt written as ``text`` (raw JSON)."""
+    document = SPEC_K.read_text()
+    assert '"prompt": 49' in document
+    return document.replace('"prompt": 49', f'"prompt": {text}', 1)
+
+
+@pytest.mark.parametrize("command", sorted(FILE_COMMANDS))
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nests deeper"),
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nests deeper"),
+        (b"[" * 40 + b"]" * 40, "nests deeper"),
+        (bytes(range(256)) * 4, "not UTF-8"),
+        (json.dumps({"schema": "chunkproof.counterexample/2"}).encode("utf-16"), "not UTF-8"),
+        (_with_prompt("9" * 5000).encode(), "5000 digits"),
+        (_with_prompt("NaN").encode(), "NaN"),
+        (b"", "not JSON"),
+    ],
+)
+def test_a_counterexample_file_that_is_not_readable_json_is_one_line(
+    cli: Cli, tmp_path: Path, command: str, content: bytes, words: str
+) -> None:
+    """Deep nesting, binary or UTF-16 bytes, a 5000-digit number (Python's int conversion
+    limit) and NaN are refused by the one reading function, for every command."""
+    path = tmp_path / "cx.json"
+    path.write_bytes(content)
+    _one_line_exit_2(cli(*FILE_COMMANDS[command](str(path), tmp_path)), words)
+
+
+@pytest.mark.parametrize("command", sorted(FILE_COMMANDS))
+def test_a_device_fifo_or_folder_is_not_read_as_a_counterexample(
+    cli: Cli, tmp_path: Path, command: str
+) -> None:
+    """Only a regular file is read: /dev/zero would fill the memory, a FIFO block forever."""
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for path, words in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file")):
+        _one_line_exit_2(cli(*FILE_COMMANDS[command](path, tmp_path)), words)
+    _one_line_exit_2(cli(*FILE_COMMANDS[command](str(tmp_path), tmp_path)), "directory")
+
+
+def test_a_counterexample_file_over_the_size_bound_is_refused_before_reading(
+    cli: Cli, tmp_path: Path
+) -> None:
+    path = tmp_path / "cx.json"
+    with path.open("wb") as stream:
+        stream.truncate(MAX_COUNTEREXAMPLE_BYTES + 1)  # sparse: no disk used
+    _one_line_exit_2(cli("replay", str(path)), f"at most {MAX_COUNTEREXAMPLE_BYTES}")
+
+
+def _changed(source: Path, change: Callable[[dict[str, Any]], None]) -> str:
+    document = json.loads(source.read_text())
+    change(document)
+    return json.dumps(document)
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(document: dict[str, Any]) -> None:
+        target = document
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("source", "change"),
+    [
+        (SPEC_K, _set(("trace",), [1, 2])),
+        (SPEC_K, _set(("trace",), "abc")),
+        (SPEC_K, _set(("budget_model",), [])),
+        (SPEC_K, _set(("config",), [])),
+        (SPEC_K, _set(("policy",), "vllm-0.33")),
+        (SPEC_K, _set(("policy", "options"), 5)),
+        (SPEC_K, _set(("policy", "source_sha256"), "\x1b[2J")),
+        (SPEC_K, _set(("minimised",), 5)),
+        (SPEC_K, _set(("trace", 0, "c"), None)),
+        (SYSTEM_CX, _set(("engine",), None)),
+        (SYSTEM_CX, _set(("trace", 0, "breaks"), 5)),
+        (SYSTEM_CX, _set(("trace", 0, "requests", 0), [])),
+        (SYSTEM_CX, _set(("requests",), [])),
+    ],
+)
+def test_a_counterexample_with_fields_of_the_wrong_shape_is_one_line(
+    cli: Cli, tmp_path: Path, source: Path, change: Callable[[dict[str, Any]], None]
+) -> None:
+    path = tmp_path / "cx.json"
+    path.write_text(_changed(source, change))
+    _one_line_exit_2(cli("replay", str(path)))
+
+
+@pytest.mark.parametrize("source", [SPEC_K, SYSTEM_CX])
+def test_replay_never_prints_the_files_free_text_verbatim(
+    cli: Cli, tmp_path: Path, source: Path
+) -> None:
+    """A counterexample file is untrusted: its verdict text reaches the terminal with its
+    control characters escaped (a single-request replay prints its own words instead)."""
+    path = tmp_path / "cx.json"
+    path.write_text(_changed(source, _set(("verdict",), "\x1b[31mPWNED\x1b[0m\nforged line")))
+    run = cli("replay", str(path))
+    assert run.code == 0, run.err
+    assert "\x1b" not in run.out + run.err
+    assert len(run.out.strip().splitlines()) == 1, run.out
+    if source == SPEC_K:
+        assert "PWNED" not in run.out and "stuck at c=46" in run.out, run.out
+
+
+# -- numbers on the command line -------------------------------------------------------------
+
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        ([*TRACE, "--block", "16", "--prompt", HUGE], "5000 digits"),
+        ([*TRACE, "--block", "16", "--prompt", "٤٩"], "ASCII"),
+        ([*TRACE, "--block", "16", "--prompt", "4_9"], "ASCII"),
+        ([*TRACE, "--block", "16", "--prompt", " 49"], "ASCII"),
+        ([*TRACE[:-2], "--block", "16", "--prompt", "49", "--budgets", "٤,٤"], "--budgets"),
+        ([*TRACE, "--block", "16", "--prompt", "49", "--items", f"4+{HUGE}"], "5000 digits"),
+        (["explore", "vllm-0.33", "--prompt", HUGE], "5000 digits"),
+        (["explore", "vllm-0.33", "--prompt", f"1-{HUGE}"], "5000 digits"),
+        (["explore", "vllm-0.33", "--prompt", "٤٩"], "ASCII"),
+        (["explore", "vllm-0.33", "--prompt", "1-٤٩"], "ASCII"),
+        (["explore", "vllm-0.33", "--tokens", f"P+{HUGE}"], "5000 digits"),
+        (["explore", "vllm-0.33", "--split-block", f"B/{HUGE}"], "5000 digits"),
+        (["explore", "vllm-0.33", "--budget", "٤"], "ASCII"),
+        (["explore", "vllm-0.33", "--budget", HUGE], "5000 digits"),
+        (["conform", "vllm-0.33", "--against", "vllm-0.32", "--prompt", HUGE], "5000 digits"),
+        (["prove", "vllm-0.33", "--timeout", "nan"], "not an integer"),
+        (["prove", "vllm-0.33", "--timeout", "-1"], "at least 1"),
+        (["prove", "vllm-0.33", "--timeout", HUGE], "5000 digits"),
+        (["explore", "vllm-0.33", "--jobs", HUGE], "5000 digits"),
+        (["system", "vllm-0.33", "--requests", HUGE], "5000 digits"),
+    ],
+)
+def test_a_number_in_other_digits_or_too_long_is_one_line(
+    cli: Cli, argv: list[str], words: str
+) -> None:
+    """Range and integer flags take ASCII digits only (Python's int() reads Arabic-Indic
+    digits, ``_`` and spaces), and a number too long for Python's int conversion is refused
+    by its length."""
+    _one_line_exit_2(cli(*argv), words)
+
+
+# -- work refused before it starts --------------------------------------------------------------
+
+
+def test_a_prover_range_of_too_many_cells_is_refused_with_its_count(cli: Cli) -> None:
+    run = cli("prove", "vllm-0.33", "--block", "1-100000")
+    _one_line_exit_2(run, f"at most {MAX_CELLS}")
+    assert "proof cells" in run.err
+
+
+def test_a_system_proof_deeper_than_the_bound_is_refused(cli: Cli) -> None:
+    run = cli("system", "vllm-0.33", "--prove", "--requests", "3", "--depth", "100000")
+    _one_line_exit_2(run, f"1 to {MAX_DEPTH}")
+
+
+# -- output streams --------------------------------------------------------------------------
+
+
+def test_text_the_terminal_cannot_encode_is_escaped_not_a_crash(tmp_path: Path) -> None:
+    """Under LC_ALL=C without UTF-8 mode standard output is ASCII: a verdict with a non-ASCII
+    character (from the file) is escaped (SPEC CLI: never a traceback)."""
+    path = tmp_path / "cx.json"
+    path.write_text(_changed(SYSTEM_CX, _set(("verdict",), "caf\u00e9 \u2192 stuck")))
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}
+    env.pop("PYTHONIOENCODING", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "chunkproof", "replay", str(path)],
+        capture_output=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert b"caf\\xe9 \\u2192 stuck" in done.stdout, done.stdout
+
+
+# -- the --out folder and the workers ----------------------------------------------------------
+
+
+def test_a_run_never_replaces_a_nested_runs_out_folder(tmp_path: Path) -> None:
+    """Runs into ``--out X`` and ``--out X/vllm-0.33``: the outer run's commit would replace
+    ``X/vllm-0.33``, which is the inner run's folder (running or done); it stops instead, and
+    every file of the inner run stays."""
+    outer_root, inner_root = tmp_path / "X", tmp_path / "X" / "vllm-0.33"
+    with run_folder(inner_root) as inner:
+        inner.record(inner.path("vllm-0.33", "p1.json"))
+        inner.path("vllm-0.33", "p1.json").write_text("{}")
+        with pytest.raises(ChunkproofError, match="another run"), run_folder(outer_root) as outer:
+            outer.path("vllm-0.33", "p3.json").write_text("{}")
+    assert all(path.exists() for path in inner.written), inner.written
+    with pytest.raises(ChunkproofError, match="another run"), run_folder(outer_root) as outer:
+        outer.path("vllm-0.33", "p3.json").write_text("{}")
+    assert all(path.exists() for path in inner.written), inner.written
+    assert not list(outer_root.glob(".staging-*")) and not list(outer_root.glob(".retired-*"))
+
+
+def test_a_run_still_replaces_its_own_previous_folder(tmp_path: Path) -> None:
+    for name in ("first.json", "second.json"):
+        with run_folder(tmp_path) as out:
+            out.path("vllm-0.33", name).write_text("{}")
+    assert [p.name for p in (tmp_path / "vllm-0.33").iterdir()] == ["second.json"]
+
+
+SIGNALLED_RUN = """
+import os, sys, time
+from pathlib import Path
+from chunkproof.checker import cli
+from chunkproof.checker.executor import LocalPool
+from chunkproof.checker.output import run_folder
+
+def slow(folder, item):
+    Path(folder, f"worker-{os.getpid()}").write_text("")
+    time.sleep(600)
+
+def run(args):
+    with run_folder(args.out) as out:
+        out.path("p", "x.json").write_text("{}")
+        list(LocalPool(2).map(slow, (str(args.out.parent),), [1, 2, 3, 4]))
+    return 0
+
+cli._HANDLERS["system"] = run
+sys.exit(cli.main(["system", "vllm-0.33", "--out", sys.argv[1]]))
+"""
+
+
+def _signalled(
+    tmp_path: Path, send: Callable[[subprocess.Popen[bytes]], None]
+) -> tuple[subprocess.CompletedProcess[bytes] | None, list[int]]:
+    """Start a run whose two workers sleep, ``send`` it a signal once they do; its exit and
+    the workers' process ids."""
+    out = tmp_path / "out"
+    child = subprocess.Popen(
+        [sys.executable, "-c", SIGNALLED_RUN, str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("worker-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = [int(p.name.removeprefix("worker-")) for p in tmp_path.glob("worker-*")]
+    assert len(workers) == 2, "the workers did not start"
+    send(child)
+    stdout, stderr = child.communicate(timeout=60)
+    done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+    return done, workers
+
+
+def _gone(pids: list[int]) -> bool:
+    """Whether none of ``pids`` runs any more (within a few seconds; a zombie counts as gone)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if _running(pid)]
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(usable_jobs(2) < 2, reason="needs two cores for a pool")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_workers_and_leaves_no_staging_folder(
+    tmp_path: Path, signum: int
+) -> None:
+    """SIGTERM or Ctrl-C (SIGINT to the whole process group): one line, exit 3, the workers
+    stopped without a traceback, no staging folder left."""
+    done, workers = _signalled(tmp_path, lambda child: os.killpg(child.pid, signum))
+    assert done is not None
+    words = "terminated" if signum == signal.SIGTERM else "interrupted"
+    assert done.stderr.decode() == f"chunkproof: {words}\n", done.stderr.decode()
+    assert done.returncode == 3
+    assert _gone(workers)
+    assert not list((tmp_path / "out").glob(".staging-*"))
+
+
+@pytest.mark.skipif(usable_jobs(2) < 2, reason="needs two cores for a pool")
+def test_the_workers_die_with_a_killed_run(tmp_path: Path) -> None:
+    """SIGKILL leaves the parent no chance to stop its pool: the workers die with it."""
+    _, workers = _signalled(tmp_path, lambda child: child.kill())
+    assert _gone(workers)
