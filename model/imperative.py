@@ -61,6 +61,7 @@ from chunkproof.model.errors import SubsetError
 from chunkproof.model.subset import (
     _BINOPS,
     _CMPOPS,
+    UNSET,
     BoundMember,
     Conflict,
     Domain,
@@ -71,6 +72,7 @@ from chunkproof.model.subset import (
     StandInError,
     SubsetFunction,
     Value,
+    _Frame,
 )
 
 MAX_ITERATIONS = 4096
@@ -337,22 +339,6 @@ def _assignable(target: ast.expr) -> bool:
 # -- the interpreter ----------------------------------------------------------------------------
 
 
-class _Frame(subset._Frame):
-    """Variables, live lanes and the returned value of one function body (none yet: the
-    imperative subset returns None, so "no lane has returned" is its own marker)."""
-
-    def __init__(self, env: dict[str, Value], active: Value) -> None:
-        super().__init__(env, active)
-        self.result = _UNSET
-
-
-class _Unset:
-    """No lane has returned yet."""
-
-
-_UNSET: Any = _Unset()
-
-
 @dataclass
 class _Loop:
     """The lanes that left the current iteration by ``break`` or ``continue``, each with its
@@ -399,7 +385,7 @@ class ImperativeInterpreter(Interpreter):
         finally:
             self.depth -= 1
             self.loops = loops
-        if frame.result is _UNSET:
+        if frame.result is UNSET:
             return None
         if self.domain.truth(frame.active) is not False:
             return self.merge(frame.active, None, frame.result)
@@ -517,7 +503,7 @@ class ImperativeInterpreter(Interpreter):
                 if stmt.value is None
                 else self._expr(func, stmt.value, frame.env, frame.active)
             )
-            if frame.result is _UNSET:
+            if frame.result is UNSET:
                 frame.result = value
             else:
                 frame.result = self.merge(frame.active, value, frame.result)

@@ -429,13 +429,22 @@ class Conflict:
     what: str
 
 
+class _Unset:
+    """No lane has returned yet."""
+
+
+UNSET: Any = _Unset()
+"""The returned value of a body no lane has left by ``return`` (a returned ``None`` is a
+value)."""
+
+
 class _Frame:
     """Execution state of one function body: variables, live lanes, and the returned value."""
 
     def __init__(self, env: dict[str, Value], active: Value) -> None:
         self.env = env
         self.active = active
-        self.result: Value = None
+        self.result: Value = UNSET
 
 
 MAX_DEPTH = 64
@@ -478,14 +487,14 @@ class Interpreter:
             self.depth -= 1
         if self.domain.truth(frame.active) is not False:
             raise SubsetError(f"{func.where(func.node)}: {func.name} can end without a return")
+        if frame.result is UNSET:
+            return 0  # every live lane raised (SPEC P0): any value of the domain will do
         return frame.result
 
     def result(self, func: SubsetFunction, args: list[Value]) -> Value:
         """A policy function's value on ``args``: :meth:`call`, and the value must be a number
         of the domain (a stage yields a chunk length)."""
         value = self.call(func, args)
-        if value is None and self.crashed:
-            return value  # every lane raised before a return (SPEC P0)
         if not self.domain.number(value):
             raise SubsetError(
                 f"{func.where(func.node)}: {func.name} returns {_kind(value)}, not an integer"
@@ -556,7 +565,9 @@ class Interpreter:
                 raise SubsetError(f"{func.where(stmt)}: a bare return is outside the subset")
             value = self._expr(func, stmt.value, frame.env, frame.active)
             frame.result = (
-                value if frame.result is None else d.ite(frame.active, value, frame.result)
+                value
+                if frame.result is UNSET
+                else self._merged(func, stmt, frame.active, value, frame.result)
             )
             frame.active = False
         elif isinstance(stmt, ast.If):
@@ -656,7 +667,12 @@ class Interpreter:
             return tuple(self.merge(cond, a, b) for a, b in zip(then, other, strict=True))
         if isinstance(then, _PLAIN) and type(then) is type(other) and then == other:
             return then
-        return Conflict(f"{_kind(then)} on some lanes and {_kind(other)} on others")
+        return Conflict(f"{self._kind(then)} on some lanes and {self._kind(other)} on others")
+
+    def _kind(self, value: Value) -> str:
+        """What a value is, for an error message: ``an integer`` (of any domain), ``a str``,
+        ``None``, ``a tuple``, ..."""
+        return "an integer" if self.domain.number(value) else _kind(value)
 
     # -- expressions --------------------------------------------------------------------------
 
@@ -739,15 +755,24 @@ class Interpreter:
         return value
 
     def _merged(
-        self, func: SubsetFunction, node: ast.expr, cond: Value, then: Value, other: Value
+        self,
+        func: SubsetFunction,
+        node: ast.expr | ast.Return,
+        cond: Value,
+        then: Value,
+        other: Value,
     ) -> Value:
-        """:meth:`merge` of an expression's two values, which is read at once: a
-        :class:`Conflict` is an error naming the expression (SPEC Q1)."""
+        """:meth:`merge` of an expression's (or the returned) two values, which is read at
+        once: a :class:`Conflict` is an error naming the expression (SPEC Q1)."""
         value = self.merge(cond, then, other)
         if isinstance(value, Conflict):
+            what = (
+                f"{func.name} returns"
+                if isinstance(node, ast.Return)
+                else f"{ast.unparse(node)!r} in {func.name} is"
+            )
             raise SubsetError(
-                f"{func.where(node)}: {ast.unparse(node)!r} in {func.name} is {value.what}, "
-                "which no lane-wise form holds"
+                f"{func.where(node)}: {what} {value.what}, which no lane-wise form holds"
             )
         return value
 

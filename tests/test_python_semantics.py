@@ -323,3 +323,71 @@ def test_a_guard_on_an_operand_of_or_is_a_livelock_in_every_engine(
         out,
     )
     assert proved.code == 1 and "P1 LIVE             VIOLATED" in proved.out, proved.out
+
+
+@pytest.mark.parametrize("returned", ['"abc"', "None"])
+def test_a_split_returning_a_non_integer_on_some_lanes_is_one_line(
+    returned: str, cli: Cli, tmp_path: Path
+) -> None:
+    """A split that returns a string or None at one state: every engine refuses it with one
+    line naming the line (once a Z3 ``parser error`` traceback, and a PROVED for None)."""
+    policy = tmp_path / "policy.py"
+    policy.write_text(
+        f"def split(cfg, c, n):\n    if c == 4:\n        return {returned}\n    return n\n"
+    )
+    for command in (["prove"], ["explore", "--prompt", "1-20", "--max-sched", "1-8"]):
+        run = cli(
+            *command,
+            f"{policy}:split",
+            "--block",
+            "4",
+            "--lookahead",
+            "0",
+            "--out",
+            str(tmp_path / "out"),
+        )
+        assert run.code == 2 and not run.out, run
+        assert run.err.count("\n") == 1 and f"{policy}:4: split returns an integer" in run.err
+
+
+def test_a_helper_that_raises_on_every_lane_is_a_crash_of_its_caller(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A helper whose every live lane fails an assert leaves its caller on those lanes a
+    crash (SPEC P0), not a computation on a missing value."""
+    policy = tmp_path / "policy.py"
+    policy.write_text(
+        "def h(c):\n    assert c > 4\n    return c\n\n\n"
+        "def split(cfg, c, n):\n    return h(c) + n - c\n"
+    )
+    traced = cli(
+        "trace",
+        f"{policy}:split",
+        "--block",
+        "4",
+        "--lookahead",
+        "0",
+        "--prompt",
+        "12",
+        "--budget",
+        "4",
+        "--json",
+    )
+    assert traced.json()["unsafe"] is not None, traced
+    explored = cli(
+        "explore",
+        f"{policy}:split",
+        "--block",
+        "4",
+        "--lookahead",
+        "0",
+        "--prompt",
+        "1-12",
+        "--max-sched",
+        "1-4",
+        "--property",
+        "P0",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert explored.code == 1 and "P0 SAFE             VIOLATED" in explored.out, explored.out
