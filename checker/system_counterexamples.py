@@ -83,10 +83,11 @@ def save(cx: SystemCounterexample, policy: Policy, out: RunFolder) -> tuple[str,
 
 def verdict_words(policy: Policy, instance: tuple[Config, ...], last: SystemStep, pid: str) -> str:
     """What the last step shows, by property: P0 the request whose stages raise or leave
-    [0, its input]; S-LIVE the whole budget M scheduling nothing with work left; STARVE a step
-    that schedules nothing while a request alone would get a chunk from the same budget; HOL
+    [0, its input]; S-LIVE the whole budget M making no progress with work left; STARVE a step
+    that makes no progress while a request alone would get a chunk from the same budget; HOL
     the waiting request the loop breaks at and one behind it the budget left would serve
-    (:mod:`chunkproof.spec.system_properties`)."""
+    (:mod:`chunkproof.spec.system_properties`). A system property on a step that also breaks
+    P0 says so (SPEC Q3: the step is judged on the chunks the release schedules)."""
     parts = last.requests
 
     def name(label: int) -> str:
@@ -94,27 +95,38 @@ def verdict_words(policy: Policy, instance: tuple[Config, ...], last: SystemStep
 
     def alone(label: int, budget: int) -> int:
         got = step(policy, instance[label], parts[label].c, budget)
-        return got.chunk if got.unsafe is None else 0
+        return got.chunk if got.crash is None else 0
 
-    unfinished = [i for i, part in enumerate(parts) if part.queue != "finished"]
-    if pid == "P0":
+    def breach() -> str:
         label, stages = next(
             (i, r.stages) for i, r in enumerate(parts) if r.stages and r.stages.unsafe
         )
         return f"{name(label)}, offered {stages.budget} tokens: {stages.unsafe}"
+
+    if pid == "P0":
+        return breach()
+    also = f"; the step also breaks P0: {breach()}" if "P0" in last.breaks else ""
+    backwards = [f"#{i}: {part.chunk}" for i, part in enumerate(parts) if part.chunk < 0]
+    nothing = "schedules nothing"
+    if backwards:
+        nothing = f"makes no progress (it schedules {', '.join(backwards)}: below 0, c moves back)"
+    unfinished = [i for i, part in enumerate(parts) if part.queue != "finished"]
     if pid == "S-LIVE":
+        have = "has" if len(unfinished) == 1 else "have"
+        why = "the state is its own successor, so no request progresses for ever"
+        if backwards:
+            why = "no request progresses"
         return (
-            f"offered the whole budget M={last.budget}, the step schedules nothing while "
-            f"{', '.join(name(i) for i in unfinished)} {'has' if len(unfinished) == 1 else 'have'}"
-            " work left: the state is its own successor, so no request progresses for ever"
+            f"offered the whole budget M={last.budget}, the step {nothing} while "
+            f"{', '.join(name(i) for i in unfinished)} {have} work left: {why}{also}"
         )
     if pid == "STARVE":
         prefilling = [i for i, part in enumerate(parts) if part.queue in ("running", "waiting")]
         label = next(i for i in prefilling if alone(i, last.budget) > 0)
+        repeats = "" if backwards else " (it repeats for ever under that budget)"
         return (
-            f"offered {last.budget} tokens, the step schedules nothing (it repeats for ever "
-            f"under that budget), while {name(label)} alone would get a chunk of "
-            f"{alone(label, last.budget)}"
+            f"offered {last.budget} tokens, the step {nothing}{repeats}, while {name(label)} "
+            f"alone would get a chunk of {alone(label, last.budget)}{also}"
         )
     waiting = [i for i, r in enumerate(parts) if r.queue == "waiting"]
     head = max((i for i in waiting if parts[i].stages is not None), key=lambda i: parts[i].place)
@@ -125,7 +137,7 @@ def verdict_words(policy: Policy, instance: tuple[Config, ...], last: SystemStep
     return (
         f"the waiting loop breaks at {name(head)}: offered {left} tokens, "
         f"{_zero_stage(breaking)} gives 0, while {name(behind)} behind it would get a chunk of "
-        f"{alone(behind, left)} from them"
+        f"{alone(behind, left)} from them{also}"
     )
 
 

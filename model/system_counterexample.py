@@ -60,10 +60,11 @@ class RequestStep:
     """One request in one step: the list it was in (running, waiting, decoding: in the
     running list, c >= E and an encoder entry still referenced, or finished: in neither of
     vLLM's lists) and its place there (a decoding request's in the running list), its c,
-    whether the step scheduled it (a chunk > 0 that breaks no stage range), its stages at the
-    budget a loop offered it (``None``: no loop reached it, so it got nothing), and for a
-    decoding request the tokens its decode step advanced c (0: the running loop did not reach
-    it)."""
+    whether the step scheduled it (its code did not raise and its chunk passed the loop's zero
+    test: a stage may have broken P0, and a chunk below 0 that no clamp caught is scheduled as
+    it is, SPEC Q3), its stages at the budget a loop offered it (``None``: no loop reached it,
+    so it got nothing), and for a decoding request the tokens its decode step advanced c (0:
+    the running loop did not reach it)."""
 
     queue: str
     place: int

@@ -9,6 +9,15 @@ referenced: :data:`DECODING`). ``stages(p, c, offer, where)`` is the policy's st
 of the request at position ``p``; ``where`` marks the lanes whose value is read (a domain may
 evaluate only those). Both forms share these rules; only the domain's four connectives
 (:class:`Ops`) differ, so the explorer and the prover cannot drift apart.
+
+SPEC Q3: a loop acts on the chunk the release's code gives after every clamp it applies,
+whether or not a stage broke SPEC P0 on the way (a split below 0 that the reservation's
+``max(..., 0)`` turns into 0 is a zero the loop skips, 0.28 on; one that no clamp catches is
+scheduled as it is: ``token_budget -= num_new_tokens`` gives the budget back, up to 0.27).
+The releases' zero tests are ``num_new_tokens == 0``, so a value below 0 passes them. Only a
+request whose code raises schedules nothing: the engine core is down, and the loop visits no
+request after it. The system properties judge every step that does not raise
+(:func:`stalled`).
 """
 
 from __future__ import annotations
@@ -30,13 +39,15 @@ running seat; the tokens its decode steps take are part of the rest of M (SPEC S
 
 
 class Got(NamedTuple):
-    """A position's step: the chunk, the split's value, whether it breaks SPEC P0, and the
-    count of encoder items up to the last one its encoder call scheduled or found cached
+    """A position's step: the chunk, the split's value, whether it breaks SPEC P0, whether its
+    code raises (a P0 breach that schedules nothing, SPEC Q3), and the count of encoder items
+    up to the last one its encoder call scheduled or found cached
     (:func:`~chunkproof.model.encoder_items.encoded_through`; 0 without items)."""
 
     chunk: Any
     split: Any
     unsafe: Any
+    crashed: Any
     encoded: Any
 
 
@@ -79,11 +90,12 @@ class Ops:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one step did, per position: the tokens taken, the budget offered (0: no loop
+    """What one step did, per position: the tokens taken (the chunk the release schedules,
+    below 0 where no clamp caught a stage below 0: SPEC Q3), the budget offered (0: no loop
     reached it) and whether the waiting loop admitted it; and for the step: the budget left,
     whether the waiting loop broke at a zero, whether a waiting request behind that break
-    would have got a chunk (HOL), and whether a stage broke P0 (such a step takes nothing from
-    the request that broke it)."""
+    would have got a chunk (HOL), whether a stage broke P0, and whether a request's code
+    raised (the loops stop there, and nothing of the step is judged but P0)."""
 
     chunk: list[Any]
     offered: list[Any]
@@ -92,6 +104,7 @@ class Outcome:
     broke: Any
     behind_fit: Any
     unsafe: Any
+    crashed: Any
     encoded: list[Any]
     """Per position, e after the step (:mod:`chunkproof.model.encoder_items`)."""
     shared: list[Any]
@@ -155,15 +168,18 @@ def schedule_step(
     rules: LoopRules,
 ) -> Outcome:
     """The two loops of ``schedule()`` (history note 6) at budget ``budget``, each request
-    offered ``cap(budget left)``, a zero doing what ``rules`` say. Running loop: each running
-    request in order gets its chunk; a zero is ``continue`` (every release) or ``break``; the
-    loop stops when no budget is left. A decoding request the loop reaches decodes (its tokens
-    are outside b: :data:`DECODING`). Waiting loop: the waiting requests in queue order while
-    budget and a seat (``max_seqs``) remain; a request that gets a chunk is admitted; a zero
-    the split gives, and one a later stage gives, each breaks the loop (every release) or
-    passes the request, which keeps its place (``skip_request`` from C9, a later stage's;
-    ``stay`` is refused before). Every waiting request behind a break is run at the budget
-    left, for HOL.
+    offered ``cap(budget left)``, a zero doing what ``rules`` say, each request's chunk the
+    one its code gives after every clamp (SPEC Q3: P0-violating or not; module docstring).
+    Running loop: each running request in order gets its chunk and ``token_budget -= chunk``;
+    a zero is ``continue`` (every release) or ``break``; the loop stops when no budget is left.
+    A decoding request the loop reaches decodes (its tokens are outside b: :data:`DECODING`).
+    Waiting loop: the waiting requests in queue order while budget and a seat (``max_seqs``)
+    remain; a request whose chunk is not 0 is admitted; a zero the split gives (its test, right
+    after it, sees 0), and one a later stage gives (the split's value passed that test), each
+    breaks the loop (every release) or passes the request, which keeps its place
+    (``skip_request`` from C9, a later stage's; ``stay`` is refused before). Every waiting
+    request behind a break is run at the budget left, for HOL. A request whose code raises
+    takes nothing and ends the step (the engine core is down).
 
     The encoder cache is the step's, shared: each request's call sees what the entries of the
     others reference (``held`` at their state (c, e)), and a request the step schedules
@@ -178,28 +194,33 @@ def schedule_step(
     refs = [held(p, c[p], after[p]) for p in range(k)]
     shared: list[Any] = [0] * k
 
-    def visit(p: int, offer: Any, where: Any, reach: Any) -> Got:
-        """The step of position ``p`` on the lanes ``where``; on the lanes ``reach`` (a
-        loop reached it) a chunk > 0 allocates what its call scheduled."""
+    def visit(p: int, offer: Any, where: Any, reach: Any) -> tuple[Got, Any]:
+        """The step of position ``p`` on the lanes ``where``, and the lanes where the loop
+        schedules it: a loop reached it (``reach``), its code does not raise and its chunk is
+        not 0 (the releases' zero tests are ``== 0``); there it allocates what its call
+        scheduled."""
         shared[p] = ops.where(where, sum(refs) - refs[p], shared[p])
         got = at.stages(p, c[p], offer, where, shared[p])
-        took = ops.all_(reach, ops.not_(got.unsafe), got.chunk > 0, got.encoded > after[p])
-        after[p] = ops.where(took, got.encoded, after[p])
+        taken = ops.all_(reach, ops.not_(got.crashed), got.chunk != 0)
+        grown = ops.all_(taken, got.encoded > after[p])
+        after[p] = ops.where(grown, got.encoded, after[p])
         refs[p] = held(p, c[p], after[p])
-        return got
+        return got, taken
 
-    left, unsafe, stopped = budget, ops.false, ops.false
+    left, unsafe, crashed, stopped = budget, ops.false, ops.false, ops.false
     decoded = []
     for p in range(k):
-        decoded.append(ops.all_(phase[p] == DECODING, left > 0, ops.not_(stopped)))
-        reach = ops.all_(phase[p] == RUNNING, left > 0, ops.not_(stopped))
+        going = ops.all_(left > 0, ops.not_(stopped), ops.not_(crashed))
+        decoded.append(ops.all_(phase[p] == DECODING, going))
+        reach = ops.all_(phase[p] == RUNNING, going)
         offer = cap(left)
-        got = visit(p, offer, reach, reach)
-        chunk.append(ops.where(ops.all_(reach, ops.not_(got.unsafe)), got.chunk, 0))
+        got, taken = visit(p, offer, reach, reach)
+        chunk.append(ops.where(taken, got.chunk, 0))
         offered.append(ops.where(reach, offer, 0))
         unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
+        crashed = ops.any_(crashed, ops.all_(reach, got.crashed))
         if rules.running == "break":
-            zero = ops.all_(reach, ops.not_(got.unsafe), got.chunk == 0)
+            zero = ops.all_(reach, ops.not_(got.crashed), got.chunk == 0)
             stopped = ops.any_(stopped, zero)
         left = left - chunk[p]
     admitted: list[Any] = []
@@ -207,39 +228,56 @@ def schedule_step(
     broke = behind_fit = ops.false
     for p in range(k):
         waiting = phase[p] == WAITING
-        reach = ops.all_(waiting, ops.not_(broke), left > 0, seated < max_seqs)
+        going = ops.all_(ops.not_(broke), ops.not_(crashed), left > 0, seated < max_seqs)
+        reach = ops.all_(waiting, going)
         behind = ops.all_(waiting, broke)
         offer = cap(left)
-        got = visit(p, offer, ops.any_(reach, behind), reach)
-        fits = ops.all_(ops.not_(got.unsafe), got.chunk > 0)
-        behind_fit = ops.any_(behind_fit, ops.all_(behind, fits))
-        zero = ops.all_(ops.not_(got.unsafe), got.chunk == 0)
-        breaks = [got.split <= 0] if rules.split == "break" else []
-        breaks += [got.split > 0] if rules.later == "break" else []
+        got, taken = visit(p, offer, ops.any_(reach, behind), reach)
+        runs = ops.not_(got.crashed)
+        behind_fit = ops.any_(behind_fit, ops.all_(behind, runs, got.chunk > 0))
+        zero = ops.all_(runs, got.chunk == 0)
+        breaks = [got.split == 0] if rules.split == "break" else []
+        breaks += [got.split != 0] if rules.later == "break" else []
         stop = ops.all_(zero, ops.any_(*breaks)) if breaks else ops.false
         broke = ops.any_(broke, ops.all_(reach, stop))
-        admitted.append(ops.all_(reach, fits))
-        seated = seated + ops.where(admitted[p], 1, 0)
-        taken = ops.where(ops.all_(reach, ops.not_(got.unsafe)), got.chunk, 0)
-        chunk[p] = chunk[p] + taken
+        admitted.append(taken)
+        seated = seated + ops.where(taken, 1, 0)
+        got_chunk = ops.where(taken, got.chunk, 0)
+        chunk[p] = chunk[p] + got_chunk
         offered[p] = ops.where(reach, offer, offered[p])
         unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
-        left = left - taken
+        crashed = ops.any_(crashed, ops.all_(reach, got.crashed))
+        left = left - got_chunk
     return Outcome(
-        chunk, offered, admitted, left, broke, behind_fit, unsafe, after, shared, decoded
+        chunk, offered, admitted, left, broke, behind_fit, unsafe, crashed, after, shared, decoded
+    )
+
+
+def stalled(ops: Ops, done: Outcome) -> Any:
+    """Whether a step makes no progress, the system form of SPEC P1's chunk <= 0 (SPEC Q3):
+    no request's code raised (a step that raises is P0 alone: the engine core is down), no
+    request got a chunk > 0 and no decode step ran. With every chunk 0 the state is its own
+    successor; a chunk below 0 (a P0 breach no clamp caught) moves c back, no progress
+    either. Stage values outside their range do not stop the judgement: the release schedules
+    what its code gives."""
+    return ops.all_(
+        ops.not_(done.crashed),
+        *[taken <= 0 for taken in done.chunk],
+        *[ops.not_(ran) for ran in done.decoded],
     )
 
 
 def alone_fit(ops: Ops, at: Positions, offer: Any, where: Any) -> Any:
     """Whether some request in its prefill (running or waiting) would get a chunk > 0 if it
     were offered ``offer`` (the whole budget b, capped by theta_eff) as the only one (STARVE),
-    on the lanes ``where``; the other requests' encoder entries stay referenced."""
+    on the lanes ``where``; the other requests' encoder entries stay referenced. The chunk is
+    the one its code gives, unless it raises (SPEC Q3)."""
     refs = [at.held(p, at.c[p], e) for p, e in enumerate(at.encoded)]
     fit = ops.false
     for p, ph in enumerate(at.phase):
         mine = ops.all_(where, ops.any_(ph == RUNNING, ph == WAITING))
         got = at.stages(p, at.c[p], offer, mine, sum(refs) - refs[p])
-        fit = ops.any_(fit, ops.all_(mine, ops.not_(got.unsafe), got.chunk > 0))
+        fit = ops.any_(fit, ops.all_(mine, ops.not_(got.crashed), got.chunk > 0))
     return fit
 
 

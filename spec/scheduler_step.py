@@ -68,7 +68,11 @@
   :mod:`chunkproof.spec.system_properties`' cycles-are-self-loops argument).
 * Properties: P0 (a stage that runs raises or leaves [0, its input]; such a step does not lead
   on), and the system properties S-LIVE, HOL, STARVE
-  (:mod:`chunkproof.spec.system_properties`).
+  (:mod:`chunkproof.spec.system_properties`), judged on every step whose code does not raise,
+  P0-violating or not, on the chunks the release schedules after every clamp (SPEC Q3: a split
+  below 0 that 0.28-0.33's reservation clamps to 0 is a zero; one no clamp catches, up to 0.27,
+  is scheduled as it is and gives its tokens back to the budget:
+  :mod:`~chunkproof.spec.scheduler_loops`).
 
 Symmetry reduction (``symmetry=True``): requests with equal configurations are interchangeable,
 so a row stores, instead of a request's label, the least label of an equal configuration, and
@@ -119,6 +123,7 @@ from chunkproof.spec.scheduler_loops import (
     least_eligible,
     schedule_step,
     settle,
+    stalled,
     theta_cap,
 )
 
@@ -514,7 +519,8 @@ class SchedulerStepModel:
         reference, and gives the items its call encodes through
         (:mod:`chunkproof.model.encoder_items`)."""
         requests = batch.requests
-        got = Got(*(np.zeros(len(rows), dtype=t) for t in (np.int64, np.int64, bool, np.int64)))
+        kinds = (np.int64, np.int64, bool, bool, np.int64)
+        got = Got(*(np.zeros(len(rows), dtype=t) for t in kinds))
         order = stage_order(self.policy)
         for index, part in enumerate(requests.parts):
             mine = np.flatnonzero(requests.part[rows] == index)
@@ -527,6 +533,7 @@ class SchedulerStepModel:
             values = vectorised_stages(self.policy, view, c[mine], budget[mine])
             got.chunk[mine], got.split[mine] = values["chunk"], values["split"]
             got.unsafe[mine] = unsafe_lanes(values, budget[mine], order)
+            got.crashed[mine] = values["crashed"]
             if part.items and self.encoder_call is not None:
                 through = values.get("encoded")
                 if through is None:
@@ -576,21 +583,21 @@ class SchedulerStepModel:
         done = schedule_step(ops, at, budget, cap, self.max_seqs, self.rules)
         chunk, admitted = np.stack(done.chunk, axis=1), np.stack(done.admitted, axis=1)
         decoded = np.stack(done.decoded, axis=1)
-        unchanged = ~done.unsafe & (chunk.sum(axis=1) == 0) & ~decoded.any(axis=1)
+        still = stalled(ops, done)
         safe = ~done.unsafe
         unfinished = (phase != FINISHED).any(axis=1)
-        fit = alone_fit(ops, at, cap(budget), unchanged)
+        fit = alone_fit(ops, at, cap(budget), still)
         bad = {
             "P0": done.unsafe,
             "S-LIVE": sysprops.system_live(
-                unchanged,
+                still,
                 unfinished,
                 budget,
                 batch.whole[inst],
                 alone(ops, phases, budget, batch.whole[inst], eligible),
             ),
-            "HOL": safe & sysprops.head_of_line(done.broke, done.behind_fit),
-            "STARVE": sysprops.starvation(unchanged, fit),
+            "HOL": ~done.crashed & sysprops.head_of_line(done.broke, done.behind_fit),
+            "STARVE": sysprops.starvation(still, fit),
         }
         record = {f"chunk{p}": chunk[:, p] for p in range(batch.k)}
         record |= {f"offered{p}": np.asarray(done.offered[p]) for p in range(batch.k)}
@@ -622,7 +629,7 @@ class SchedulerStepModel:
             source=source[lane],
             action=action[lane] + DECODE_STRIDE * decode_code(advance),
             target=target,
-            follow=(safe & ~unchanged)[lane] & (new_phase != FINISHED).any(axis=1),
+            follow=(safe & ~still)[lane] & (new_phase != FINISHED).any(axis=1),
             bad={pid: bad[pid][lane] for pid in self.properties},
             weight=np.ones(len(lane), dtype=np.int64),
             record=record,

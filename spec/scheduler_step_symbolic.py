@@ -82,6 +82,7 @@ from chunkproof.spec.scheduler_loops import (
     least_eligible,
     schedule_step,
     settle,
+    stalled,
     theta_cap,
 )
 from chunkproof.spec.scheduler_step import (
@@ -128,13 +129,16 @@ Z3_OPS = Ops(
 @dataclass(frozen=True)
 class StepTerms:
     """One step (state, b) as terms: the next state, whether a scheduled stage broke P0,
-    whether the step scheduled nothing, and the flags the system properties read."""
+    whether a request's code raised, whether the step made no progress
+    (:func:`~chunkproof.spec.scheduler_loops.stalled`), and the flags the system properties
+    read."""
 
     target: list[Any]
     decoded: list[Any]
     """Per request, whether the running loop reached it decoding."""
     unsafe: Any
-    unchanged: Any
+    crashed: Any
+    stalled: Any
     unfinished: Any
     broke: Any
     behind_fit: Any
@@ -315,7 +319,8 @@ class SymbolicSchedulerStep:
         encoded = values.get("encoded")
         if encoded is None:
             encoded = self._through(template, c, budget, values, shared)
-        return Got(values["chunk"], values["split"], unsafe, as_term(encoded))
+        crashed = as_term(values["crashed"])
+        return Got(values["chunk"], values["split"], unsafe, crashed, as_term(encoded))
 
     def _through(
         self, template: SymbolicRequest, c: Any, budget: Any, values: dict[str, Any], shared: Any
@@ -386,7 +391,7 @@ class SymbolicSchedulerStep:
         decoded = [_pick(mine[i], done.decoded) for i in range(k)]
         taken = [got_chunk[i] + self._advance(action, i) for i in range(k)]
         target = self._arrange(state, taken, got_admitted, got_encoded)
-        unchanged = z3.And(z3.Not(done.unsafe), z3.Sum(got_chunk) == 0, z3.Not(z3.Or(*decoded)))
+        still = stalled(Z3_OPS, done)
         each = Positions(
             phase,
             c,
@@ -399,7 +404,8 @@ class SymbolicSchedulerStep:
             target,
             decoded,
             done.unsafe,
-            unchanged,
+            done.crashed,
+            still,
             z3.Or(*[ph != FINISHED for ph in phase]),
             done.broke,
             done.behind_fit,
@@ -493,16 +499,17 @@ class SymbolicSchedulerStep:
         return self.step(state, action).target
 
     def follows(self, state: list[Any], action: list[Any]) -> Any:
-        """The search leads on: the step breaks no stage range, schedules something and
-        leaves some request unfinished (``Transitions.follow`` of the explicit model)."""
+        """The search leads on: the step breaks no stage range, makes progress and leaves
+        some request unfinished (``Transitions.follow`` of the explicit model)."""
         got = self.step(state, action)
         phases = fields(got.target).phase
         return z3.And(
-            z3.Not(got.unsafe), z3.Not(got.unchanged), z3.Or(*[p != FINISHED for p in phases])
+            z3.Not(got.unsafe), z3.Not(got.stalled), z3.Or(*[p != FINISHED for p in phases])
         )
 
     def violation(self, pid: str, state: list[Any], action: list[Any]) -> Any:
-        """The transition breaks ``pid`` (:mod:`chunkproof.spec.system_properties`)."""
+        """The transition breaks ``pid`` (:mod:`chunkproof.spec.system_properties`); the
+        system properties on every step whose code does not raise (SPEC Q3)."""
         got = self.step(state, action)
         if pid == "P0":
             return got.unsafe
@@ -510,11 +517,11 @@ class SymbolicSchedulerStep:
             by_itself = alone(
                 Z3_OPS, fields(state).phase, action[0], self.whole, self._eligible(action)
             )
-            return z3.And(got.unchanged, got.unfinished, action[0] == self.whole, by_itself)
+            return z3.And(got.stalled, got.unfinished, action[0] == self.whole, by_itself)
         if pid == "HOL":
-            return z3.And(z3.Not(got.unsafe), got.broke, got.behind_fit)
+            return z3.And(z3.Not(got.crashed), got.broke, got.behind_fit)
         if pid == "STARVE":
-            return z3.And(got.unchanged, got.alone_fit)
+            return z3.And(got.stalled, got.alone_fit)
         raise ConfigError(f"the scheduler step judges {', '.join(self.properties)}, not {pid}")
 
     # -- reading a solver model -------------------------------------------------------------------

@@ -123,9 +123,10 @@ def _requests(
 ) -> tuple[RequestStep, ...]:
     """Each request's part in one step, in label order: from the state row its list, place
     (a decoding request's in the running list) and c; from the step's record the budget it
-    was offered (0: not reached), the encoder cache the others referenced then, its chunk and
-    its decode advance. A request with encoder items runs with the engine's cache and compute
-    budget (:func:`~chunkproof.spec.scheduler_step.engine_encoder`)."""
+    was offered (0: not reached), the encoder cache the others referenced then, its chunk (the
+    one the release schedules, P0-violating or not: SPEC Q3) and its decode advance. A
+    request with encoder items runs with the engine's cache and compute budget
+    (:func:`~chunkproof.spec.scheduler_step.engine_encoder`)."""
     parts: dict[int, RequestStep] = {}
     places = [0] * len(PHASE_NAMES)
     encoder = shared_encoder(instance)
@@ -135,7 +136,7 @@ def _requests(
         cfg = engine_encoder(instance[label], encoder)
         shared = int(record[f"shared{p}"])
         stages = step(policy, cfg, c, offered, shared) if offered > 0 else None
-        scheduled = int(record[f"chunk{p}"]) > 0
+        scheduled = int(record[f"chunk{p}"]) != 0  # SPEC Q3: below 0 where no clamp caught it
         listed = RUNNING if phase == DECODING else phase
         decoded = int(record[f"decoded{p}"])
         queue = PHASE_NAMES[phase]

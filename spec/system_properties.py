@@ -11,6 +11,12 @@ the property (the ``bad[pid]`` arrays of a :class:`~chunkproof.spec.interface.Tr
 grows and the two queues keep their order (the model's docstring), so every cycle is a
 self-loop: a step that schedules nothing. A property about what happens for ever is therefore a
 property of one transition whose target is its source.
+
+SPEC Q3: the properties judge every step whose code does not raise, P0-violating or not, on the
+chunks the release schedules after every clamp it applies. A step "schedules nothing" when it
+makes no progress (:func:`~chunkproof.spec.scheduler_loops.stalled`): every chunk is at most 0
+and no decode step ran. A chunk below 0 (a stage below 0 that no clamp catches, SPEC P0) moves
+c back rather than forward: no progress either, as SPEC P1 counts it for one request.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ SYSTEM_PROPERTIES: dict[str, Property] = {
 
 
 def system_live(
-    unchanged: np.ndarray,
+    stalled: np.ndarray,
     unfinished: np.ndarray,
     budget: np.ndarray,
     whole: np.ndarray,
@@ -56,8 +62,9 @@ def system_live(
     state where some request is unfinished, with no eligible request outside the instance
     (``alone``: :func:`~chunkproof.spec.scheduler_loops.alone`), that schedules nothing:
     the state is its own successor when the instance runs alone under the best budget the
-    environment can give, so no request progresses for ever (the system form of SPEC P1)."""
-    bad: np.ndarray = unchanged & unfinished & (budget == whole) & alone
+    environment can give, so no request progresses for ever (the system form of SPEC P1).
+    ``stalled``: the step makes no progress (module docstring, SPEC Q3)."""
+    bad: np.ndarray = stalled & unfinished & (budget == whole) & alone
     return bad
 
 
@@ -65,15 +72,16 @@ def head_of_line(broke: np.ndarray, behind_fit: np.ndarray) -> np.ndarray:
     """HOL is violated by a step whose waiting loop broke on a zero (``broke``; history note
     6: a split zero in every release, any zero up to 0.32) while some waiting request behind
     the break would have got a chunk > 0 from the budget left (``behind_fit``: the model runs
-    the stages of every request behind the break at that budget)."""
+    the stages of every request behind the break at that budget). Judged on every step whose
+    code does not raise (module docstring)."""
     bad: np.ndarray = broke & behind_fit
     return bad
 
 
-def starvation(unchanged: np.ndarray, alone_fit: np.ndarray) -> np.ndarray:
-    """STARVE is violated by a step that schedules nothing (a cycle of global states, module
-    docstring) while some unfinished request would get a chunk > 0 from the same budget if it
-    were scheduled first (``alone_fit``): offered that budget for ever, the request is never
-    scheduled although the budget would serve it."""
-    bad: np.ndarray = unchanged & alone_fit
+def starvation(stalled: np.ndarray, alone_fit: np.ndarray) -> np.ndarray:
+    """STARVE is violated by a step that schedules nothing (``stalled``: no progress, a cycle of
+    global states, module docstring) while some unfinished request would get a chunk > 0 from
+    the same budget if it were scheduled first (``alone_fit``): offered that budget for ever,
+    the request is never scheduled although the budget would serve it."""
+    bad: np.ndarray = stalled & alone_fit
     return bad

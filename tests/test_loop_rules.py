@@ -130,7 +130,9 @@ def test_a_running_break_leaves_the_requests_after_a_zero_unoffered(tmp_path: Pa
     anything and the waiting request behind them gets the budget left."""
     path = write_scheduler(tmp_path, running_zero="break")
     assert resolve_policy(str(path)).rules() == LoopRules(running="break")
-    stages = fixed_stages([Got(0, 0, False, 0), Got(4, 4, False, 0), Got(2, 2, False, 0)])
+    stages = fixed_stages(
+        [Got(0, 0, False, False, 0), Got(4, 4, False, False, 0), Got(2, 2, False, False, 0)]
+    )
     phases = [RUNNING, RUNNING, WAITING]
     outcomes = {
         action: schedule_step(
@@ -145,6 +147,35 @@ def test_a_running_break_leaves_the_requests_after_a_zero_unoffered(tmp_path: Pa
     }
     assert outcomes["continue"].chunk == [0, 4, 2] and outcomes["continue"].offered == [6, 6, 2]
     assert outcomes["break"].chunk == [0, 0, 2] and outcomes["break"].offered == [6, 0, 6]
+
+
+def test_a_chunk_below_zero_is_scheduled_and_gives_its_tokens_back() -> None:
+    """SPEC Q3, up to 0.27 (no clamp): a running request whose chunk is -1 (a stage below 0,
+    P0) passes the ``== 0`` test and is scheduled, ``token_budget -= -1`` gives one token
+    back to the request after it; a request whose code raises schedules nothing and ends the
+    step, so no request after it is offered anything."""
+    phases = [RUNNING, RUNNING]
+    below = fixed_stages([Got(-1, -1, True, False, 0), Got(7, 7, False, False, 0)])
+    done = schedule_step(
+        PLAIN,
+        Positions(phases, [4, 4], [0, 0], below, nothing_held),
+        6,
+        lambda left: left,
+        256,
+        LoopRules(),
+    )
+    assert done.chunk == [-1, 7] and done.offered == [6, 7] and done.left == 0
+    assert done.unsafe and not done.crashed
+    raising = fixed_stages([Got(0, 0, True, True, 0), Got(7, 7, False, False, 0)])
+    done = schedule_step(
+        PLAIN,
+        Positions(phases, [4, 4], [0, 0], raising, nothing_held),
+        6,
+        lambda left: left,
+        256,
+        LoopRules(),
+    )
+    assert done.chunk == [0, 0] and done.offered == [6, 0] and done.crashed
 
 
 def guarded_skip(guard: str) -> str:
@@ -171,11 +202,12 @@ def nothing_held(p: int, c: object, e: object) -> int:
 @pytest.mark.parametrize("later", ["break", "skip"])
 def test_each_waiting_zero_does_its_own_action(split: str, later: str) -> None:
     """Two waiting requests offered 6: the first's zero comes from the split (split value 0)
-    or from a later stage (split value 3, chunk 0); it breaks the loop, leaving the second
+    or from a later stage (split value 3, chunk 0; or -1, which passes the split's ``== 0``
+    test and a later clamp makes 0, SPEC Q3); it breaks the loop, leaving the second
     unoffered, exactly when that zero's action is ``break``, else the second takes 2."""
     rules = LoopRules(split=split, later=later)
-    for split_value, action in ((0, split), (3, later)):
-        stages = fixed_stages([Got(0, split_value, False, 0), Got(2, 2, False, 0)])
+    for split_value, action in ((0, split), (3, later), (-1, later)):
+        stages = fixed_stages([Got(0, split_value, False, False, 0), Got(2, 2, False, False, 0)])
         at = Positions([WAITING] * 2, [0, 0], [0, 0], stages, nothing_held)
         done = schedule_step(PLAIN, at, 6, lambda left: left, 256, rules)
         assert done.broke == (action == "break")
