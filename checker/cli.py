@@ -65,6 +65,7 @@ from chunkproof.checker.runs import (
     PROVER_PROPERTIES,
     ProofRun,
     check_cell_count,
+    check_explorer_size,
     explore_space,
     prove_space,
 )
@@ -108,8 +109,6 @@ from chunkproof.spec.scheduler_trace import replay as replay_system
 from chunkproof.spec.space import Space
 
 DEFAULT_OUT = Path("chunkproof-out")
-MAX_CONFIGS = 5_000_000
-"""Largest number of configurations the explorer enumerates in one run."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -564,7 +563,7 @@ def _explorer_space(args: argparse.Namespace, *policies: Policy) -> Space:
         space = user_space(texts, budget, production=False)
     else:
         space = union([small_space(policy, budget) for policy in policies])
-    _check_size(space)
+    check_explorer_size(space)
     return space
 
 
@@ -578,22 +577,6 @@ def _prover_space(args: argparse.Namespace, *policies: Policy, defaults: bool) -
         space = union([production_space(policy, budget) for policy in policies])
     check_cell_count(space)
     return space
-
-
-def _check_size(space: Space) -> None:
-    """Refuse a grid the explorer cannot enumerate before expanding it."""
-    total = 0
-    for grid in space.grids:
-        size = 1
-        for name in ("prompt", "max_sched", "block", "lookahead"):
-            values = grid.sets[name]
-            size *= getattr(values, "size", lambda: 1)()
-        total += size
-    if total > MAX_CONFIGS:
-        raise ChunkproofError(
-            f"the range has about {total:.2g} configurations; the explorer enumerates at most "
-            f"{MAX_CONFIGS:.0e}: narrow it (or use `chunkproof prove`)"
-        )
 
 
 def _proof_run(args: argparse.Namespace, executor: Executor, minimise: bool) -> ProofRun:
@@ -1119,7 +1102,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
         return _cmd_system_prove(args, policy, space)
     if args.unbounded or args.timeout is not None:
         raise ChunkproofError("--unbounded and --timeout: only with --prove")
-    _check_size(space)
+    check_explorer_size(space)
     with run_folder(args.out) as out:
         verdicts, info = explore_system(
             policy,

@@ -17,22 +17,23 @@ modules refuses).
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import io
 import multiprocessing
 import os
 import pickle
-import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from chunkproof.model.errors import EXIT_UNKNOWN, ChunkproofError
+from chunkproof.proofs.isolated import held_signals, quiet_child
 
 R = TypeVar("R")
 
@@ -80,43 +81,59 @@ def usable_jobs(jobs: int) -> int:
     return max(1, min(jobs, cores))
 
 
-_INHERITED: dict[str, Any] = {}
+def _serve(
+    function: Callable[..., Any], shared: tuple[Any, ...], channel: Connection, parent: int
+) -> None:
+    """A pool worker: ``function(*shared, item)`` for each ``(index, item)`` the parent sends,
+    answered by ``(index, True, result)``, or ``(index, False, exception)`` when the call
+    raises; it ends when the channel closes (the parent kills it first: :func:`_stop_workers`)."""
+    quiet_child(parent)
+    while True:
+        try:
+            index, item = channel.recv()
+        except EOFError:
+            return
+        try:
+            answer: tuple[int, bool, Any] = (index, True, function(*shared, item))
+        except Exception as exc:
+            answer = (index, False, _sendable(exc))
+        try:
+            channel.send(answer)
+        except Exception as exc:  # a result that does not pickle (nothing was sent)
+            where = f"a pool worker could not send its result back: {type(exc).__name__}: {exc}"
+            channel.send((index, False, ExecutorError(where)))
 
 
-def _inherit(function: Callable[..., Any], shared: tuple[Any, ...]) -> None:
-    """A pool worker's start: keep what it inherited from the fork, and leave signals to the
-    parent (:func:`_quiet_worker`)."""
-    _quiet_worker()
-    _INHERITED.update(function=function, shared=shared)
-
-
-PR_SET_PDEATHSIG = 1
-"""Linux prctl option: the signal a process gets when its parent dies."""
-
-
-def _quiet_worker() -> None:
-    """A worker ignores Ctrl-C (the parent stops the pool: no worker prints a traceback),
-    dies at once on SIGTERM (the parent's handler, inherited by the fork, is not its own),
-    and is killed when the parent dies, even by SIGKILL (Linux), so no worker outlives a run."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def _sendable(exc: Exception) -> Exception:
+    """``exc`` if it survives the trip to the parent, else an :class:`ExecutorError` naming it."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return ExecutorError(f"a pool worker failed: {type(exc).__name__}: {exc}")
+    return exc
 
 
-def _call_inherited(item: Any) -> Any:
-    """In a pool worker: ``function(*shared, item)``."""
-    return _INHERITED["function"](*_INHERITED["shared"], item)
+@dataclass
+class _Worker:
+    """One worker process of a :class:`LocalPool` and the parent's end of its channel."""
+
+    process: BaseProcess
+    channel: Connection
+    index: int | None = None
+    """The item it computes, ``None`` when idle."""
 
 
 @dataclass(frozen=True)
 class LocalPool:
     """A fork pool of ``jobs`` processes (capped by :func:`usable_jobs`); the workers inherit
     ``function`` and ``shared`` (policies hold functions and syntax trees: nothing is pickled
-    but the items and the results). One job, or one item, runs serially."""
+    but the items and the results). One job, or one item, runs serially.
+
+    The pool has no threads: the parent hands out items and waits on the workers' channels
+    itself, so a signal (SIGTERM, Ctrl-C) interrupts only that wait, never a lock or a
+    thread of the pool, and however the iteration ends the workers are killed (SIGKILL, no
+    handler of theirs runs) and reaped. A worker that dies before answering is an
+    :class:`ExecutorError`: the run is incomplete."""
 
     jobs: int
 
@@ -131,9 +148,76 @@ class LocalPool:
         if jobs <= 1 or len(items) < 2:
             yield from Serial().map(function, shared, items)
             return
-        context = multiprocessing.get_context("fork")
-        with context.Pool(jobs, initializer=_inherit, initargs=(function, shared)) as pool:
-            yield from pool.imap(_call_inherited, items)
+        workers: list[_Worker] = []
+        try:
+            _start_workers(workers, min(jobs, len(items)), function, shared)
+            yield from _results_in_order(workers, items)
+        finally:
+            _stop_workers(workers)
+
+
+def _start_workers(
+    workers: list[_Worker], count: int, function: Callable[..., Any], shared: tuple[Any, ...]
+) -> None:
+    """Fork ``count`` workers into ``workers`` with the stopping signals held
+    (:func:`~chunkproof.proofs.isolated.held_signals`: one that comes meanwhile is handled once
+    every started worker is in ``workers``)."""
+    context = multiprocessing.get_context("fork")
+    with held_signals():
+        for _ in range(count):
+            mine, theirs = context.Pipe()
+            process = context.Process(
+                target=_serve, args=(function, shared, theirs, os.getpid()), daemon=True
+            )
+            process.start()
+            workers.append(_Worker(process, mine))
+            theirs.close()
+
+
+def _results_in_order(workers: list[_Worker], items: Sequence[Any]) -> Iterator[Any]:
+    """Every item's result, in item order: each idle worker gets the next item, the results
+    that come early wait for the ones before them; an item whose call raised raises here."""
+    answers: dict[int, tuple[bool, Any]] = {}
+    handed = done = 0
+    while done < len(items):
+        for worker in workers:
+            if worker.index is None and handed < len(items):
+                worker.channel.send((handed, items[handed]))
+                worker.index, handed = handed, handed + 1
+        _collect(workers, answers)
+        while done in answers:
+            ok, value = answers.pop(done)
+            if not ok:
+                raise value
+            yield value
+            done += 1
+
+
+def _collect(workers: list[_Worker], answers: dict[int, tuple[bool, Any]]) -> None:
+    """Wait until a busy worker answers (or dies) and put every answer there is in
+    ``answers``: a worker that died before answering is an :class:`ExecutorError`."""
+    busy = [worker for worker in workers if worker.index is not None]
+    ready = wait([worker.channel for worker in busy] + [w.process.sentinel for w in busy])
+    for worker in busy:
+        if worker.channel in ready or worker.process.sentinel in ready:
+            try:
+                index, ok, value = worker.channel.recv()
+            except EOFError:
+                raise ExecutorError(
+                    f"a pool worker died (exit status {worker.process.exitcode}) before it "
+                    "answered, the run is incomplete"
+                ) from None
+            answers[index] = (ok, value)
+            worker.index = None
+
+
+def _stop_workers(workers: list[_Worker]) -> None:
+    """Kill and reap every worker (an idle one holds nothing; a busy one's work is dropped)."""
+    for worker in workers:
+        worker.process.kill()
+    for worker in workers:
+        worker.process.join()
+        worker.channel.close()
 
 
 def as_executor(jobs: int | Executor) -> Executor:

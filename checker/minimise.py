@@ -21,6 +21,11 @@ both engines, which know nothing of each other.
    answer holds for traces of any length) and the explorer takes the shortest trace at that
    one M. If a query times out, the solver's own trace is replayed instead, and the result says
    which dimensions were minimised within the bounded search only.
+
+``--timeout`` bounds it all (SPEC: every phase): once a violating trace is found, no step that
+refines it (a query, a group of the explorer, a bisection step) starts past
+:data:`MINIMISING_TIMEOUTS` timeouts; the trace found so far is then reported with what was
+established and the words "not proved minimal" (:data:`OUT_OF_TIME`).
 """
 
 from __future__ import annotations
@@ -61,8 +66,41 @@ on a production cell, c <= 64 8-35 s)."""
 FINITE_STATES = 64
 """The most states :func:`reachable_below` lists for a query over every state; beyond, Spacer
 alone answers (the query grows with the square of the states)."""
+MINIMISING_TIMEOUTS = 6
+"""How many ``--timeout`` the minimisation of one cell, and the search for the least
+counterexample across cells, may take (a :class:`Deadline` each): past it no further step
+starts, and what was found is reported as not proved minimal."""
 EVERY_STATE = "Z3 over every state c < T"
 SPACER = "Spacer"
+UNASKED = "not asked"
+OUT_OF_TIME = (
+    f"; not proved minimal: the minimisation stopped at its time limit ({MINIMISING_TIMEOUTS} "
+    "times --timeout)"
+)
+
+
+class Deadline:
+    """When a minimisation stops refining what it found (``--timeout`` bounds every phase):
+    a step (a query, a group of the explorer) starts only before it, so the search ends at
+    most one step after it. The time is the wall clock's (seconds since the epoch): the
+    deadline travels to pool and Dask workers, whose monotonic clocks are not the caller's.
+    :attr:`cut` records that a step was left out: the result is then not proved minimal."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.cut = False
+
+    @classmethod
+    def after(cls, timeout_ms: int) -> Deadline:
+        """:data:`MINIMISING_TIMEOUTS` timeouts from now."""
+        return cls(time.time() + MINIMISING_TIMEOUTS * timeout_ms / 1000)
+
+    def allows(self) -> bool:
+        """Whether a further step may start (when not, the result is cut short)."""
+        if time.time() < self.at:
+            return True
+        self.cut = True
+        return False
 
 
 @dataclass(frozen=True)
@@ -119,51 +157,81 @@ def minimal_for_cell(
     model: SymbolicRequest, pid: str, timeout_ms: int
 ) -> tuple[Counterexample | None, str]:
     """The cell's minimal counterexample (module docstring); None, and why, when the search
-    is undecided."""
-    least = _least_trace(model, pid, timeout_ms)
+    is undecided. Past :data:`MINIMISING_TIMEOUTS` timeouts (:class:`Deadline`) no step
+    refines what was found: the violating trace found so far is reported, with what its
+    search established and :data:`OUT_OF_TIME`."""
+    until = Deadline.after(timeout_ms)
+    least = _least_trace(model, pid, timeout_ms, until)
     if isinstance(least, str):
         return None, least
     found, certified = least
     cfg = Config(**model.concrete(found.model))
-    how = (
-        f"in its cell, T is the minimum over traces of any length ({certified.by}: no smaller T "
-        "violates)"
-        if certified.status == "unsat"
-        else f"T is the minimum over traces of {_steps(found.depth)} ({certified.by}: "
-        f"{certified.status})"
-    ) + f"; L and the inputs after M are the least at that T in {_steps(found.depth)}"
+    how = _tokens_claim(found, certified)
+    how += f"; L and the inputs after M are the least at that T in {_steps(found.depth)}"
+    cx, about_m = _least_max_sched(model, pid, cfg, found, timeout_ms, until)
+    return cx, how + about_m + (OUT_OF_TIME if until.cut else "")
+
+
+def _least_max_sched(
+    model: SymbolicRequest,
+    pid: str,
+    cfg: Config,
+    found: SolverTrace,
+    timeout_ms: int,
+    until: Deadline,
+) -> tuple[Counterexample, str]:
+    """The counterexample at ``cfg``'s T with the least M and the shortest trace there
+    (module docstring, 3), and what is claimed of them: by the explorer, else by bisection,
+    else the solver's trace ``found``, its M and length minimal within its depth only."""
     ms = [m for m in _max_sched_values(model, cfg) if m <= cfg.max_sched]
-    cx = _explore_ascending(model, pid, cfg, ms)
+    cx = _explore_ascending(model, pid, cfg, ms, until) if until.allows() else None
     if cx is not None:
-        return cx, how + "; M and the trace length are minimal at that T (explorer, exhaustive)"
-    bisected = _bisect_max_sched(model, pid, cfg, timeout_ms)
-    if bisected is not None:
+        return cx, "; M and the trace length are minimal at that T (explorer, exhaustive)"
+    bisected = _bisect_max_sched(model, pid, cfg, timeout_ms, until)
+    if bisected is not None and until.allows():
         smallest, by = bisected
         cx = _explore_at(model, pid, cfg.replace(max_sched=smallest), [smallest])
         if cx is not None:
-            return cx, how + (
+            return cx, (
                 f"; M is minimal at that T (bisection, {by}), the trace is the shortest at "
                 "that M (explorer)"
             )
-    return _replayed(model, pid, cfg, found), (
-        how + f"; M and the trace length are minimal in {_steps(found.depth)} only"
+    replayed = _replayed(model, pid, cfg, found)
+    return replayed, f"; M and the trace length are minimal in {_steps(found.depth)} only"
+
+
+def _tokens_claim(found: SolverTrace, certified: Reached) -> str:
+    """What the search established about T (:func:`_least_trace`)."""
+    if certified.status == "unsat":
+        return (
+            f"in its cell, T is the minimum over traces of any length ({certified.by}: no "
+            "smaller T violates)"
+        )
+    if certified.by == UNASKED:
+        return f"T is the minimum over traces of {_steps(found.depth)} (not certified beyond)"
+    return (
+        f"T is the minimum over traces of {_steps(found.depth)} ({certified.by}: "
+        f"{certified.status})"
     )
 
 
 def _least_trace(
-    model: SymbolicRequest, pid: str, timeout_ms: int
+    model: SymbolicRequest, pid: str, timeout_ms: int, until: Deadline
 ) -> tuple[SolverTrace, Reached] | str:
     """A violating trace at the least T of the bounded search, the other inputs least at
     that T in SPEC C's order, and the answer on whether a smaller T violates at any depth
     (module docstring, 1 and 2); or why there is none. A bounded search that runs past
     :data:`FIRST_SEARCH_MS` leaves the least T to :func:`_least_tokens` and the other inputs
     to a search at that T (:func:`_trace_at`); when these find nothing, it is run again with
-    the whole timeout, as are the searches at the depths after it."""
+    the whole timeout, as are the searches at the depths after it. Once a trace is found,
+    no further query starts past ``until``."""
     v = model.view
     found: SolverTrace | None = None
     certified = Reached("unknown", SPACER)
     first_ms = min(timeout_ms, FIRST_SEARCH_MS)
     for depth in DEPTHS:
+        if found is not None and not until.allows():
+            break
         result = bounded_search(model, pid, depth, _objectives(model), first_ms)
         if result == "unknown" and first_ms < timeout_ms:
             least = _least_tokens(model, pid, timeout_ms)
@@ -176,6 +244,9 @@ def _least_trace(
             return f"the bounded search at depth {depth} timed out"
         if isinstance(result, SolverTrace):
             found = result
+            if not until.allows():
+                certified = Reached("unknown", UNASKED)
+                break
             tokens = _value(result, v.tokens)
             smaller = as_term(v.tokens < tokens)
             certified = reachable_below(model, pid, smaller, tokens - 1, timeout_ms)
@@ -271,38 +342,48 @@ def _max_sched_values(model: SymbolicRequest, cfg: Config) -> list[int]:
 
 def _lanes(model: SymbolicRequest, cfg: Config, ms: list[int]) -> int:
     """The (state, budget) lanes the explorer evaluates at ``cfg`` over the M values ``ms``, at
-    most: E states times min(M, T) budgets per M, for every combination of the flags the
+    most (:func:`_lanes_per_budget`, min(M, T) budgets per M)."""
+    return _lanes_per_budget(model, cfg) * sum(min(m, cfg.T) for m in ms)
+
+
+def _lanes_per_budget(model: SymbolicRequest, cfg: Config) -> int:
+    """The lanes of one budget at ``cfg``: E states for every combination of the flags the
     cell's grid leaves both values (:func:`_fixed` keeps their sets)."""
     sets = model.cell.grid.sets
     flags = 1 << sum(
         isinstance(sets.get(name), Bools) and not sets[name].fixed() for name in cfg.to_dict()
     )
-    return cfg.prefill_end * sum(min(m, cfg.T) for m in ms) * flags
+    return cfg.prefill_end * flags
 
 
 def _explore_ascending(
-    model: SymbolicRequest, pid: str, cfg: Config, ms: list[int]
+    model: SymbolicRequest, pid: str, cfg: Config, ms: list[int], until: Deadline
 ) -> Counterexample | None:
     """The explorer's minimal counterexample at ``cfg`` over the ascending M values ``ms``,
     explored in groups of ascending M (the first of :data:`FIRST_GROUP_LANES` lanes, each next
     twice as large up to :data:`GROUP_LANES`, :data:`EXPLORER_LANES` in all) until a group
     holds one: every smaller M was explored exhaustively before it, so its least M is the least
     of ``ms``. None when the lanes run out first (at B = 528 the least M can be 3 where the
-    solver's is 526: the first group finds it)."""
-    spent = 0
+    solver's is 526: the first group finds it), or when ``until`` comes before a group."""
+    per_budget = _lanes_per_budget(model, cfg)
+    spent = grouped = 0
     size = FIRST_GROUP_LANES
     group: list[int] = []
     for m in ms:
-        spent += _lanes(model, cfg, [m])
+        lanes = per_budget * min(m, cfg.T)
+        spent += lanes
         if spent > EXPLORER_LANES:
             break
         group.append(m)
-        if _lanes(model, cfg, group) >= size:
+        grouped += lanes
+        if grouped >= size:
+            if not until.allows():
+                return None
             found = _explore_at(model, pid, cfg, group)
             if found is not None:
                 return found
-            group, size = [], min(2 * size, GROUP_LANES)
-    return _explore_at(model, pid, cfg, group) if group else None
+            group, grouped, size = [], 0, min(2 * size, GROUP_LANES)
+    return _explore_at(model, pid, cfg, group) if group and until.allows() else None
 
 
 def _explore_at(
@@ -351,11 +432,11 @@ def _runs(values: list[int]) -> tuple[tuple[int, int], ...]:
 
 
 def _bisect_max_sched(
-    model: SymbolicRequest, pid: str, cfg: Config, timeout_ms: int
+    model: SymbolicRequest, pid: str, cfg: Config, timeout_ms: int, until: Deadline
 ) -> tuple[int, str] | None:
     """The least M <= cfg.max_sched with a reachable violation at cfg's other inputs, by
     bisection (:func:`reachable_below`), and the engines that answered; None if a query is
-    undecided."""
+    undecided or ``until`` comes before one."""
     v = model.view
     fixed = z3.And(
         *[
@@ -367,6 +448,8 @@ def _bisect_max_sched(
     low, high = max(cfg.lookahead, 1), cfg.max_sched
     engines: set[str] = set()
     while low < high:
+        if not until.allows():
+            return None
         middle = (low + high) // 2
         extra = z3.And(fixed, as_term(v.max_sched <= middle))
         answer = reachable_below(model, pid, extra, cfg.T, timeout_ms)

@@ -83,6 +83,90 @@ def check_cell_count(space: Space) -> None:
         )
 
 
+MAX_CONFIGS = 5_000_000
+"""Most configurations the explorer enumerates in one run."""
+MAX_PAIRS = 1 << 32
+"""Most (state, budget) pairs the explorer evaluates in one run: about 100 times those of
+the default grids (4.2e7 for ``vllm-0.33``), whose ``check`` explores them in seconds."""
+
+
+def explorer_pairs(space: Space) -> int:
+    """About how many (state, budget) pairs the explorer evaluates on ``space``: each
+    configuration's E >= P states under each budget 1..min(M, T, the ``--budget`` cap), that is
+    P * min(M, P, cap) summed over the prompts and Ms of each grid (in closed form: a prompt
+    range can hold 2^40 values), times its B and L values; the other inputs only multiply it."""
+    cap = space.budget[1] if space.budget is not None else None
+    total = 0
+    for grid in space.grids:
+        prompts, ms = grid.sets["prompt"], grid.sets["max_sched"]
+        assert isinstance(prompts, Ints) and isinstance(ms, Ints)
+        pairs = sum(
+            _pairs(low, high, m_low, m_high, cap)
+            for low, high in prompts.intervals
+            for m_low, m_high in ms.intervals
+        )
+        total += value_count(grid.sets["block"]) * value_count(grid.sets["lookahead"]) * pairs
+    return total
+
+
+def _pairs(low: int, high: int, m_low: int, m_high: int, cap: int | None) -> int:
+    """The sum over P in [``low``, ``high``] of P * g(min(P, ``cap``)), g(c) being the sum of
+    min(M, c) over M in [``m_low``, ``m_high``]. 2g is a polynomial in c on each of c <= m_low,
+    m_low <= c <= m_high and c >= m_high, so the sum is one of power sums of P per piece."""
+    a, b = m_low, m_high
+    pieces = (  # (first P, last P, the coefficients of 2g(c) in c)
+        (low, a, (0, 2 * (b - a + 1), 0)),
+        (a + 1, b, (a - a * a, 2 * b + 1, -1)),
+        (b + 1, high, ((a + b) * (b - a + 1), 0, 0)),
+    )
+    last = high if cap is None else min(high, cap)
+    twice = 0
+    for first, end, coefficients in pieces:  # c = P: P * 2g(P), degree up to 3
+        first, end = max(first, low), min(end, last)
+        twice += sum(k * _power_sum(n + 1, first, end) for n, k in enumerate(coefficients))
+    if cap is not None and cap < high:  # c = cap for every P past it
+        coefficients = next(k for _, end, k in pieces if cap <= end or end == high)
+        twice_at_cap = sum(k * cap**n for n, k in enumerate(coefficients))
+        twice += twice_at_cap * _power_sum(1, max(low, cap + 1), high)
+    return twice // 2
+
+
+def _power_sum(power: int, first: int, last: int) -> int:
+    """The sum of x**``power`` over x in [``first``, ``last``] (0 when empty; 1 <= power <= 3)."""
+    if first > last:
+        return 0
+
+    def upto(n: int) -> int:
+        triangle = n * (n + 1) // 2
+        return (triangle, n * (n + 1) * (2 * n + 1) // 6, triangle * triangle)[power - 1]
+
+    return upto(last) - upto(first - 1)
+
+
+def check_explorer_size(space: Space) -> None:
+    """Refuse, before any configuration is built, a range the explorer cannot enumerate: more
+    than :data:`MAX_CONFIGS` configurations, or more than :data:`MAX_PAIRS` (state, budget)
+    pairs (:func:`explorer_pairs`: a single long prompt has a state per position)."""
+    configs = 0
+    for grid in space.grids:
+        size = 1
+        for name in ("prompt", "max_sched", "block", "lookahead"):
+            size *= value_count(grid.sets[name])
+        configs += size
+    if configs > MAX_CONFIGS:
+        raise ConfigError(
+            f"the range has about {configs:.2g} configurations; the explorer enumerates at most "
+            f"{MAX_CONFIGS:.0e}: narrow it (or use `chunkproof prove`)"
+        )
+    pairs = explorer_pairs(space)
+    if pairs > MAX_PAIRS:
+        raise ConfigError(
+            f"the range has about {pairs:.2g} (state, budget) pairs to explore (a state per "
+            f"prompt position, a budget per value up to M); the explorer evaluates at most "
+            f"{MAX_PAIRS:.2g}: narrow --prompt or --max-sched (or use `chunkproof prove`)"
+        )
+
+
 def explorer_range(space: Space, configs: dict[str, int]) -> dict[str, Any]:
     """The range a verdict of the explorer states: every input of every grid, and how many
     configurations it covered and excluded."""

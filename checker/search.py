@@ -174,7 +174,8 @@ def categories(policy: Policy, batch: Batch) -> np.ndarray:
     size = len(batch)
     accepted = np.ones(size, dtype=bool)
     for rule in policy.acceptance:
-        accepted &= np.broadcast_to(np.asarray(evaluate(parse(rule.holds), [view]).value), size)
+        holds = evaluate(parse(rule.holds), [view]).value  # a truth, maybe an operand (SPEC Q1)
+        accepted &= np.broadcast_to(np.asarray(holds, dtype=bool), size)
     degenerate = np.zeros(size, dtype=bool)
     if policy.stage("reservation") is not None:
         cap = policy.stage("cap")

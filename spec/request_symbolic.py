@@ -158,8 +158,8 @@ class SymbolicRequest:
         self.high = self._high()
         self.constraint = z3.And(
             *self._ranges(),
-            *[self.call(rule, [self.view]) for rule, _ in WELL_FORMED],
-            *[self.call(rule.holds, [self.view]) for rule in self.policy.acceptance],
+            *[self.holds(rule, [self.view]) for rule, _ in WELL_FORMED],
+            *[self.holds(rule.holds, [self.view]) for rule in self.policy.acceptance],
             z3.Not(self._degenerate()) if self.main else z3.BoolVal(True),
             self._low() <= self.high,
         )
@@ -192,6 +192,11 @@ class SymbolicRequest:
         tree = func if isinstance(func, SubsetFunction) else parse(func)
         value, _ = symbolic(tree, args)
         return value
+
+    def holds(self, func: Callable[..., Any], args: list[Any]) -> Any:
+        """The truth of one of chunkproof's own predicates (a rule, a property), as a ``Bool``:
+        a predicate written with ``and``/``or`` may yield an integer operand (SPEC Q1)."""
+        return Z3Domain().truthy(self.call(func, args))
 
     def _ranges(self) -> Iterator[Any]:
         """Every symbolic input in its value set of the cell's grid."""
@@ -347,15 +352,15 @@ class SymbolicRequest:
             return self.unsafe(c, b)
         if pid == "P1":
             largest = self.stages(c, self.high)
-            stuck = self.call(props.stuck, [self.view, c, largest["chunk"]])
+            stuck = self.holds(props.stuck, [self.view, c, largest["chunk"]])
             return z3.And(z3.Not(largest["crashed"]), stuck)
         values = self.stages(c, b)
         e = c + values["chunk"]
         moving = z3.And(z3.Not(self.unsafe(c, b)), values["chunk"] > 0)
         if pid == "P5":
             window = props.WINDOW_PROPERTIES[self.window]
-            return z3.And(moving, self.call(window, [self.view, c, values["cap"], e]))
-        bad = z3.And(moving, self.call(props.EDGE_PROPERTIES[pid], [self.view, c, e]))
+            return z3.And(moving, self.holds(window, [self.view, c, values["cap"], e]))
+        bad = z3.And(moving, self.holds(props.EDGE_PROPERTIES[pid], [self.view, c, e]))
         if pid == "P4" and self.cell.layout:
             return z3.And(bad, z3.Not(encoder_forced(stage_order(self.policy), values)))
         return bad

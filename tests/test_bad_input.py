@@ -7,20 +7,29 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_helpers import Cli, CliRun
 
-from chunkproof.checker.executor import usable_jobs
+from chunkproof.checker import minimise
+from chunkproof.checker.defaults import small_space
+from chunkproof.checker.executor import ExecutorError, LocalPool, usable_jobs
+from chunkproof.checker.least_counterexample import least_counterexamples
 from chunkproof.checker.output import run_folder
-from chunkproof.checker.runs import MAX_CELLS
+from chunkproof.checker.runs import MAX_CELLS, MAX_PAIRS, CellModel, explorer_pairs
 from chunkproof.checker.system_prove import MAX_DEPTH
+from chunkproof.model.builtin import get_builtin
+from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.files import MAX_COUNTEREXAMPLE_BYTES
+from chunkproof.spec.request import RequestModel, budget_bounds
+from chunkproof.spec.request_symbolic import SymbolicRequest, cells
+from chunkproof.spec.space import Space, grid_from
 
 TRACE = ["trace", "vllm-0.33", "--lookahead", "3", "--budget", "16"]
 
@@ -309,6 +318,64 @@ def test_a_system_proof_deeper_than_the_bound_is_refused(cli: Cli) -> None:
     _one_line_exit_2(run, f"1 to {MAX_DEPTH}")
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["explore", "vllm-0.33", "--prompt", "1099511627776", "--block", "4", "--max-sched", "4"],
+        ["check", "vllm-0.33", "--prompt", "1099511627776", "--block", "4", "--max-sched", "4"],
+        ["explore", "vllm-0.33", "--prompt", "1-65536", "--block", "16", "--max-sched", "64"],
+        ["system", "vllm-0.33", "--prompt", "1099511627776", "--block", "4", "--max-sched", "4"],
+    ],
+)
+def test_an_explorer_range_of_too_many_states_is_refused_with_its_count(
+    cli: Cli, argv: list[str]
+) -> None:
+    """One configuration can be too much to explore: a state per position of its prompt and a
+    budget per value up to M (and T), as can few configurations with long prompts. The count
+    is refused before any configuration is built."""
+    run = cli(*argv)
+    _one_line_exit_2(run, f"at most {MAX_PAIRS:.2g}")
+    assert "(state, budget) pairs" in run.err and "chunkproof prove" in run.err
+
+
+def _explored_pairs(model: RequestModel) -> int:
+    """The (state, budget) pairs of every configuration the explorer takes (its batches)."""
+    total = 0
+    for base, ms in model.space.config_families():
+        cap = budget_bounds(base, model.space.budget, max(ms))[1]
+        total += base.prefill_end * sum(min(cap, m) for m in ms)
+    return total
+
+
+@pytest.mark.parametrize(
+    ("texts", "budget"),
+    [
+        (
+            {"block": "4", "lookahead": "0", "drop": "off", "prompt": "1-16", "max_sched": "1-8"},
+            None,
+        ),
+        ({"block": "4,8", "lookahead": "0-2", "prompt": "3-9,20", "max_sched": "2-6"}, (2, 4)),
+    ],
+)
+def test_the_explorer_pairs_are_counted_without_enumerating(
+    texts: dict[str, str], budget: tuple[int, int] | None
+) -> None:
+    """The count :func:`explorer_pairs` refuses by is the explorer's own on a grid whose other
+    inputs are fixed (D off), and never more than it otherwise (the other inputs only add
+    configurations): the check never refuses a range the explorer would find small."""
+    space = Space((grid_from(texts),), budget)
+    explored = _explored_pairs(RequestModel(get_builtin("vllm-0.33"), space))
+    if texts.get("drop") == "off":
+        assert explorer_pairs(space) == explored
+    assert 0 < explorer_pairs(space) <= explored
+
+
+def test_the_default_grids_are_far_below_the_explorer_bound() -> None:
+    space = small_space(get_builtin("vllm-0.33"))
+    assert explorer_pairs(space) <= _explored_pairs(RequestModel(get_builtin("vllm-0.33"), space))
+    assert explorer_pairs(space) * 100 < MAX_PAIRS
+
+
 # -- output streams --------------------------------------------------------------------------
 
 
@@ -378,23 +445,39 @@ sys.exit(cli.main(["system", "vllm-0.33", "--out", sys.argv[1]]))
 """
 
 
+ISOLATED_RUN = """
+import os, sys, time
+from pathlib import Path
+from chunkproof.proofs import isolated
+
+def slow():
+    Path(sys.argv[1]).parent.joinpath(f"worker-{os.getpid()}").write_text("")
+    time.sleep(600)
+
+isolated.call(slow, 600)
+"""
+
+
 def _signalled(
-    tmp_path: Path, send: Callable[[subprocess.Popen[bytes]], None]
+    tmp_path: Path,
+    send: Callable[[subprocess.Popen[bytes]], None],
+    script: str = SIGNALLED_RUN,
+    count: int = 2,
 ) -> tuple[subprocess.CompletedProcess[bytes] | None, list[int]]:
-    """Start a run whose two workers sleep, ``send`` it a signal once they do; its exit and
-    the workers' process ids."""
+    """Start ``script``, a run whose ``count`` workers sleep, ``send`` it a signal once they
+    do; its exit and the workers' process ids."""
     out = tmp_path / "out"
     child = subprocess.Popen(
-        [sys.executable, "-c", SIGNALLED_RUN, str(out)],
+        [sys.executable, "-c", script, str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
     deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("worker-*"))) < 2 and time.monotonic() < deadline:
+    while len(list(tmp_path.glob("worker-*"))) < count and time.monotonic() < deadline:
         time.sleep(0.1)
     workers = [int(p.name.removeprefix("worker-")) for p in tmp_path.glob("worker-*")]
-    assert len(workers) == 2, "the workers did not start"
+    assert len(workers) == count, "the workers did not start"
     send(child)
     stdout, stderr = child.communicate(timeout=60)
     done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
@@ -441,3 +524,147 @@ def test_the_workers_die_with_a_killed_run(tmp_path: Path) -> None:
     """SIGKILL leaves the parent no chance to stop its pool: the workers die with it."""
     _, workers = _signalled(tmp_path, lambda child: child.kill())
     assert _gone(workers)
+
+
+def test_an_isolated_solver_call_dies_with_a_killed_run(tmp_path: Path) -> None:
+    """The child that runs a solver call past its own timeout (proofs.isolated) dies with
+    the run too."""
+    _, children = _signalled(tmp_path, lambda child: child.kill(), ISOLATED_RUN, 1)
+    assert _gone(children)
+
+
+# -- the local pool -----------------------------------------------------------------------------
+
+needs_a_pool = pytest.mark.skipif(usable_jobs(2) < 2, reason="needs two cores for a pool")
+
+
+def _worker_of(scale: int, item: int) -> tuple[int, int]:
+    if item == 13:
+        raise ChunkproofError(f"item {item} is unlucky")
+    if item == 14:
+        os._exit(9)  # a worker that dies (the OOM killer, a crash) before it answers
+    if item == 15:
+        raise ValueError(threading.Lock())  # an error that cannot be pickled
+    return scale * item, os.getpid()
+
+
+@needs_a_pool
+def test_the_pool_gives_every_result_in_item_order() -> None:
+    results = list(LocalPool(2).map(_worker_of, (10,), list(range(12))))
+    assert [value for value, _ in results] == [10 * i for i in range(12)]
+    workers = {pid for _, pid in results}
+    assert os.getpid() not in workers and _gone(list(workers))
+
+
+@needs_a_pool
+def test_an_error_in_a_worker_reaches_the_caller_and_stops_the_pool() -> None:
+    results = LocalPool(2).map(_worker_of, (1,), [1, 2, 13, 4, 5])
+    assert next(results)[0] == 1
+    workers = [next(results)[1]]
+    with pytest.raises(ChunkproofError, match="item 13 is unlucky"):
+        next(results)
+    assert _gone(workers)
+
+
+@needs_a_pool
+def test_a_worker_that_dies_is_an_incomplete_run_not_a_hang() -> None:
+    with pytest.raises(ExecutorError, match=r"died \(exit status 9\) before it answered"):
+        list(LocalPool(2).map(_worker_of, (1,), [1, 14, 3]))
+
+
+@needs_a_pool
+def test_a_result_that_cannot_travel_back_is_an_error_of_its_item() -> None:
+    by_a_lambda = list(LocalPool(2).map(lambda item: item, (), [1, 2]))  # fork: no pickling in
+    assert by_a_lambda == [1, 2]
+    with pytest.raises(ExecutorError, match="could not send its result back"):
+        list(LocalPool(2).map(lambda item: lambda: item, (), [1, 2]))
+    with pytest.raises(ExecutorError, match="a pool worker failed: ValueError: <unlocked"):
+        list(LocalPool(2).map(_worker_of, (1,), [1, 15]))
+
+
+@needs_a_pool
+def test_a_pool_left_early_kills_its_workers() -> None:
+    """A caller that stops iterating (an exception, Ctrl-C) leaves no worker running."""
+    results = LocalPool(2).map(_worker_of, (1,), list(range(8)))
+    assert isinstance(results, Generator)
+    workers = [next(results)[1], next(results)[1]]
+    results.close()
+    assert _gone(workers)
+
+
+# -- the least counterexample within --timeout ---------------------------------------------------
+
+LIVELOCK = {"block": "16", "lookahead": "3", "drop": "off"}
+"""vllm-0.33's livelock (README): least at T = 17, M = 3."""
+TIMEOUT_MS = 60_000
+
+
+def _livelock_cell() -> SymbolicRequest:
+    (cell,) = cells(Space((grid_from(LIVELOCK),)))
+    return SymbolicRequest(get_builtin("vllm-0.33"), cell, None)
+
+
+def test_a_minimisation_out_of_time_reports_what_it_found_as_not_proved_minimal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no time left once the first violating trace is found (MINIMISING_TIMEOUTS = 0),
+    no refining step starts: the trace found is reported, claiming only what its bounded
+    search established, and says it is not proved minimal; with the time, the same cell's
+    counterexample is proved minimal (T certified, M from the explorer)."""
+    model = _livelock_cell()
+    minimal, how = minimise.minimal_for_cell(model, "P1", TIMEOUT_MS)
+    assert minimal is not None and (minimal.config.T, minimal.config.max_sched) == (17, 3)
+    assert "not proved minimal" not in how and "(explorer, exhaustive)" in how
+
+    monkeypatch.setattr(minimise, "MINIMISING_TIMEOUTS", 0)
+    explored: list[object] = []
+    monkeypatch.setattr(minimise, "explore", lambda *args: explored.append(args))
+    cx, how = minimise.minimal_for_cell(model, "P1", TIMEOUT_MS)
+    assert cx is not None and cx.config.T == 17  # the bounded search's least T
+    assert how.endswith(minimise.OUT_OF_TIME) and "not proved minimal" in how
+    assert "T is the minimum over traces of 1 step (not certified beyond)" in how
+    assert "any length" not in how and "explorer" not in how and "bisection" not in how
+    assert not explored
+
+
+def test_the_least_counterexample_search_out_of_time_asks_no_other_cell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two violated cells (B = 16 and 64): past the search's time no other cell is asked for a
+    smaller T, and the claim says T is minimal in its own cell only."""
+    texts = {**LIVELOCK, "block": "16,64"}
+    violated = cells(Space((grid_from(texts),)))
+    make = CellModel(get_builtin("vllm-0.33"), None, "strict")
+    monkeypatch.setattr(minimise, "MINIMISING_TIMEOUTS", 0)
+    asked: list[object] = []
+    monkeypatch.setattr(minimise, "violation_ranked_below", lambda *args: asked.append(args))
+    cx, how = least_counterexamples({"P1": violated}, make, TIMEOUT_MS, 1)["P1"]
+    assert cx is not None and "not proved minimal" in how
+    assert "T is minimal in its cell only: 1 other violated cell(s)" in how
+    assert not asked
+
+
+def test_the_explorer_minimises_m_in_one_pass_over_the_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Ms up to the solver's are explored in ascending groups of doubling lanes: a million
+    values at T = 2 (4 lanes each) in one pass, each value in one group, in order, the lanes of
+    a value counted once (the group's lanes were once recounted at every value: quadratic)."""
+    groups: list[list[int]] = []
+    monkeypatch.setattr(minimise, "_explore_at", lambda m, p, c, group: groups.append(group))
+    counted: list[int] = []
+    real = minimise._lanes_per_budget
+
+    def lanes_per_budget(model: SymbolicRequest, cfg: Config) -> int:
+        counted.append(1)
+        return real(model, cfg)
+
+    monkeypatch.setattr(minimise, "_lanes_per_budget", lanes_per_budget)
+    cfg = Config(block=16, prompt=2, max_sched=1_000_000)
+    ms = list(range(1, 1_000_001))
+    until = minimise.Deadline(float("inf"))
+    assert minimise._explore_ascending(_livelock_cell(), "P1", cfg, ms, until) is None
+    assert [m for group in groups for m in group] == ms
+    assert len(counted) == 1
+    lanes = [4 * len(group) for group in groups]
+    assert lanes[0] >= minimise.FIRST_GROUP_LANES and lanes[1] >= 2 * minimise.FIRST_GROUP_LANES
