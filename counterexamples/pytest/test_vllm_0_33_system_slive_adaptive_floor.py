@@ -512,6 +512,15 @@ def uncached_at(cfg: Config, c: int) -> int:
 SCHEDULER_FILE = "vllm/v1/core/sched/scheduler.py"
 """Where ``scheduler.py`` sits below a release root."""
 
+PACKAGE_INITS = (
+    "vllm/v1/core/sched/__init__.py",
+    "vllm/v1/core/__init__.py",
+    "vllm/v1/__init__.py",
+    "vllm/__init__.py",
+)
+"""The package ``__init__`` files Python runs to import ``scheduler.py`` (SPEC Q2), innermost
+first: each outer package's statements after its import of the inner one run last."""
+
 SPLIT_METHOD = "_mamba_block_aligned_split"
 RESERVE_METHOD = "_reserve_prefill_lookahead"
 UNCACHED_PARAM = "num_uncached_common_prefix_tokens"
@@ -528,6 +537,41 @@ _STANDIN_BASE = "_chunkproof_StandIn"
 
 class SourceError(Exception):
     """The source cannot be extracted or compiled; the message names file and line."""
+
+
+MAX_SOURCE_NESTING = 120
+"""Deepest syntax tree a source file may have: vLLM's own files nest at most 20 deep (a
+module, a class, a method and 14 levels inside it); the walks over a tree recurse once per
+level."""
+
+MAX_SOURCE_BYTES = 4 << 20
+"""Largest source file read (vLLM's scheduler.py is about 100 kB)."""
+
+
+def parse_source(text: str, label: str) -> ast.Module:
+    """The syntax tree of Python source ``text`` (``label`` names it in errors), nested at most
+    :data:`MAX_SOURCE_NESTING` deep: a syntax error, a null byte or a tree too deep for the
+    parser or for the walks after it (a 20,000-term expression, a 3,000-branch ``elif``) is a
+    one-line :class:`SourceError`, never a traceback."""
+    try:
+        tree = ast.parse(text, filename=label)
+    except SyntaxError as exc:
+        raise SourceError(f"{label}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except (RecursionError, MemoryError):
+        raise SourceError(f"{label}: the source nests too deeply to parse") from None
+    except ValueError as exc:  # a null byte
+        raise SourceError(f"{label}: not Python source: {exc}") from None
+    pending: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > MAX_SOURCE_NESTING:
+            line = getattr(node, "lineno", "?")
+            raise SourceError(
+                f"{label}:{line}: the source nests more than {MAX_SOURCE_NESTING} levels deep "
+                "(a long elif chain or expression); chunkproof reads at most that"
+            )
+        pending.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return tree
 
 
 class StandInError(SourceError):
@@ -626,6 +670,8 @@ class DirectoryTree:
         if not path.is_file():
             return None
         try:
+            if path.stat().st_size > MAX_SOURCE_BYTES:
+                raise SourceError(f"{path}: more than {MAX_SOURCE_BYTES} bytes of source")
             return path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SourceError(f"{path}: cannot read: {exc}") from None
@@ -744,10 +790,7 @@ class Collector:
         text = self.tree.read(rel)
         if text is None:
             raise SourceError(f"{label}: no such file")
-        try:
-            tree = ast.parse(text, filename=label)
-        except SyntaxError as exc:
-            raise SourceError(f"{label}:{exc.lineno}: syntax error: {exc.msg}") from None
+        tree = parse_source(text, label)
         module = _Module(rel, label, tree, _top_functions(tree), top_imports(tree))
         self.modules[rel] = module
         return module
