@@ -1,5 +1,5 @@
 """``python -m chunkproof``: the command-line interface."""
 
-from chunkproof.checker.cli import main
+from chunkproof.checker.cli.main import main
 
 raise SystemExit(main())

@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from chunkproof.checker.compare import compare_behaviour
-from chunkproof.checker.defaults import small_space, user_space
-from chunkproof.checker.search import category
-from chunkproof.model.loading import resolve_policy
+from chunkproof.checker.cli.defaults import small_space, user_space
+from chunkproof.checker.engines.compare import compare_behaviour
+from chunkproof.checker.engines.search import category
 from chunkproof.model.policy import Policy
 from chunkproof.model.trajectory import run
+from chunkproof.source.loading import resolve_policy
 from chunkproof.spec.request import budget_bounds
 from chunkproof.spec.space import Space
 

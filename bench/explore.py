@@ -7,7 +7,7 @@ range, runs the policy's stage functions natively (the step view built once per 
 follows every non-zero chunk; it checks no property. The explorer (``checker.search.explore``)
 evaluates the policy's vectorised form on whole batches and checks every property.
 Printed: seconds and transitions per second of each, and the ratio explorer / loop
-(issue 12 target: 10x or more).
+(target: 10x or more).
 
     python bench/explore.py [--quick] [--policy vllm-latest] [--jobs 1]
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from chunkproof.checker.defaults import small_space
-from chunkproof.checker.search import explore
+from chunkproof.checker.cli.defaults import small_space
+from chunkproof.checker.engines.search import explore
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy

@@ -1,4 +1,4 @@
-"""Mutation report: do the tests notice a one-token change in the model? (issue 12 item 3)
+"""Mutation report: do the tests notice a one-token change in the model?
 
 A catalogue is fixed and deterministic: every single-token mutant of its target modules
 (:data:`MODEL`, the default: the splits and stages, the integer helpers, the composition table,

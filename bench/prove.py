@@ -7,25 +7,25 @@ Measured (wall-clock seconds, ``time.perf_counter``), for one built-in policy (d
 (a) ``check``'s two halves on their default spaces, as ``check`` runs them: the explorer on
     ``small_space`` (every further input's grid, the encoder items included) for every
     property, then the prover on ``production_space`` (every cell of the production range) for
-    the properties the explorer did not find violated. Target (issue 9): both together under
-    120 s on two cores (issue 12's target is 30 s).
+    the properties the explorer did not find violated. Target: both together under
+    120 s on two cores (a later target: 30 s).
 (b) One production cell with every input the prover keeps symbolic (T, M, theta, c0, x, J,
     L_h, u, the budget: B = 16, L = 3, G in B and B/2, H = G/2, checkpoints on): the prover's
-    time for P0, P1, P3, P4, P5 and P6. Target (issue 9): under 5 s.
+    time for P0, P1, P3, P4, P5 and P6. Target: under 5 s.
 (c) The range both engines cover, the classic small grid (B 4, 8; L 0-3; D both; T 1-16;
     M 1-8): explorer and prover verdicts for the same properties, which must agree, and the
     ratio prover seconds / explorer seconds (> 1: the prover is slower on a range the explorer
     can enumerate; the prover's point is the ranges the explorer cannot).
 (d) The minimal counterexample of vllm-0.33's livelock (P1, L = 3, D off) on the production
     cells B = 16, 528 and 4416: the seconds spent minimising, and the counterexample's T and M
-    (the least M is 3 at every B). Target (issue 12): under 0.5 s each. Beside it, the same
+    (the least M is 3 at every B). Target: under 0.5 s each. Beside it, the same
     with the previous explorer, which searched every batch level by level (a 4,417-token
     prefill under budgets 1-4 is 4,415 levels of a few lanes each; now such a batch is
     evaluated whole, ``RequestModel.state_space``): the ratio previous / now.
 (e) ``prove lookahead-in-split`` with every property, as the CLI runs it (minimal counterexamples
     included): the seconds, and those spent minimising, on two ranges. First SPEC CLI's default
     production range (B in {16, 64, 528, 800, 1600, 2096, 4416}, L 0-8, D both, P up to 2^20, M up
-    to 2^16, theta; with L_h in {0, L}, as the release has it: 14 cells), where issue 12's target is
+    to 2^16, theta; with L_h in {0, L}, as the release has it: 14 cells), where the target is
     under 10 s (it measured 27 s when it was filed): 4.5-5.9 s in five runs of this code (cells
     2.6 s, minimising 2.0 s in the run printed with the default's below). Then ``prove``'s own
     default, which adds one grid varying every further input on B 16 and 1600 (110 cells in all); it
@@ -70,11 +70,11 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from chunkproof.checker import least_counterexample, minimise
-from chunkproof.checker.defaults import production_space, small_space, user_space
-from chunkproof.checker.executor import Executor
-from chunkproof.checker.report import VIOLATED, Verdict
-from chunkproof.checker.runs import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
+from chunkproof.checker.cli.defaults import production_space, small_space, user_space
+from chunkproof.checker.engines import least_counterexample, minimise
+from chunkproof.checker.engines.executor import Executor
+from chunkproof.checker.engines.verdicts import VIOLATED, Verdict
+from chunkproof.checker.runs.requests import PROVER_PROPERTIES, ProofRun, explore_space, prove_space
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.policy import Policy
@@ -217,7 +217,7 @@ def main() -> None:
     _, prover_s = timed_prove(policy, production_space(policy), undecided, run)
     total = explorer_s + prover_s
     print(f"(a) check: explorer {explorer_s:.1f} s + prover {prover_s:.1f} s = {total:.1f} s")
-    print(f"    ratio to the 120 s target: {total / 120:.2f}; to issue 12's 30 s: {total / 30:.2f}")
+    print(f"    ratio to the 120 s target: {total / 120:.2f}; to the 30 s target: {total / 30:.2f}")
     print(f"    the prover ran on {', '.join(undecided) or 'no property'}")
 
     cell = Space((grid_from(ONE_CELL, "one cell"),))

@@ -1,4 +1,4 @@
-"""Benchmark: the scheduler-step model (issue 11 item 2) with and without symmetry reduction.
+"""Benchmark: the scheduler-step model (SPEC N1) with and without symmetry reduction.
 
 Both searches run in this process, on the same instances: every multiset of 2 (then 3)
 requests of a small grid that one engine can run (``request_sets``), explored exhaustively by
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chunkproof.checker.explorer import NO_WITNESS, explore_batch
+from chunkproof.checker.engines.explorer import NO_WITNESS, explore_batch
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy

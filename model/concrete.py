@@ -3,7 +3,7 @@ over Python integers, never compiled or executed.
 
 chunkproof's own built-in policies run natively (they are the definition); code from a vLLM
 tree or a ``module:function`` file runs only through this interpreter, after validation
-(:mod:`chunkproof.model.source_model`). Integers are bounded
+(:mod:`chunkproof.source.functions`). Integers are bounded
 (:data:`~chunkproof.model.errors.MAX_BITS`) so that hostile arithmetic fails fast with a clear
 error instead of running for minutes.
 """

@@ -1,5 +1,5 @@
 """Which encoder items a request holds, and which ones a step encodes: the state the encoder
-cache needs when requests share it (issue 11 item 2; encoder-and-loops note sections 1-2).
+cache needs when requests share it (SPEC N1; encoder-and-loops note sections 1-2).
 
 vLLM has one ``EncoderCacheManager`` and one encoder compute budget per scheduler. What one
 request's call decides depends on the others only through R, the capacity their referenced

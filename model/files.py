@@ -2,8 +2,8 @@
 UTF-8 text, JSON of bounded nesting and number length; anything else is one line of
 :class:`~chunkproof.model.errors.ChunkproofError` (exit 2), never a traceback, a hang on a
 device such as ``/dev/zero`` or an exhausted memory. Python source is parsed, with its nesting
-bounded, by :func:`chunkproof.model.extraction.parse_source`. Free text read from a file is printed
-only through :func:`printable`."""
+bounded, by :func:`chunkproof.source.extraction.parse_source`. Free text read from a file is
+printed only through :func:`printable`."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from chunkproof.model.errors import ChunkproofError
-from chunkproof.model.extraction import MAX_SOURCE_BYTES
 
+MAX_SOURCE_BYTES = 4 << 20
+"""Largest policy source file read (vLLM's scheduler.py is about 100 kB); the release trees'
+files are bounded alike by :data:`chunkproof.source.extraction.MAX_SOURCE_BYTES`, which stays
+standard-library only for the repros that carry it."""
 MAX_COUNTEREXAMPLE_BYTES = 8 << 20
 """Largest counterexample file read (the curated ones are a few kB; a long multi-request
 trace a few MB at most)."""

@@ -76,7 +76,7 @@ def variant_loop_rules(composition: str) -> LoopRules | None:
 
 class StageSource(Protocol):
     """A stage defined by other code than a subset function ``(cfg, c, n)``: a real vLLM
-    method (:class:`chunkproof.model.vllm_source.MethodStage`)."""
+    method (:class:`chunkproof.source.methods.MethodStage`)."""
 
     def subset(self) -> SubsetFunction:
         """The syntax tree the interpreter runs."""

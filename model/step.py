@@ -264,7 +264,7 @@ def vectorised_stages(policy: Policy, cfg: Any, c: Value, budget: Value) -> dict
     Derived from the stage source by :mod:`chunkproof.model.vectorised`. ``cfg`` may be a
     :class:`Config` or any object with the same attributes holding arrays. An encoder stage of
     real code also gives ``"encoded"``: the count of items up to the last one its call
-    scheduled (:meth:`~chunkproof.model.encoder_source.EncoderMethodStage.run`).
+    scheduled (:meth:`~chunkproof.source.encoder.EncoderMethodStage.run`).
     """
     view = step_view(cfg, c, _vectorised)
     values: dict[str, Value] = {}

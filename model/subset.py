@@ -44,7 +44,7 @@ while it is live is a crash: the interpreter reports the condition to the domain
 (:class:`SubsetFunction`), except ``min``/``max`` and the trusted functions of chunkproof's own
 built-in policies, which it parses from their source. Code read from a user's file becomes
 :class:`SubsetFunction` objects and :class:`SourceObject` stand-ins without being compiled or
-executed (:mod:`chunkproof.model.source_model`).
+executed (:mod:`chunkproof.source.functions`).
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def parse(fn: Callable[..., Any]) -> SubsetFunction:
     function, cached per function. Its globals are its namespace.
 
     User code never comes through here: it is read from its file as a syntax tree
-    (:mod:`chunkproof.model.source_model`).
+    (:mod:`chunkproof.source.functions`).
     """
     try:
         source = textwrap.dedent(inspect.getsource(fn))

@@ -1,4 +1,4 @@
-"""Multi-request counterexamples (SPEC C for ``chunkproof system``, issue 11 item 2): a trace of
+"""Multi-request counterexamples (SPEC C for ``chunkproof system``, SPEC N1): a trace of
 ``schedule()`` steps over several requests, with one SPEC C trace per request in it.
 
 A file of schema :data:`SYSTEM_SCHEMA` holds: the policy (name, sha256 of its source when it

@@ -7,7 +7,7 @@ shares the parent's solver objects, nothing is pickled on the way in), and sends
 function's result; at the deadline the parent kills it. A killed, crashed or silent child is
 ``None``: the caller reads it as "unknown", never as an answer.
 
-A forked child (this one, a worker of :mod:`chunkproof.checker.executor`'s pool) leaves the
+A forked child (this one, a worker of :mod:`chunkproof.checker.engines.executor`'s pool) leaves the
 stopping signals to its parent and dies with it (:func:`quiet_child`), and is forked with them
 held (:func:`held_signals`), so that none reaches it before it is quiet.
 """

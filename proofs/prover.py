@@ -8,7 +8,7 @@ For each cell and property, in order:
    certificate of the invariant "true" re-checks within :data:`INDUCTION_FIRST_MS`.
 2. *Spacer* (CHC): unsat is PROVED, Spacer's cover being the invariant; sat is VIOLATED (a
    reachable state violates it; its minimal counterexample is found above the engines, in
-   :mod:`chunkproof.checker.minimise`). When the cover is "true" itself, or Spacer is
+   :mod:`chunkproof.checker.engines.minimise`). When the cover is "true" itself, or Spacer is
    undecided, and step 1 ran out of its time, step 1's certificate is re-checked again with
    the whole timeout.
 3. Only when Spacer is undecided, *bounded model checking* at small depths

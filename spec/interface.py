@@ -4,7 +4,7 @@ Init/Next/invariants, in a form each engine can evaluate in bulk.
 A model is a family of transition systems, one per *instance* (a parameter point: TLA+'s
 CONSTANTS). Each has initial states (Init), the environment's choices at a state (the actions)
 and a next-state function (Next); properties are judged on transitions. The explorer
-(:mod:`chunkproof.checker.explorer`) enumerates instances and states; the prover
+(:mod:`chunkproof.checker.engines.explorer`) enumerates instances and states; the prover
 (:mod:`chunkproof.proofs`) keeps instances and states symbolic. Neither knows what a request,
 a budget or a chunk is: the single-request policy (:mod:`chunkproof.spec.request`) and the
 scheduler step are two models behind these interfaces.

@@ -469,7 +469,7 @@ def _constant_runs(batch: Batch, states: np.ndarray, steps: Transitions) -> np.n
     """Steps to finish under ``const(b)`` for every instance and budget column b - low; -1 when
     the run gets stuck or breaks P0. Every state on a const run is reachable, so its steps are
     among ``steps``: the explorer gives each state's transitions together, sources in order
-    (:class:`~chunkproof.checker.explorer.Explored`), and :meth:`RequestModel.successors`
+    (:class:`~chunkproof.checker.engines.explorer.Explored`), and :meth:`RequestModel.successors`
     gives them budget by budget from low; so the step of budget b at state s is row
     first[s] + b - low, and a reachable (instance, c) is found by direct address."""
     width = int(max((batch.high - batch.low).max() + 1, 1))

@@ -1,5 +1,5 @@
-"""One ``schedule()`` step over several requests, as a model the explorer checks (issue 11 item
-2; history note sections 6 and 10). The second model behind
+"""One ``schedule()`` step over several requests, as a model the explorer checks (SPEC N1;
+history note sections 6 and 10). The second model behind
 :class:`~chunkproof.spec.interface.ExplicitModel`, beside the single-request one
 (:mod:`chunkproof.spec.request`).
 

@@ -1,6 +1,6 @@
 """The scheduler-step model (:mod:`chunkproof.spec.scheduler_step`) in its symbolic form, for
-K = 2 or 3 requests and one proof cell (issue 11 item 2: "Z3 does bounded search for 2-3
-requests"). The third model behind :class:`~chunkproof.spec.interface.SymbolicModel`.
+K = 2 or 3 requests and one proof cell (SPEC N1). The third model behind
+:class:`~chunkproof.spec.interface.SymbolicModel`.
 
 * Cell: what a single-request cell keeps concrete (:data:`~chunkproof.spec.request_symbolic.
   CELL_INPUTS` and the lookahead class, :class:`~chunkproof.spec.request_symbolic.Cell`) is
@@ -98,7 +98,7 @@ from chunkproof.spec.scheduler_step import (
 from chunkproof.spec.space import INPUT_NAMES, ItemPattern, Layouts, Space
 
 SYMBOLIC_REQUESTS = (2, 3)
-"""The numbers of requests the symbolic form covers (issue 11 item 2): each loop evaluates the
+"""The numbers of requests the symbolic form covers (SPEC N1): each loop evaluates the
 policy once per position and item pattern, on inputs chosen among the requests' by rank."""
 
 

@@ -1,4 +1,4 @@
-"""One instance of the scheduler-step model along given budgets (issue 11 item 2): the trace a
+"""One instance of the scheduler-step model along given budgets (SPEC N1): the trace a
 multi-request counterexample records (:mod:`chunkproof.model.system_counterexample`), and its
 replay.
 

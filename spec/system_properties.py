@@ -1,4 +1,4 @@
-"""System properties of one ``schedule()`` step over several requests (issue 11 item 2), beside
+"""System properties of one ``schedule()`` step over several requests (SPEC N1), beside
 the per-request properties P0-P7 (SPEC P).
 
 They are judged on the transitions of :class:`~chunkproof.spec.scheduler_step.SchedulerStepModel`

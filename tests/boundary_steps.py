@@ -1,4 +1,4 @@
-"""Known single steps at the edges of a rule (mutation testing, issue 12 item 3)."""
+"""Known single steps at the edges of a rule (mutation testing)."""
 
 BOUNDARY_STEPS = [
     # V1: a chunk ending exactly at lambda = fl(P, B) = 8 is kept whole (only an end below

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from cli_helpers import Cli, CliRun
 
-from chunkproof.checker.cli import main
+from chunkproof.checker.cli.main import main
 
 
 @pytest.fixture

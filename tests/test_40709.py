@@ -1,4 +1,4 @@
-"""vLLM #40709 and its review (issue 11, item 4): keep a sub-block chunk instead of 0.
+"""vLLM #40709 and its review (SPEC V): keep a sub-block chunk instead of 0.
 
 #40707: under 0.27's composition (C4: the encoder cap before the split) the cap stops the chunk
 before an image the encoder cache cannot take yet, and V5 floors that sub-block chunk to 0 for

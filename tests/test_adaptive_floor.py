@@ -20,18 +20,18 @@ from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
 from vllm_copies import copy_release
 
-from chunkproof.checker.defaults import user_space
-from chunkproof.checker.explorer import explore_batch
-from chunkproof.checker.report import PROVED
-from chunkproof.checker.system import explore_system
-from chunkproof.checker.system_prove import BOUNDED, prove_system
+from chunkproof.checker.cli.defaults import user_space
+from chunkproof.checker.engines.explorer import explore_batch
+from chunkproof.checker.engines.verdicts import PROVED
+from chunkproof.checker.runs.system import explore_system
+from chunkproof.checker.runs.system_prove import BOUNDED, prove_system
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import load_any
 from chunkproof.model.errors import ConfigError
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.releases import release_root
 from chunkproof.model.system_counterexample import SYSTEM_SCHEMA, SystemCounterexample
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.releases import release_root
 from chunkproof.spec import scheduler_step
 from chunkproof.spec.scheduler_loops import WAITING, alone
 from chunkproof.spec.scheduler_step import (
@@ -157,7 +157,7 @@ def test_the_floor_needs_the_per_step_threshold(cli: Cli, tmp_path: Path) -> Non
 @pytest.fixture(scope="module")
 def floor_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``system --adaptive-threshold --out`` on the README's case: its S-LIVE file."""
-    from chunkproof.checker.cli import main
+    from chunkproof.checker.cli.main import main
 
     out = tmp_path_factory.mktemp("floor")
     assert main(["system", "vllm-0.33", *ARGV, "--adaptive-threshold", "--out", str(out)]) == 1

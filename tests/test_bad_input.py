@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from cli_helpers import Cli, CliRun
 
-from chunkproof.checker import minimise
-from chunkproof.checker.defaults import small_space
-from chunkproof.checker.executor import ExecutorError, LocalPool, usable_jobs
-from chunkproof.checker.least_counterexample import least_counterexamples
-from chunkproof.checker.output import run_folder
-from chunkproof.checker.runs import MAX_CELLS, MAX_PAIRS, CellModel, explorer_pairs
-from chunkproof.checker.system_prove import MAX_DEPTH
+from chunkproof.checker.cli.defaults import small_space
+from chunkproof.checker.engines import minimise
+from chunkproof.checker.engines.executor import ExecutorError, LocalPool, usable_jobs
+from chunkproof.checker.engines.least_counterexample import least_counterexamples
+from chunkproof.checker.reports.output import run_folder
+from chunkproof.checker.runs.requests import MAX_CELLS, MAX_PAIRS, CellModel, explorer_pairs
+from chunkproof.checker.runs.system_prove import MAX_DEPTH
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
@@ -426,9 +426,9 @@ def test_a_run_still_replaces_its_own_previous_folder(tmp_path: Path) -> None:
 SIGNALLED_RUN = """
 import os, sys, time
 from pathlib import Path
-from chunkproof.checker import cli
-from chunkproof.checker.executor import LocalPool
-from chunkproof.checker.output import run_folder
+from chunkproof.checker.cli import main as cli
+from chunkproof.checker.engines.executor import LocalPool
+from chunkproof.checker.reports.output import run_folder
 
 def slow(folder, item):
     Path(folder, f"worker-{os.getpid()}").write_text("")

@@ -1,4 +1,4 @@
-"""``chunkproof compare`` (SPEC CLI): verdict changes, where each policy fails (issue 10 item 4),
+"""``chunkproof compare`` (SPEC CLI): verdict changes, where each policy fails,
 behaviour differences, cost (SPEC P7), the report, and the exit status."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from cli_helpers import Cli
 
-from chunkproof.checker import compare as compare_module
-from chunkproof.checker.cli import build_parser
-from chunkproof.checker.compare import (
+from chunkproof.checker.cli.main import build_parser
+from chunkproof.checker.engines import compare as compare_module
+from chunkproof.checker.engines.compare import (
     CHANGED,
     FIXED,
     GROUPS,
@@ -38,19 +38,23 @@ from chunkproof.checker.compare import (
     native_failures,
     verdict_change,
 )
-from chunkproof.checker.compare_report import RESULT_OPTIONS, compare_command, progression_words
-from chunkproof.checker.explorer import NO_WITNESS, explore_batch
-from chunkproof.checker.ranges import trace_arguments
-from chunkproof.checker.report import EMPTY, PROVED, UNKNOWN, VIOLATED, Verdict
-from chunkproof.checker.search import categories, category, explore
-from chunkproof.checker.traces import ModelMismatch
+from chunkproof.checker.engines.explorer import NO_WITNESS, explore_batch
+from chunkproof.checker.engines.search import categories, category, explore
+from chunkproof.checker.engines.traces import ModelMismatch
+from chunkproof.checker.engines.verdicts import EMPTY, PROVED, UNKNOWN, VIOLATED, Verdict
+from chunkproof.checker.reports.compare_report import (
+    RESULT_OPTIONS,
+    compare_command,
+    progression_words,
+)
+from chunkproof.checker.reports.trace_command import trace_arguments
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import FIXED_INPUTS, Policy
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
+from chunkproof.source.loading import resolve_policy
 from chunkproof.spec.properties import PROPERTIES
 from chunkproof.spec.request import STEP_PROPERTIES, RequestModel, budget_bounds
 from chunkproof.spec.space import Space, grid_from
@@ -230,7 +234,7 @@ def test_a_comparison_whose_parts_disagree_is_refused() -> None:
     _comparison([(VIOLATED, PROVED)], space=space)  # another grid's verdicts are not compared
 
 
-# -- where each fails (issue 10, item 4) -----------------------------------------------------------
+# -- where each fails (SPEC CLI ``compare``) -----------------------------------------------
 
 SPLIT_A = """
 def split(cfg, c, n):

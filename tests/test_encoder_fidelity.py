@@ -1,4 +1,4 @@
-"""Fidelity of the encoder cap (issue 11, item 1): every release whose encoder logic differs.
+"""Fidelity of the encoder cap (SPEC X5): every release whose encoder logic differs.
 
 The releases (encoder-and-loops note 6): 0.15.0 (E1), 0.17.0 (E2), 0.23.0 (E3, cache manager
 M2), 0.24.0 (free margin F3), 0.28.0 (E4, F4, after the split), 0.29.0 (M4), 0.31.0 (E5, M5),
@@ -48,21 +48,21 @@ from chunkproof.model.config import (
     item_views,
 )
 from chunkproof.model.encoder_items import call_rules, encoded_through, referenced_embeds
-from chunkproof.model.encoder_run import ENCODER_REQUEST_ID, EncoderRun
-from chunkproof.model.encoder_source import (
-    ENCODER_METHOD,
-    EncoderMethods,
-    EncoderMethodStage,
-)
 from chunkproof.model.errors import ConfigError, PolicyCrash
-from chunkproof.model.imperative import ImperativeInterpreter, LaneDict, LaneList, LaneSet
-from chunkproof.model.releases import release_root
 from chunkproof.model.step import encoder_first, step_view
 from chunkproof.model.subset import parse
 from chunkproof.model.symbolic import Z3Domain, symbolic
 from chunkproof.model.trajectory import run
 from chunkproof.model.vectorised import NumpyDomain, evaluate
-from chunkproof.model.vllm_source import encoder_standins
+from chunkproof.source.encoder import (
+    ENCODER_METHOD,
+    EncoderMethods,
+    EncoderMethodStage,
+)
+from chunkproof.source.encoder_run import ENCODER_REQUEST_ID, EncoderRun
+from chunkproof.source.imperative import ImperativeInterpreter, LaneDict, LaneList, LaneSet
+from chunkproof.source.methods import encoder_standins
+from chunkproof.source.releases import release_root
 
 pytestmark = pytest.mark.fidelity
 
@@ -296,7 +296,7 @@ def capacity(cfg: Config) -> int:
 
 
 class CompiledCache:
-    """The same code compiled by CPython (:class:`~chunkproof.model.encoder_run.EncoderRun`,
+    """The same code compiled by CPython (:class:`~chunkproof.source.encoder_run.EncoderRun`,
     what a repro test runs), which reads where ``schedule()`` calls the encoder and the shift
     it passes from the release's own ``schedule()``: both must be the model's."""
 

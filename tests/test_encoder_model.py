@@ -1,4 +1,4 @@
-"""Encoder items in the single-request model (issue 11, item 1): the inputs, the stage at each
+"""Encoder items in the single-request model (SPEC X5): the inputs, the stage at each
 release's position, the known answers of vLLM #40707, and the commands over item ranges.
 
 The known answers are the scenarios of the encoder-and-loops research note (section 5.3), run
@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from cli_helpers import Cli
 
-from chunkproof.checker.defaults import small_space
-from chunkproof.checker.search import explore
+from chunkproof.checker.cli.defaults import small_space
+from chunkproof.checker.engines.search import explore
 from chunkproof.model.builtin import builtin_policies, get_builtin
 from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
+from chunkproof.source.loading import resolve_policy
 from chunkproof.spec.properties import misaligned
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.space import Space, grid_from, parse_layouts

@@ -1,4 +1,4 @@
-"""``--executor`` (issue 12 item 5): the explorer's batches and the prover's cells on a Dask
+"""``--executor`` (SPEC CLI): the explorer's batches and the prover's cells on a Dask
 cluster give the verdicts of the local run, for a built-in policy and for a policy read from a
 file (which reaches the workers as validated syntax trees, never as code to import); a bad
 address, or Dask missing, is a one-line error with exit status 2."""
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from cli_helpers import Cli
 
-from chunkproof.checker import executor
-from chunkproof.checker.defaults import user_space
-from chunkproof.model.loading import resolve_policy
+from chunkproof.checker.cli.defaults import user_space
+from chunkproof.checker.engines import executor
+from chunkproof.source.loading import resolve_policy
 from chunkproof.spec.request import RequestModel
 
 distributed = pytest.importorskip("distributed")

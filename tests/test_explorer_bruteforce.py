@@ -17,16 +17,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from chunkproof.checker.defaults import small_space
-from chunkproof.checker.explorer import NO_WITNESS, VisitedKeys, explore_batch
-from chunkproof.checker.traces import stage_values
+from chunkproof.checker.cli.defaults import small_space
+from chunkproof.checker.engines.explorer import NO_WITNESS, VisitedKeys, explore_batch
+from chunkproof.checker.engines.traces import stage_values
 from chunkproof.model.builtin import builtin_policies, get_builtin
 from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
+from chunkproof.source.loading import resolve_policy
 from chunkproof.spec import properties as props
 from chunkproof.spec.request import (
     Batch,

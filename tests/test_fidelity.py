@@ -6,9 +6,9 @@ release's own source (fetched once into the user cache by ``release_root``; vLLM
 imported) and run two independent ways:
 
 (a) chunkproof's interpreter over the source: the policy ``vllm==X.Y.Z``
-    (:func:`~chunkproof.model.loading.resolve_policy`) stepped by
+    (:func:`~chunkproof.source.loading.resolve_policy`) stepped by
     :func:`~chunkproof.model.step.step`;
-(b) CPython itself: the methods compiled by :func:`~chunkproof.model.extraction.extract` (the
+(b) CPython itself: the methods compiled by :func:`~chunkproof.source.extraction.extract` (the
     exec-based loader of the generated repros; acceptable here, release code is trusted) and
     called on stand-ins holding the same attributes, with the call site's arguments computed
     here from the history note (the waiting loop admits at c = c0 with
@@ -46,7 +46,11 @@ from chunkproof.model.arith import ck30, ck32, ck33, valid
 from chunkproof.model.builtin import builtin_policies, get_builtin, policy_for_release
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError, PolicyError
-from chunkproof.model.extraction import (
+from chunkproof.model.policy import Policy
+from chunkproof.model.splits import max_chunk
+from chunkproof.model.step import Step, step, step_view
+from chunkproof.model.subset import StandInError
+from chunkproof.source.extraction import (
     REQUEST_LABEL,
     SCHEDULER_FILE,
     SCHEDULER_LABEL,
@@ -55,13 +59,9 @@ from chunkproof.model.extraction import (
     extract,
     standin_tree,
 )
-from chunkproof.model.loading import resolve_policy
-from chunkproof.model.policy import Policy
-from chunkproof.model.releases import MANIFEST, release_root
-from chunkproof.model.splits import max_chunk
-from chunkproof.model.step import Step, step, step_view
-from chunkproof.model.subset import StandInError
-from chunkproof.model.vllm_source import Hits, load_scheduler, standin_attributes
+from chunkproof.source.loading import resolve_policy
+from chunkproof.source.methods import Hits, load_scheduler, standin_attributes
+from chunkproof.source.releases import MANIFEST, release_root
 
 pytestmark = pytest.mark.fidelity
 

@@ -1,4 +1,4 @@
-"""Real scheduler code as people write it (issue 10): a subclass that overrides only the split,
+"""Real scheduler code as people write it (SPEC X2): a subclass that overrides only the split,
 a patch module applied to a release, and a checkout whose ``schedule()`` has an extra stage.
 
 Each shape is a small fixture written for the project (``tests/fixtures/forks/``, or an edit
@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from cli_helpers import Cli
 
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.loading import resolve_policy
-from chunkproof.model.releases import release_root
-from chunkproof.model.source_policy import source_composition
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.loading import resolve_policy
+from chunkproof.source.policy import source_composition
+from chunkproof.source.releases import release_root
 
 pytestmark = pytest.mark.fidelity
 

@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 12, item 1): nothing in a policy's source runs beyond the policy subset.
+"""Hostile inputs (SPEC X1): nothing in a policy's source runs beyond the policy subset.
 
 A corpus of ``scheduler.py`` copies and ``module:function`` files tries to run code: through
 the split, a helper (in the same file or another module of the tree), a default argument
@@ -28,8 +28,8 @@ from types import FrameType
 
 import pytest
 
-from chunkproof.checker.cli import main
-from chunkproof.model.extraction import SCHEDULER_FILE
+from chunkproof.checker.cli.main import main
+from chunkproof.source.extraction import SCHEDULER_FILE
 
 MARKER = "MARKER"
 """Placeholder in the corpus for the marker file's path."""

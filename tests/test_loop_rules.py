@@ -1,4 +1,4 @@
-"""The loop rules of the scheduler step read from ``schedule()`` (issue 11 item 2: what a zero
+"""The loop rules of the scheduler step read from ``schedule()`` (SPEC N2: what a zero
 does in each loop; history note section 6).
 
 Every release's ``schedule()`` gives its C-variant's rules, and a copy of 0.33.0 that skips
@@ -31,15 +31,15 @@ from test_schedule_composition import (
 )
 from vllm_copies import copy_release
 
-from chunkproof.checker.report import PROVED, VIOLATED
-from chunkproof.checker.system import explore_system
-from chunkproof.checker.system_prove import BOUNDED, prove_system
+from chunkproof.checker.engines.verdicts import PROVED, VIOLATED
+from chunkproof.checker.runs.system import explore_system
+from chunkproof.checker.runs.system_prove import BOUNDED, prove_system
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.errors import ConfigError
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import LoopRules, variant_loop_rules
-from chunkproof.model.source_policy import source_composition
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.loading import resolve_policy
+from chunkproof.source.policy import source_composition
 from chunkproof.spec.scheduler_loops import (
     RUNNING,
     WAITING,

@@ -18,7 +18,7 @@ import pytest
 from cli_helpers import Cli, CliRun
 from vllm_copies import copy_release
 
-from chunkproof.model.extraction import SCHEDULER_FILE
+from chunkproof.source.extraction import SCHEDULER_FILE
 
 pytestmark = pytest.mark.fidelity
 
@@ -201,9 +201,9 @@ def test_real_release_packages_bind_nothing(version: str) -> None:
     """A real release's scheduler module and package ``__init__`` files (with their lazy
     imports, ``__all__`` and ``MODULE_ATTRS``) are evaluated and patch nothing: the class is
     the release's own, read exactly as before."""
-    from chunkproof.model.class_source import ROOT, ClassLoader, Sources
-    from chunkproof.model.extraction import PACKAGE_INITS
-    from chunkproof.model.releases import release_root
+    from chunkproof.source.classes import ROOT, ClassLoader, Sources
+    from chunkproof.source.extraction import PACKAGE_INITS
+    from chunkproof.source.releases import release_root
 
     root = release_root(version)
     assert all((root / rel).is_file() for rel in PACKAGE_INITS)

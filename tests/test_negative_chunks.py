@@ -16,15 +16,15 @@ import pytest
 from cli_helpers import Cli
 from vllm_copies import copy_release
 
-from chunkproof.checker.search import explore
-from chunkproof.checker.traces import violates
+from chunkproof.checker.engines.search import explore
+from chunkproof.checker.engines.traces import violates
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.errors import EXIT_VIOLATED
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.step import step
 from chunkproof.proofs.prover import PROVED, VIOLATED
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.loading import resolve_policy
 from chunkproof.spec.properties import stuck
 from chunkproof.spec.request import STEP_PROPERTIES, RequestModel
 from chunkproof.spec.space import Space, grid_from

@@ -1,4 +1,4 @@
-"""Pictures of counterexamples (issue 5): the marks they show for every property P0-P7,
+"""Pictures of counterexamples (SPEC C): the marks they show for every property P0-P7,
 ``chunkproof show`` (the trace picture and the ``--graph`` state graph), and the pictures
 ``check``, ``explore`` and ``prove`` write beside their counterexample files."""
 
@@ -15,8 +15,9 @@ import pytest
 from cli_helpers import Cli
 from matplotlib.image import imread
 
-from chunkproof.checker.graph_picture import MAX_GRAPH_STATES, graph_marks
-from chunkproof.checker.pictures import (
+from chunkproof.checker.engines.verdicts import PROVED, VIOLATED, Verdict
+from chunkproof.checker.reports.graph_picture import MAX_GRAPH_STATES, graph_marks
+from chunkproof.checker.reports.pictures import (
     HEAD_ROWS,
     MAX_ROWS,
     RED,
@@ -28,15 +29,15 @@ from chunkproof.checker.pictures import (
     save_picture,
     trace_marks,
 )
-from chunkproof.checker.report import PROVED, VIOLATED, Verdict, combine, render_table
+from chunkproof.checker.reports.report import combine, render_table
 from chunkproof.model.budget import Const
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
-from chunkproof.model.loading import recorded_policy, resolve_policy
-from chunkproof.model.releases import release_root
 from chunkproof.model.step import Step, step
+from chunkproof.source.loading import recorded_policy, resolve_policy
+from chunkproof.source.releases import release_root
 
 COUNTEREXAMPLES = Path(__file__).parent.parent / "counterexamples"
 SPEC_K = COUNTEREXAMPLES / "vllm-0.33" / "p1-livelock-T49-B16-L3.json"

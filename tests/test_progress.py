@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from chunkproof.checker.progress import Progress
+from chunkproof.checker.reports.progress import Progress
 
 
 class Terminal(io.StringIO):

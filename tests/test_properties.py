@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import Cli
 
-from chunkproof.checker.search import Exploration, explore
+from chunkproof.checker.engines.search import Exploration, explore
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.spec.properties import in_window, in_window_relaxed, misaligned

@@ -26,12 +26,13 @@ from cli_helpers import Cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkproof.checker import minimise
-from chunkproof.checker.least_counterexample import least_counterexamples
-from chunkproof.checker.minimise import minimal_for_cell
-from chunkproof.checker.report import Verdict, exit_status
-from chunkproof.checker.search import explore, minimal_counterexample
-from chunkproof.checker.traces import violates
+from chunkproof.checker.engines import minimise
+from chunkproof.checker.engines.least_counterexample import least_counterexamples
+from chunkproof.checker.engines.minimise import minimal_for_cell
+from chunkproof.checker.engines.search import explore, minimal_counterexample
+from chunkproof.checker.engines.traces import violates
+from chunkproof.checker.engines.verdicts import Verdict
+from chunkproof.checker.reports.report import exit_status
 from chunkproof.model.arith import fl
 from chunkproof.model.budget import Adversarial
 from chunkproof.model.builtin import builtin_policies, get_builtin

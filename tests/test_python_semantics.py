@@ -7,7 +7,7 @@ yield an operand, not a boolean), ``x if c else y``, ``min``/``max``; assignment
 CPython (compiled from the generated text: chunkproof's own test data, never a user's file) and
 in the three forms of :mod:`chunkproof.model.subset` (the concrete interpreter, the vectorised
 form over NumPy lanes, the Z3 form) and in the interpreter for code with loops and data
-(:mod:`chunkproof.model.imperative`, which reads ``schedule()`` and the encoder code) over
+(:mod:`chunkproof.source.imperative`, which reads ``schedule()`` and the encoder code) over
 Python scalars and NumPy lanes, on the same inputs, negative ones included. They must agree
 on the value and on where the program raises (SPEC P0): a failed ``assert`` or a division by
 zero. The search is derandomised, so CI runs the same programs every time.
@@ -31,14 +31,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vllm_copies import copy_release
 
-from chunkproof.model import imperative
 from chunkproof.model.concrete import ScalarDomain
 from chunkproof.model.concrete import run as concrete
 from chunkproof.model.errors import SubsetError
-from chunkproof.model.extraction import SCHEDULER_FILE
 from chunkproof.model.subset import SubsetFunction, validate
 from chunkproof.model.symbolic import symbolic
 from chunkproof.model.vectorised import NumpyDomain, evaluate
+from chunkproof.source import imperative
+from chunkproof.source.extraction import SCHEDULER_FILE
 
 INPUTS = [(a, b) for a in range(-5, 6) for b in range(-5, 6)]
 """Every program runs on these (a, b): both signs, zero, and equal pairs."""
@@ -91,7 +91,10 @@ EXPRESSIONS = _expressions(["a", "b", "x"])
 def programs(draw: st.DrawFn) -> str:
     """A function ``f(a, b)`` of the subset: a local, an ``if``/``elif``/``else`` on integer
     conditions (each branch assigns, may assert and may return), and a final ``return``."""
-    e = lambda: draw(EXPRESSIONS)  # noqa: E731
+
+    def e() -> str:
+        return draw(EXPRESSIONS)
+
     lines = ["def f(a, b):", f"    x = {draw(FIRST)}"]
     keyword = "if"
     for _ in range(draw(st.integers(1, 3))):

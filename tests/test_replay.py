@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import Cli
 
-from chunkproof.checker.cli import main
+from chunkproof.checker.cli.main import main
 from chunkproof.model.budget import Adversarial, Const
 from chunkproof.model.counterexample import Counterexample, load_any
 from chunkproof.spec.slots import oracle

@@ -22,12 +22,12 @@ from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
 from vllm_copies import copy_release, patched_release
 
-from chunkproof.checker.repro import repro_source
-from chunkproof.checker.system_repro import any_repro_source
+from chunkproof.checker.repro.requests import repro_source
+from chunkproof.checker.repro.system import any_repro_source
 from chunkproof.model import step as model_step
 from chunkproof.model.counterexample import Counterexample, load_any
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.releases import release_root
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.releases import release_root
 
 COUNTEREXAMPLES = Path(__file__).resolve().parent.parent / "counterexamples"
 SPEC_K = COUNTEREXAMPLES / "vllm-0.33" / "p1-livelock-T49-B16-L3.json"

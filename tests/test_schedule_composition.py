@@ -1,4 +1,4 @@
-"""The composition read from ``schedule()`` (issue 10, item 2; history note section 6).
+"""The composition read from ``schedule()`` (SPEC X3; history note section 6).
 
 For every release of the built-in variants (``RELEASES`` of the fidelity tests: each release's
 wheel is fetched once into the user cache and only its ``scheduler.py`` and the helpers are
@@ -20,18 +20,18 @@ import pytest
 from cli_helpers import Cli
 from test_fidelity import RELEASES
 
-from chunkproof.checker.conform import EQUAL, conform, grid_difference
+from chunkproof.checker.engines.conform import EQUAL, conform, grid_difference
 from chunkproof.model import stages
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
-from chunkproof.model.encoder_source import EncoderMethodStage
 from chunkproof.model.errors import ChunkproofError, PolicyError
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import FIXED_INPUTS
-from chunkproof.model.schedule_source import Composition, ScheduleStage, segments
-from chunkproof.model.source_policy import source_composition, source_policy
 from chunkproof.model.step import step
+from chunkproof.source.encoder import EncoderMethodStage
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.loading import resolve_policy
+from chunkproof.source.policy import source_composition, source_policy
+from chunkproof.source.schedule import Composition, ScheduleStage, segments
 from chunkproof.spec.space import Space, grid_from
 
 THETA: dict[object, str] = {stages.cap_static_threshold: "static", stages.cap_lone_request: "lone"}

@@ -1,5 +1,5 @@
-"""The scheduler-step model (issue 11 item 2): one ``schedule()`` step over several requests,
-explored by the generic explorer (:mod:`chunkproof.checker.explorer`).
+"""The scheduler-step model (SPEC N1): one ``schedule()`` step over several requests,
+explored by the generic explorer (:mod:`chunkproof.checker.engines.explorer`).
 
 Reference values come from the single-request forms: :func:`chunkproof.model.trajectory.run`
 and :func:`chunkproof.model.step.step`, the policy's concrete stages.
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from cli_helpers import Cli
 
-from chunkproof.checker.abstraction import check_abstraction
-from chunkproof.checker.defaults import system_space, user_space
-from chunkproof.checker.explorer import NO_WITNESS, Explored, explore_batch
-from chunkproof.checker.system import explore_system
+from chunkproof.checker.cli.defaults import system_space, user_space
+from chunkproof.checker.engines.abstraction import check_abstraction
+from chunkproof.checker.engines.explorer import NO_WITNESS, Explored, explore_batch
+from chunkproof.checker.runs.system import explore_system
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config, Items
 from chunkproof.model.errors import ConfigError

@@ -1,8 +1,8 @@
-"""Fidelity of the shared encoder cache (issue 11 item 2): two requests with encoder items in
+"""Fidelity of the shared encoder cache (SPEC N1): two requests with encoder items in
 one scheduler, against the real code of every release whose encoder logic differs.
 
 The requests share the release's real ``EncoderCacheManager`` (compiled from the cached
-source, :class:`~chunkproof.model.encoder_run.EncoderRun` with ``shared``), driven as
+source, :class:`~chunkproof.source.encoder_run.EncoderRun` with ``shared``), driven as
 ``schedule()`` drives it: the running loop, then the waiting loop, each request's stages with
 the real ``_try_schedule_encoder_inputs`` in the encoder's place, what a scheduled request's
 call scheduled allocated at once, ``_free_encoder_inputs`` after the step and the whole
@@ -26,11 +26,11 @@ from test_encoder_fidelity import ENCODER_RELEASES, draw_config
 from test_fidelity import Release, load_release
 
 from chunkproof.model.config import Config, Items
-from chunkproof.model.encoder_run import EncoderRun
 from chunkproof.model.errors import ConfigError, PolicyCrash
-from chunkproof.model.releases import release_root
 from chunkproof.model.step import step_view
 from chunkproof.model.system_counterexample import SystemStep
+from chunkproof.source.encoder_run import EncoderRun
+from chunkproof.source.releases import release_root
 from chunkproof.spec.scheduler_step import MAX_SEQS, shared_encoder, step_loop_rules
 from chunkproof.spec.scheduler_trace import run_instance
 

@@ -32,8 +32,8 @@ from vllm_copies import copy_release
 
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
-from chunkproof.model.extraction import SCHEDULER_FILE, DirectoryTree, extract
-from chunkproof.model.loading import resolve_policy
+from chunkproof.source.extraction import SCHEDULER_FILE, DirectoryTree, extract
+from chunkproof.source.loading import resolve_policy
 
 pytestmark = pytest.mark.fidelity
 

@@ -4,7 +4,7 @@ The release tests read cached release source (``release_root``: the wheel is fet
 machine), so they carry the ``fidelity`` marker; so do the tests on copies of a release edited
 the way a pull request would edit them (:mod:`vllm_copies`). The synthetic-source tests build
 small ``scheduler.py`` files (never vLLM text) and run everywhere. Nothing read from a source
-file is executed: the methods are interpreted (``chunkproof.model.vllm_source``).
+file is executed: the methods are interpreted (``chunkproof.source.methods``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from vllm_copies import (
 )
 
 from chunkproof.model.config import Config
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.step import step, step_view
-from chunkproof.model.vllm_source import standin_attributes
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.loading import resolve_policy
+from chunkproof.source.methods import standin_attributes
 
 TRACE = ["--block", "16", "--lookahead", "3", "--prompt", "49", "--budget", "16"]
 QUICK = ["--timeout", "120"]
@@ -90,7 +90,7 @@ def test_release_prove_finds_spec_k_minimum(tmp_path: Path, cli: Cli) -> None:
 @pytest.mark.fidelity
 def test_directory_and_file_forms(tmp_path: Path) -> None:
     """A directory or scheduler.py path: the release comes from the manifest, vllm/_version.py,
-    or nowhere; the composition is read from its schedule() in every case (issue 10 item 2),
+    or nowhere; the composition is read from its schedule() in every case (SPEC X3),
     not from the release number."""
     root = copy_release("0.28.0", tmp_path / "tree", with_manifest=True)
     assert resolve_policy(str(root)).composition == "C5"

@@ -14,7 +14,7 @@ semantics.
   compiled or executed.
 * Constructs outside the subset are a one-line :class:`~chunkproof.model.errors.SubsetError`
   naming file and line; user files are read with
-  :func:`~chunkproof.model.source_model.read_function`, never imported.
+  :func:`~chunkproof.source.functions.read_function`, never imported.
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ from chunkproof.model import acceptance, splits, stages
 from chunkproof.model.concrete import run as concrete
 from chunkproof.model.config import Config
 from chunkproof.model.errors import MAX_BITS, ConfigError, SubsetError, ValueTooLarge
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.source_model import read_function
 from chunkproof.model.step import step_view
 from chunkproof.model.subset import parse
 from chunkproof.model.symbolic import symbolic
 from chunkproof.model.vectorised import evaluate
-from chunkproof.model.vllm_source import load_scheduler, standins
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.functions import read_function
+from chunkproof.source.methods import load_scheduler, standins
 
 StageFunction = Callable[[Any, int, int], int]
 

@@ -1,4 +1,4 @@
-"""Multi-request counterexamples (SPEC C for ``chunkproof system``, issue 11 item 2): the file
+"""Multi-request counterexamples (SPEC C for ``chunkproof system``, SPEC N1): the file
 ``system --out`` writes for each violated property, its replay on the model's own Next, its
 picture with one lane per request, and the reader's refusal of unknown schemas.
 
@@ -17,15 +17,15 @@ import pytest
 from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
 
-from chunkproof.checker.cli import main
-from chunkproof.checker.system_counterexamples import Witness, build
-from chunkproof.checker.system_picture import system_marks
-from chunkproof.checker.system_repro import system_repro_source
+from chunkproof.checker.cli.main import main
+from chunkproof.checker.reports.system_counterexamples import Witness, build
+from chunkproof.checker.reports.system_picture import system_marks
+from chunkproof.checker.repro.system import system_repro_source
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config, Items
 from chunkproof.model.counterexample import load_any, write_file
-from chunkproof.model.releases import release_root
 from chunkproof.model.system_counterexample import SYSTEM_SCHEMA, SystemCounterexample
+from chunkproof.source.releases import release_root
 from chunkproof.spec.scheduler_step import MAX_SEQS
 
 SPLIT_ZERO = ["--block", "4", "--lookahead", "0", "--drop", "off", "--prompt", "3-4"]

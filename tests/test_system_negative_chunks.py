@@ -23,17 +23,17 @@ from cli_helpers import Cli
 from test_system_prove import _pinned, _places, _symbolic_state
 from vllm_copies import copy_release
 
-from chunkproof.checker.defaults import user_space
-from chunkproof.checker.explorer import explore_batch
-from chunkproof.checker.report import PROVED, VIOLATED
-from chunkproof.checker.system import explore_system
-from chunkproof.checker.system_prove import BOUNDED, prove_system
+from chunkproof.checker.cli.defaults import user_space
+from chunkproof.checker.engines.explorer import explore_batch
+from chunkproof.checker.engines.verdicts import PROVED, VIOLATED
+from chunkproof.checker.runs.system import explore_system
+from chunkproof.checker.runs.system_prove import BOUNDED, prove_system
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.errors import EXIT_VIOLATED
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import Policy
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.loading import resolve_policy
 from chunkproof.spec.scheduler_loops import WAITING
 from chunkproof.spec.scheduler_step import FIELDS, SchedulerStepModel, request_sets
 from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep, system_cells

@@ -1,7 +1,7 @@
-"""The scheduler step over 2-3 requests, searched by Z3 (issue 11 item 2: "Z3 does bounded
-search for 2-3 requests"): :class:`~chunkproof.spec.scheduler_step_symbolic.
-SymbolicSchedulerStep` under :func:`~chunkproof.checker.system_prove.prove_system`, against the
-explorer on :class:`~chunkproof.spec.scheduler_step.SchedulerStepModel`.
+"""The scheduler step over 2-3 requests, searched by Z3 (SPEC N1):
+:class:`~chunkproof.spec.scheduler_step_symbolic.SymbolicSchedulerStep` under
+:func:`~chunkproof.checker.runs.system_prove.prove_system`, against the explorer on
+:class:`~chunkproof.spec.scheduler_step.SchedulerStepModel`.
 
 The engines must agree: on a range the explorer checks exhaustively, a bounded search as deep
 as the explorer's reachable diameter finds a violation exactly where the explorer does (and
@@ -20,21 +20,21 @@ import pytest
 import z3
 from cli_helpers import Cli
 
-from chunkproof.checker.defaults import user_space
-from chunkproof.checker.explorer import explore_batch
-from chunkproof.checker.output import run_folder
-from chunkproof.checker.report import PROVED, VIOLATED
-from chunkproof.checker.system import explore_system
-from chunkproof.checker.system_counterexamples import build
-from chunkproof.checker.system_prove import BOUNDED, prove_system, replayed
-from chunkproof.checker.traces import ModelMismatch
+from chunkproof.checker.cli.defaults import user_space
+from chunkproof.checker.engines.explorer import explore_batch
+from chunkproof.checker.engines.traces import ModelMismatch
+from chunkproof.checker.engines.verdicts import PROVED, VIOLATED
+from chunkproof.checker.reports.output import run_folder
+from chunkproof.checker.reports.system_counterexamples import build
+from chunkproof.checker.runs.system import explore_system
+from chunkproof.checker.runs.system_prove import BOUNDED, prove_system, replayed
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config, Items
-from chunkproof.model.loading import resolve_policy
 from chunkproof.model.policy import LoopRules
 from chunkproof.proofs import chc, isolated
 from chunkproof.proofs.bounded import SolverTrace, bounded_search
 from chunkproof.proofs.certificate import holds, recheck
+from chunkproof.source.loading import resolve_policy
 from chunkproof.spec.request_symbolic import cells
 from chunkproof.spec.scheduler_loops import FINISHED, WAITING
 from chunkproof.spec.scheduler_step import (

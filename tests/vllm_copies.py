@@ -1,7 +1,7 @@
 """Copies of cached vLLM release trees for tests, edited the way a pull request would edit them.
 
 No vLLM code is committed: every copy is made at test time from the release cache
-(:func:`chunkproof.model.releases.release_root`), and the edits below are the only text added.
+(:func:`chunkproof.source.releases.release_root`), and the edits below are the only text added.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from chunkproof.model.extraction import SCHEDULER_FILE
-from chunkproof.model.releases import release_root
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.releases import release_root
 
 
 def copy_release(version: str, into: Path, with_manifest: bool) -> Path:

@@ -1,0 +1,46 @@
+"""A property's verdict over a stated range (SPEC P): PROVED (a solver's unsat or a complete
+enumeration), VIOLATED (with a counterexample), UNKNOWN (a resource limit: never a pass), and
+EMPTY (no configuration in scope: never PROVED)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from chunkproof.spec.properties import PROPERTIES
+
+PROVED, VIOLATED, UNKNOWN, EMPTY = "PROVED", "VIOLATED", "UNKNOWN", "EMPTY"
+
+
+@dataclass
+class Verdict:
+    """One property's verdict over a stated range, with its minimal counterexample and the
+    picture drawn beside it."""
+
+    property: str
+    status: str
+    range: dict[str, Any]
+    counterexample: str | None
+    summary: str
+    method: str
+    configs: int
+    violating: int
+    figure: dict[str, Any] | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    picture: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "property": self.property,
+            "name": PROPERTIES[self.property].name,
+            "status": self.status,
+            "range": self.range,
+            "counterexample": self.counterexample,
+            "picture": self.picture,
+            "summary": self.summary,
+            "method": self.method,
+            "configs": self.configs,
+            "violating_configs": self.violating,
+            "figure": self.figure,
+            "findings": self.findings,
+        }

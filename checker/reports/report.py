@@ -1,0 +1,266 @@
+"""Verdicts shown (SPEC P; :mod:`~chunkproof.checker.engines.verdicts`): an exploration turned
+into one verdict per property with its counterexample file and picture, their JSON document
+and their text table.
+
+A verdict states its range: every input of SPEC S1 with its set or fixed value
+(:meth:`chunkproof.spec.space.Space.describe`), how many configurations it covered and which it
+excluded (refused by the release, in the degenerate region), so no PROVED reads wider than it
+is. A range with no configuration in scope is never PROVED (EMPTY, exit status 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from chunkproof.checker.engines.search import Exploration, minimal_counterexample
+from chunkproof.checker.engines.verdicts import EMPTY, PROVED, UNKNOWN, VIOLATED, Verdict
+from chunkproof.checker.reports.output import RunFolder
+from chunkproof.checker.reports.pictures import save_picture
+from chunkproof.model.counterexample import Counterexample
+from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
+from chunkproof.model.policy import Policy
+from chunkproof.spec.properties import PROPERTIES
+
+FINDINGS = {
+    "degenerate": "in the degenerate region (M < L, or a static 0 < theta < L), where the "
+    "reservation alone can hold a request at T - L",
+    "refused": "outside the configurations this release accepts (SPEC S1b)",
+}
+
+
+def save_counterexample(
+    cx: Counterexample, policy: Policy, out: RunFolder, name: str
+) -> tuple[str, str]:
+    """Write the counterexample file and its picture beside it (``P1.json``, ``P1.svg``) into
+    the run folder; their final paths."""
+    staged = out.path(policy.file_stem, f"{name}.json")
+    cx.save(staged)
+    picture = save_picture(cx, policy, staged.with_suffix(".svg"))
+    return out.record(staged), out.record(picture)
+
+
+def exploration_verdicts(
+    exploration: Exploration, rng: dict[str, Any], out: RunFolder | None
+) -> list[Verdict]:
+    """One verdict per property: VIOLATED with a minimal counterexample written under ``out``
+    with its picture, PROVED by complete enumeration of the range's configurations, or EMPTY when
+    the range holds none inside the verdict's scope; findings outside it (degenerate region,
+    refused configurations) are attached separately."""
+    tally = exploration.tally
+    main = tally.configs["main"]
+    verdicts = []
+    for pid in exploration.properties:
+        path, picture, summary = _counterexample(exploration, pid, "main", out)
+        violating = exploration.failing(pid, "main")
+        if violating:
+            status = VIOLATED
+        elif main:
+            status, summary = PROVED, _proved_summary(exploration, pid)
+        else:
+            held = _held(tally.configs, exploration.model.unoffered)
+            status, summary = EMPTY, f"no configuration in range ({held})"
+        verdict = Verdict(
+            pid,
+            status,
+            rng,
+            path,
+            _with_figure(exploration, pid, summary) if violating else summary,
+            "exhaustive enumeration (breadth-first, every reachable state)",
+            main,
+            violating,
+            _figure(exploration, pid),
+            picture=picture,
+        )
+        for cat, words in FINDINGS.items():
+            count = exploration.failing(pid, cat)
+            if count:
+                found, drawn, text = _counterexample(exploration, pid, cat, out)
+                verdict.findings.append(
+                    {
+                        "kind": cat,
+                        "description": words,
+                        "violating_configs": count,
+                        "counterexample": found,
+                        "picture": drawn,
+                        "summary": text,
+                    }
+                )
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _held(configs: dict[str, int], unoffered: int) -> str:
+    """What a range held when none of it is in scope."""
+    return (
+        f"{configs['refused']} configurations the release refuses, "
+        f"{configs['degenerate']} in the degenerate region, "
+        f"{unoffered} offered no budget of the --budget range"
+    )
+
+
+def _counterexample(
+    exploration: Exploration, pid: str, cat: str, out: RunFolder | None
+) -> tuple[str | None, str | None, str]:
+    """The minimal counterexample of ``pid`` in ``cat``: its file and picture in the run folder
+    (None without one), and its summary."""
+    cx = minimal_counterexample(exploration, pid, cat)
+    if cx is None:
+        return None, None, ""
+    text = f"{cx.config.describe()}: {cx.verdict}"
+    if out is None:
+        return None, None, text
+    suffix = "" if cat == "main" else f"-{cat}"
+    path, picture = save_counterexample(cx, exploration.policy, out, f"{pid}{suffix}")
+    return path, picture, text
+
+
+def _proved_summary(exploration: Exploration, pid: str) -> str:
+    tally = exploration.tally
+    if pid == "P2":
+        b = tally.progress_budgets
+        return (
+            f"b* <= {b['max']} everywhere: b* = B in {b['at_block']} configs, below B in "
+            f"{b['below_block']}, above B in {b['above_block']}"
+        )
+    if pid == "P7":
+        cost = tally.cost
+        return f"all {cost['runs']} const(b) runs finish; worst excess {cost['worst_excess']} steps"
+    return f"holds on all {tally.configs['main']} configurations"
+
+
+def _with_figure(exploration: Exploration, pid: str, summary: str) -> str:
+    """A violated P2 or P7 row also states its figure."""
+    cost = exploration.tally.cost
+    if pid == "P7":
+        return (
+            f"{cost['stuck_runs']} of {cost['runs']} const(b) runs never finish "
+            f"({cost['stuck_runs_below_block']} with b < B); e.g. {summary}"
+        )
+    return summary
+
+
+def _figure(exploration: Exploration, pid: str) -> dict[str, Any] | None:
+    if pid == "P2":
+        return dict(exploration.tally.progress_budgets)
+    if pid == "P7":
+        return dict(exploration.tally.cost)
+    return None
+
+
+def exit_status(verdicts: list[Verdict]) -> int:
+    """SPEC CLI: 1 if a property is violated, else 3 if one is unknown, else 2 if no verdict
+    covers any configuration, else 0."""
+    statuses = {v.status for v in verdicts}
+    if VIOLATED in statuses:
+        return EXIT_VIOLATED
+    if UNKNOWN in statuses:
+        return EXIT_UNKNOWN
+    if statuses == {EMPTY}:
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def verdicts_document(
+    policy: Policy, verdicts: list[Verdict], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``--json`` document of SPEC CLI, with what the model fixes (:attr:`~chunkproof.
+    model.policy.Policy.fixed`)."""
+    return {
+        "policy": policy.name,
+        "verdicts": [v.to_dict() for v in verdicts],
+        "fixed": list(policy.fixed),
+        **extra,
+    }
+
+
+def fixed_line(fixed: Sequence[str], label: str = "fixed") -> str:
+    """The report line naming every input the model fixes."""
+    return f"{label}: {'; '.join(fixed) if fixed else 'nothing beyond the range'}"
+
+
+def render_table(verdicts: list[Verdict]) -> str:
+    """One row per property (with its counterexample below), then the findings outside the
+    verdict range."""
+    lines = []
+    for v in verdicts:
+        name = f"{v.property} {PROPERTIES[v.property].name}"
+        unit = "cells" if v.method == "z3" else "configs"
+        scope = f"{v.violating} of {v.configs} {unit}" if v.status == VIOLATED else ""
+        lines.append(f"  {name:<19} {v.status:<9} {scope}".rstrip())
+        lines.append(f"      {v.summary}")
+        if v.counterexample:
+            lines.append(f"      counterexample: {v.counterexample}")
+        if v.picture:
+            lines.append(f"      picture: {v.picture}")
+    findings = [(v.property, f) for v in verdicts for f in v.findings]
+    if findings:
+        lines += ["", "findings outside the verdict range:"]
+        for pid, f in findings:
+            lines.append(
+                f"  {pid} {PROPERTIES[pid].name} fails in {f['violating_configs']} "
+                f"configs {f['description']}"
+            )
+            lines.append(f"      e.g. {f['summary']}")
+            if f["counterexample"]:
+                lines.append(f"      counterexample: {f['counterexample']}")
+            if f["picture"]:
+                lines.append(f"      picture: {f['picture']}")
+    return "\n".join(lines)
+
+
+def range_lines(rng: dict[str, Any]) -> list[str]:
+    """A range as text lines: every input with its set or fixed value (a union shows one line
+    per grid)."""
+    budget = rng.get("budget", "1-M")
+    if "union" in rng:
+        lines = []
+        for grid in rng["union"]:
+            label = grid.get("grid") or "grid"
+            rest = ", ".join(f"{k}={v}" for k, v in grid.items() if k != "grid")
+            lines.append(f"  {label}: {rest}, budget={budget}")
+        return lines
+    return ["  " + ", ".join(f"{k}={v}" for k, v in rng.items())]
+
+
+def combine(explored: list[Verdict], proved: list[Verdict]) -> list[Verdict]:
+    """``check``: one row per property from both engines. The row is VIOLATED if either engine
+    found a violation, else UNKNOWN if one could not decide, else PROVED if either covered a
+    configuration, else EMPTY; its counterexample (and picture) is the explorer's (smallest),
+    else the prover's, and so are its counts (cells, when only the prover found one)."""
+    by_pid = {v.property: v for v in proved}
+    rows = []
+    for ex in explored:
+        pr = by_pid.get(ex.property)
+        if pr is None:
+            if ex.status == VIOLATED:
+                ex.summary = f"explorer: {ex.summary}; prover: not run (violated on the grid)"
+            rows.append(ex)
+            continue
+        statuses = {ex.status, pr.status}
+        status = (
+            VIOLATED
+            if VIOLATED in statuses
+            else UNKNOWN
+            if UNKNOWN in statuses
+            else PROVED
+            if PROVED in statuses
+            else EMPTY
+        )
+        counted = pr if status == VIOLATED and ex.status != VIOLATED else ex
+        rows.append(
+            Verdict(
+                ex.property,
+                status,
+                {"explorer": ex.range, "prover": pr.range},
+                ex.counterexample or pr.counterexample,
+                f"explorer: {ex.status} ({ex.summary}); prover: {pr.status} ({pr.summary})",
+                pr.method if counted is pr else "exhaustive enumeration + z3",
+                counted.configs,
+                counted.violating,
+                {"explorer": ex.figure, "prover": pr.figure},
+                ex.findings,
+                ex.picture if ex.counterexample else pr.picture,
+            )
+        )
+    return rows

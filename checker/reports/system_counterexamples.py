@@ -1,0 +1,147 @@
+"""The counterexample files of ``chunkproof system`` (SPEC C for several requests, SPEC N1):
+for each violated property, the smallest instance's witness path recomputed step by step with
+every request's stages (:func:`~chunkproof.spec.scheduler_trace.run_instance`), its
+verdict in words, and the file with its picture in the run folder (``system-HOL.json``,
+``system-HOL.svg``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from chunkproof.checker.reports.output import RunFolder
+from chunkproof.checker.reports.system_picture import save_system_picture
+from chunkproof.model.config import Config
+from chunkproof.model.counterexample import write_file
+from chunkproof.model.policy import Policy
+from chunkproof.model.step import Step, step
+from chunkproof.model.system_counterexample import SystemCounterexample, SystemStep
+from chunkproof.spec.scheduler_trace import Run, arrival_order, run_instance
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A violating path the explorer found: the instance, the waiting queue at Init as the
+    state row names it (least labels of equal configurations), the budgets offered, with the
+    adaptive floor the eligible counts (``None`` without it), and per step the decode advances
+    per position of the state row (:func:`~chunkproof.spec.scheduler_trace.run_instance`)."""
+
+    instance: tuple[Config, ...]
+    queue: tuple[int, ...]
+    budgets: tuple[int, ...]
+    eligible: tuple[int, ...] | None
+    decodes: tuple[tuple[int, ...], ...]
+
+
+def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple[int, ...], Run]:
+    """``witness`` on the model's Next with every request under its own label: the initial
+    queue's labels (:func:`~chunkproof.spec.scheduler_trace.arrival_order`) and the run."""
+    arrival = arrival_order(witness.instance, witness.queue)
+    run = run_instance(
+        policy,
+        witness.instance,
+        arrival,
+        witness.budgets,
+        max_seqs,
+        witness.eligible,
+        witness.decodes,
+    )
+    return arrival, run
+
+
+def build(
+    policy: Policy, witness: Witness, pid: str, max_seqs: int, details: dict[str, Any]
+) -> SystemCounterexample:
+    """The counterexample of ``pid`` along ``witness``, recomputed on the model's Next; its
+    last step must break ``pid`` (equal requests are interchangeable, so the labelled run
+    breaks it where the reduced one did)."""
+    arrival, run = labelled_run(policy, witness, max_seqs)
+    steps = run.steps
+    assert len(steps) == len(witness.budgets) and pid in steps[-1].breaks, (pid, witness)
+    return SystemCounterexample(
+        policy=policy.name,
+        source_sha256=policy.source_sha256,
+        policy_options=policy.options,
+        requests=witness.instance,
+        arrival=arrival,
+        max_seqs=max_seqs,
+        adaptive=witness.eligible is not None,
+        property=pid,
+        steps=steps,
+        verdict=verdict_words(policy, witness.instance, steps[-1], pid),
+        details=details,
+    )
+
+
+def save(cx: SystemCounterexample, policy: Policy, out: RunFolder) -> tuple[str, str]:
+    """Write ``cx`` and its picture into the run folder; their final paths."""
+    staged = out.path(policy.file_stem, f"system-{cx.property}.json")
+    write_file(staged, cx.to_dict())
+    picture = save_system_picture(cx, staged.with_suffix(".svg"))
+    return out.record(staged), out.record(picture)
+
+
+def verdict_words(policy: Policy, instance: tuple[Config, ...], last: SystemStep, pid: str) -> str:
+    """What the last step shows, by property: P0 the request whose stages raise or leave
+    [0, its input]; S-LIVE the whole budget M making no progress with work left; STARVE a step
+    that makes no progress while a request alone would get a chunk from the same budget; HOL
+    the waiting request the loop breaks at and one behind it the budget left would serve
+    (:mod:`chunkproof.spec.system_properties`). A system property on a step that also breaks
+    P0 says so (SPEC Q3: the step is judged on the chunks the release schedules)."""
+    parts = last.requests
+
+    def name(label: int) -> str:
+        return f"#{label} (T={instance[label].T}, c={parts[label].c})"
+
+    def alone(label: int, budget: int) -> int:
+        got = step(policy, instance[label], parts[label].c, budget)
+        return got.chunk if got.crash is None else 0
+
+    def breach() -> str:
+        label, stages = next(
+            (i, r.stages) for i, r in enumerate(parts) if r.stages and r.stages.unsafe
+        )
+        return f"{name(label)}, offered {stages.budget} tokens: {stages.unsafe}"
+
+    if pid == "P0":
+        return breach()
+    also = f"; the step also breaks P0: {breach()}" if "P0" in last.breaks else ""
+    backwards = [f"#{i}: {part.chunk}" for i, part in enumerate(parts) if part.chunk < 0]
+    nothing = "schedules nothing"
+    if backwards:
+        nothing = f"makes no progress (it schedules {', '.join(backwards)}: below 0, c moves back)"
+    unfinished = [i for i, part in enumerate(parts) if part.queue != "finished"]
+    if pid == "S-LIVE":
+        have = "has" if len(unfinished) == 1 else "have"
+        why = "the state is its own successor, so no request progresses for ever"
+        if backwards:
+            why = "no request progresses"
+        return (
+            f"offered the whole budget M={last.budget}, the step {nothing} while "
+            f"{', '.join(name(i) for i in unfinished)} {have} work left: {why}{also}"
+        )
+    if pid == "STARVE":
+        prefilling = [i for i, part in enumerate(parts) if part.queue in ("running", "waiting")]
+        label = next(i for i in prefilling if alone(i, last.budget) > 0)
+        repeats = "" if backwards else " (it repeats for ever under that budget)"
+        return (
+            f"offered {last.budget} tokens, the step {nothing}{repeats}, while {name(label)} "
+            f"alone would get a chunk of {alone(label, last.budget)}{also}"
+        )
+    waiting = [i for i, r in enumerate(parts) if r.queue == "waiting"]
+    head = max((i for i in waiting if parts[i].stages is not None), key=lambda i: parts[i].place)
+    breaking = parts[head].stages
+    assert breaking is not None
+    left = breaking.budget
+    behind = next(i for i in waiting if parts[i].place > parts[head].place and alone(i, left) > 0)
+    return (
+        f"the waiting loop breaks at {name(head)}: offered {left} tokens, "
+        f"{_zero_stage(breaking)} gives 0, while {name(behind)} behind it would get a chunk of "
+        f"{alone(behind, left)} from them{also}"
+    )
+
+
+def _zero_stage(stages: Step) -> str:
+    """The first stage of a step that returns 0, in the order the step applies them (S3)."""
+    zero = next(s for s in stages.order if getattr(stages, "n" if s == "cap" else s) == 0)
+    return "the budget cap" if zero == "cap" else f"the {zero}"

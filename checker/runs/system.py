@@ -1,0 +1,245 @@
+"""The scheduler step over several requests, checked (SPEC N1): orchestration of the
+explorer on :class:`~chunkproof.spec.scheduler_step.SchedulerStepModel`.
+
+The requests of an instance are drawn from the configurations of a :class:`Space` (each one a
+request: its prompt, start, items, ...), as every multiset of k of them that one engine can run
+(they share the engine's settings and the release accepts each, SPEC S1b:
+:func:`~chunkproof.spec.scheduler_step.request_sets`). Every instance is explored exhaustively
+under every offered budget 1..M per step; each property (P0 and the system properties S-LIVE,
+HOL, STARVE of :mod:`chunkproof.spec.system_properties`) is PROVED when no reachable
+transition of any instance violates it, else VIOLATED with the smallest violating instance
+(least total T, then the requests' configurations in SPEC C order) and its BFS-shortest trace,
+written with a run folder as a multi-request counterexample file (SPEC C,
+:mod:`chunkproof.checker.reports.system_counterexamples`). A space with no instance is EMPTY (exit
+2),
+never PROVED.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chunkproof.checker.engines.explorer import NO_WITNESS, Explored, explore_batch
+from chunkproof.checker.engines.verdicts import EMPTY, PROVED, VIOLATED
+from chunkproof.checker.reports.output import RunFolder
+from chunkproof.checker.reports.system_counterexamples import Witness, build, labelled_run, save
+from chunkproof.model.config import Config
+from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.policy import Policy
+from chunkproof.spec.scheduler_step import (
+    FIELDS,
+    MAX_SEQS,
+    SchedulerStepModel,
+    decode_advances,
+    describe_state,
+    engine_settings,
+    request_sets,
+    split_action,
+    step_loop_rules,
+    threshold_rule,
+)
+from chunkproof.spec.scheduler_trace import Run
+from chunkproof.spec.space import Space
+from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
+
+MAX_INSTANCES = 200_000
+"""Most request sets one run explores (a larger space is refused before they are built)."""
+MAX_REQUESTS = 4
+"""Most requests per instance: every arrival order is an initial state (k! of them)."""
+
+
+@dataclass(frozen=True)
+class SystemVerdict:
+    """One property over every instance: its status, how many instances violate it, and the
+    smallest one's trace (one line per step: the two lists, then the budget offered), with
+    the paths of its counterexample file and picture when they were written."""
+
+    property: str
+    status: str
+    instances: int
+    violating: int
+    example: str | None
+    trace: tuple[str, ...]
+    counterexample: str | None = None
+    picture: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "property": self.property,
+            "status": self.status,
+            "definition": _definition(self.property),
+            "instances": self.instances,
+            "violating": self.violating,
+            "example": self.example,
+            "trace": list(self.trace),
+            "counterexample": self.counterexample,
+            "picture": self.picture,
+        }
+
+
+def _definition(pid: str) -> str:
+    """What property ``pid`` asks (P0 is SPEC P0, judged per request)."""
+    if pid in SYSTEM_PROPERTIES:
+        return SYSTEM_PROPERTIES[pid].definition
+    return "no reachable step raises or leaves a stage's range (SPEC P0)"
+
+
+def _rank(group: tuple[Config, ...]) -> tuple[Any, ...]:
+    """The order of instances for the smallest example: total T, then each request in SPEC C
+    order (T, B, L, M, the rest)."""
+    return (
+        sum(cfg.tokens for cfg in group),
+        tuple(
+            (cfg.tokens, cfg.block, cfg.lookahead, cfg.max_sched, cfg.describe()) for cfg in group
+        ),
+    )
+
+
+def action_words(budget: int, eligible: int, row: np.ndarray, decodes: Sequence[int]) -> str:
+    """An action of the model as the trace line's arrow: the budget, the eligible count the
+    adaptive floor's environment set, and the decode advances it chose (by the label at each
+    position of the state ``row``)."""
+    words = f"--budget {budget}{f', eligible {eligible}' if eligible else ''}"
+    for p, advance in enumerate(decodes):
+        if advance:
+            words += f", #{int(row[1 + FIELDS * p])} decodes {advance}"
+    return words + "-->"
+
+
+def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
+    """A labelled run of a witness as trace lines: each state with the action taken there,
+    then the last step's target (every request under its own label, also where the search
+    reduced equal requests to one)."""
+    eligible = witness.eligible or (0,) * len(witness.budgets)
+    lines = [
+        f"{describe_state(run.batch, row)}  {action_words(budget, count, row, decodes)}"
+        for row, budget, count, decodes in zip(
+            run.rows[: len(witness.budgets)],
+            witness.budgets,
+            eligible,
+            witness.decodes,
+            strict=True,
+        )
+    ]
+    lines.append(describe_state(run.batch, run.rows[len(witness.budgets)]))
+    return tuple(lines)
+
+
+def _witness(explored: Explored, transition: int, adaptive: bool) -> Witness:
+    """The instance of a violating transition, the waiting queue of its path's initial state
+    and the actions along the path (budgets, and with the adaptive floor eligible counts),
+    that transition's last."""
+    batch, steps = explored.batch, explored.steps
+    source = int(steps.source[transition])
+    path = explored.path(source)
+    first = explored.states[path[0][0] if path else source]
+    taken = [int(a) for a in (*(via for _, via in path), steps.action[transition])]
+    actions = [split_action(a) for a in taken]
+    return Witness(
+        batch.instances[int(first[0])],
+        tuple(int(v) for v in first[1::FIELDS]),
+        tuple(budget for budget, _ in actions),
+        tuple(eligible for _, eligible in actions) if adaptive else None,
+        tuple(decode_advances(a, batch.k) for a in taken),
+    )
+
+
+def _set_count(policy: Policy, configs: list[Config], k: int) -> int:
+    """How many multisets of k accepted configurations share the engine's settings, counted per
+    settings without building them: the instances :func:`request_sets` builds, and those it
+    leaves out because two or more of their requests carry encoder items under a compute
+    budget below the encoder cache."""
+    groups = Counter(engine_settings(cfg) for cfg in configs if policy.accepts(cfg) is None)
+    return sum(math.comb(size + k - 1, k) for size in groups.values())
+
+
+def describe_instance(group: tuple[Config, ...]) -> str:
+    """The requests of an instance, each as ``#label: its configuration``."""
+    return "; ".join(f"#{label}: {cfg.describe()}" for label, cfg in enumerate(group))
+
+
+def threshold_words(info: dict[str, Any]) -> str:
+    """The threshold rule of a run's ``info`` for its engine line (``"; ..."``), if it has one
+    (:func:`~chunkproof.spec.scheduler_step.threshold_rule`)."""
+    return f"; {info['threshold']}" if info.get("threshold") else ""
+
+
+def explore_system(
+    policy: Policy,
+    space: Space,
+    requests: int,
+    max_seqs: int = MAX_SEQS,
+    symmetry: bool = True,
+    out: RunFolder | None = None,
+    adaptive: bool = False,
+) -> tuple[list[SystemVerdict], dict[str, Any]]:
+    """Every instance of ``requests`` requests drawn from ``space`` (module docstring), with
+    the adaptive floor when ``adaptive``; with ``out``, each violated property's
+    counterexample file and picture in it."""
+    if not 1 <= requests <= MAX_REQUESTS:
+        raise ChunkproofError(f"--requests must be 1 to {MAX_REQUESTS}")
+    if max_seqs < 1:
+        raise ChunkproofError("--max-seqs must be at least 1")
+    started = time.monotonic()
+    configs = list(space.configs())
+    count = _set_count(policy, configs, requests)
+    if count > MAX_INSTANCES:
+        raise ChunkproofError(
+            f"{count} request sets of {requests} requests: chunkproof explores at most "
+            f"{MAX_INSTANCES}; narrow the ranges"
+        )
+    sets = request_sets(policy, configs, requests)
+    model = SchedulerStepModel(
+        policy, sets, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive
+    )
+    violating = dict.fromkeys(model.properties, 0)
+    smallest: dict[str, tuple[tuple[Any, ...], str, Witness]] = {}
+    states = 0
+    for batch in model.batches():
+        explored = explore_batch(model, batch)
+        states += len(explored.states)
+        for pid, found in explored.witness.items():
+            hits = np.flatnonzero(found != NO_WITNESS)
+            violating[pid] += len(hits)
+            for inst in hits:
+                group = batch.instances[int(inst)]
+                rank = _rank(group)
+                if pid not in smallest or rank < smallest[pid][0]:
+                    witness = _witness(explored, int(found[inst]), adaptive)
+                    smallest[pid] = (rank, describe_instance(group), witness)
+    verdicts = []
+    for pid in model.properties:
+        status = EMPTY if not sets else VIOLATED if violating[pid] else PROVED
+        example: str | None = None
+        trace: tuple[str, ...] = ()
+        files: tuple[str | None, str | None] = (None, None)
+        if pid in smallest:
+            _, example, witness = smallest[pid]
+            trace = trace_lines(labelled_run(policy, witness, max_seqs)[1], witness)
+            if out is not None:
+                details = {"instances": len(sets), "violating": violating[pid]}
+                files = save(build(policy, witness, pid, max_seqs, details), policy, out)
+        verdicts.append(
+            SystemVerdict(pid, status, len(sets), violating[pid], example, trace, *files)
+        )
+    info = {
+        "requests": requests,
+        "max_seqs": max_seqs,
+        "loops": step_loop_rules(policy).describe(),
+        "threshold": threshold_rule(policy, any(g[0].threshold > 0 for g in sets), adaptive),
+        "adaptive": adaptive,
+        "symmetry": symmetry,
+        "request_configurations": len(configs),
+        "instances": len(sets),
+        "left_out": count - len(sets),
+        "states": states,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    return verdicts, info

@@ -1,0 +1,71 @@
+"""The layers of the package (docs/architecture.md): nothing imports upward.
+
+Read from the source of every module (imports at any depth of the file, so a function-level
+import counts too): a module of a layer imports only its own layer and those below it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LAYERS = {
+    "model": 0,
+    "source": 1,
+    "spec": 2,
+    "proofs": 3,
+    "checker.engines": 4,
+    "checker.reports": 5,
+    "checker.repro": 5,
+    "checker.runs": 6,
+    "checker.cli": 7,
+}
+"""Each package's rank: it may import packages of a lower rank and its own."""
+
+
+def _package(dotted: str) -> str | None:
+    """The layer a ``chunkproof.*`` module belongs to (the longest matching package)."""
+    name = dotted.removeprefix("chunkproof.")
+    found = [p for p in LAYERS if name == p or name.startswith(p + ".")]
+    return max(found, key=len) if found else None
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``chunkproof.*`` module ``path`` imports (``from chunkproof.a import b`` counts as
+    ``chunkproof.a.b`` when b is a module, which the layer lookup resolves either way)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("chunkproof."))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chunkproof."):
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+MODULES = sorted(p for package in LAYERS for p in (ROOT / package.replace(".", "/")).glob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_nothing_imports_upward(path: Path) -> None:
+    own = _package("chunkproof." + ".".join(path.relative_to(ROOT).with_suffix("").parts))
+    assert own is not None
+    upward = sorted(
+        module
+        for module in _imports(path)
+        if (layer := _package(module)) is not None and layer != own and LAYERS[layer] >= LAYERS[own]
+    )
+    assert not upward, f"{own} imports {upward}"
+
+
+def test_every_module_is_in_a_layer() -> None:
+    """A new package gets a rank here (and a line in docs/architecture.md)."""
+    folders = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in ROOT.glob("**/__init__.py")
+        if p.parent != ROOT and "counterexamples" not in p.parts and "tests" not in p.parts
+    }
+    assert folders <= {*LAYERS, "checker"}, folders - {*LAYERS, "checker"}
