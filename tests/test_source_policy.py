@@ -54,7 +54,7 @@ def test_release_trace_is_spec_k(cli: Cli) -> None:
     the result names the source's sha256."""
     run = cli("trace", "vllm==0.33.0", *TRACE, "--json")
     document = run.json()
-    assert run.code == 0
+    assert run.code == 1  # stuck: SPEC CLI exit status
     assert document["ends"] == [16, 32, 46]
     assert (document["outcome"], document["stuck_at"]) == ("stuck", 46)
     assert document["source_sha256"] == resolve_policy("vllm==0.33.0").source_sha256
@@ -133,7 +133,7 @@ def test_installed_vllm_is_found_through_metadata(
     assert (policy.name, policy.composition, policy.releases) == ("vllm", "C8", ("0.31.0",))
     assert policy.source_sha256 == resolve_policy("vllm==0.31.0").source_sha256
     run = cli("trace", "vllm", *TRACE, "--json")
-    assert run.code == 0 and run.json()["ends"] == [16, 32, 46]
+    assert run.code == 1 and run.json()["ends"] == [16, 32, 46]  # stuck at 46
 
 
 def test_no_installed_vllm_is_one_line_error(cli: Cli) -> None:
@@ -226,7 +226,7 @@ def test_a_patch_reading_scheduler_state_needs_no_set(tmp_path: Path, cli: Cli) 
     equals (the patch changes nothing vLLM runs)."""
     root = str(patched_split_start(tmp_path / "neutral", READS_SCHEDULER_STATE))
     run = cli("trace", root, *TRACE, "--json")
-    assert (run.code, run.json()["ends"]) == (0, [16, 32, 46])
+    assert (run.code, run.json()["ends"]) == (1, [16, 32, 46])  # stuck at 46
     run = cli("conform", root, "--against", "vllm==0.33.0", *SMALL, *QUICK, "--json")
     assert (run.code, run.json()["status"]) == (0, "EQUAL"), run.out
     argv = ["explore", root, "--block", "8", "--lookahead", "0-3", "--prompt", "1-16"]

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -91,7 +92,7 @@ from chunkproof.model.files import printable
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, stage_order
 from chunkproof.model.system_counterexample import SystemCounterexample
-from chunkproof.model.trajectory import run
+from chunkproof.model.trajectory import Trajectory, run
 from chunkproof.source.loading import recorded_policy, resolve_policy, source_flags_given
 from chunkproof.source.methods import parse_overrides
 from chunkproof.source.policy import names_class, names_source
@@ -191,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="chunkproof",
         description="Formal model and exhaustive checker of "
         "vLLM's prefill chunk split (Mamba align) and MTP lookahead reservation.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"chunkproof {metadata.version('chunkproof')}"
     )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
@@ -489,7 +493,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                 "refused_because": refused,
             }
         )
-        return EXIT_OK
+        return _trace_status(trajectory)
     print(f"{policy.name}: {cfg.describe()} E={cfg.prefill_end}")
     if refused:
         print(f"note: this release refuses the configuration ({refused})")
@@ -502,7 +506,13 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         print(f"breaks P0 at c={trajectory.stuck_at}: {trajectory.steps[-1].unsafe}")
     else:
         print(f"stuck at c={trajectory.stuck_at}: every step yields 0")
-    return EXIT_OK
+    return _trace_status(trajectory)
+
+
+def _trace_status(trajectory: Trajectory) -> int:
+    """SPEC CLI's exit status for a trace: 0 when the prefill finishes, 1 when it breaks P0 or
+    gets stuck (the budgets given hold it for ever: P1, or P7 under a constant budget)."""
+    return EXIT_OK if trajectory.finished else EXIT_VIOLATED
 
 
 _COLUMNS = {"split": "split", "encoder": "encoder", "reservation": "reserve"}
@@ -577,6 +587,18 @@ def _prover_space(args: argparse.Namespace, *policies: Policy, defaults: bool) -
     return space
 
 
+_NOT_RESULTS = frozenset({"out", "jobs", "executor", "json", "markdown"})
+"""Options that decide where and how a run works, not what it finds."""
+
+
+def _run_identity(args: argparse.Namespace) -> str:
+    """What names a run in its ``--out`` folder (:func:`~chunkproof.checker.reports.output.
+    run_folder`): the command and every option that decides its results, so that a repeated
+    run replaces its own earlier files and keeps every other run's."""
+    options = {k: v for k, v in vars(args).items() if k not in _NOT_RESULTS}
+    return json.dumps(options, sort_keys=True, default=str)
+
+
 def _proof_run(args: argparse.Namespace, executor: Executor, minimise: bool) -> ProofRun:
     return ProofRun(args.window, args.timeout * 1000, executor, minimise)
 
@@ -584,7 +606,10 @@ def _proof_run(args: argparse.Namespace, executor: Executor, minimise: bool) -> 
 def _cmd_explore(args: argparse.Namespace) -> int:
     policy = _policy(args.policy, args)
     space = _explorer_space(args, policy)
-    with open_executor(args.executor, args.jobs) as executor, run_folder(args.out) as out:
+    with (
+        open_executor(args.executor, args.jobs) as executor,
+        run_folder(args.out, _run_identity(args)) as out,
+    ):
         progress = Progress(f"exploring {policy.name}", enabled=not args.json)
         verdicts, explored = explore_space(
             policy, space, _properties(args), args.window, executor, out, progress.tick
@@ -602,7 +627,10 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             "`chunkproof explore`"
         )
     space = _prover_space(args, policy, defaults=False)
-    with open_executor(args.executor, args.jobs) as executor, run_folder(args.out) as out:
+    with (
+        open_executor(args.executor, args.jobs) as executor,
+        run_folder(args.out, _run_identity(args)) as out,
+    ):
         progress = Progress(f"proving {policy.name}", enabled=not args.json)
         minimising = progress.stage(f"least counterexamples of {policy.name}")
         run = _proof_run(args, executor, minimise=True)
@@ -618,13 +646,14 @@ def _check_run(
     out: RunFolder,
     executor: Executor,
     defaults: tuple[Policy, ...] = (),
-) -> tuple[list[Verdict], dict[str, Any], Space, Space | None]:
+) -> tuple[list[Verdict], dict[str, Any], Space, Space | None, list[Verdict]]:
     """SPEC CLI ``check``: the explorer and, with ``prove``, the prover for the properties the
     explorer did not find violated (a violation needs no proof attempt), both on ``executor``;
     one verdict per property (:func:`~chunkproof.checker.reports.report.combine`). With range flags
     both engines judge the same configurations, those flags'; without, the explorer enumerates
     the default grids and the prover the default production range of ``defaults`` (``policy``
-    itself when not given), and each verdict names both ranges."""
+    itself when not given), and each verdict names both ranges. Last, the explorer's own
+    verdicts on its grid (what ``compare`` tallies configuration by configuration)."""
     defaults = defaults or (policy,)
     space = _explorer_space(args, *defaults)
     progress = Progress(f"exploring {policy.name}", enabled=not args.json)
@@ -633,7 +662,7 @@ def _check_run(
     )
     progress.close()
     if not prove:
-        return verdicts, {"explored": explored}, space, None
+        return verdicts, {"explored": explored}, space, None, list(verdicts)
     ranged = bool(range_texts(args))
     production = space if ranged else _prover_space(args, *defaults, defaults=True)
     undecided = tuple(v.property for v in verdicts if v.status != VIOLATED)
@@ -642,14 +671,19 @@ def _check_run(
         policy, production, undecided, _proof_run(args, executor, False), out, progress.tick
     )
     progress.close()
-    return combine(verdicts, proved), {"explored": explored, "proved": run_info}, space, production
+    grid = list(verdicts)
+    combined = combine(verdicts, proved)
+    return combined, {"explored": explored, "proved": run_info}, space, production, grid
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """The explorer on its default grids plus the prover on the default production range."""
     policy = _policy(args.policy, args)
-    with open_executor(args.executor, args.jobs) as executor, run_folder(args.out) as out:
-        verdicts, engines, space, production = _check_run(args, policy, True, out, executor)
+    with (
+        open_executor(args.executor, args.jobs) as executor,
+        run_folder(args.out, _run_identity(args)) as out,
+    ):
+        verdicts, engines, space, production, _ = _check_run(args, policy, True, out, executor)
     return _report(args, policy, verdicts, engines, out, space, production)
 
 
@@ -718,7 +752,7 @@ def _difference(policy: Policy, cx: Counterexample | SystemCounterexample) -> st
         return replay_system(policy, cx)
     difference = replay_steps(policy, cx)
     if difference is None and not violates(
-        cx.property, cx.config, cx.steps[-1], cx.window(), cx.largest_budget()
+        cx.property, cx.config, cx.steps[-1], cx.window(), cx.largest_budget(), policy=policy
     ):
         difference = f"the last step no longer breaks {cx.property}"
     return difference
@@ -871,14 +905,14 @@ def _compare_sides(
     sides = []
     # One space for both sides: the default grids of both releases (configurations one of them
     # refuses are reported as excluded from its verdicts).
-    with run_folder(args.out) as out:
+    with run_folder(args.out, _run_identity(args)) as out:
         same = a.file_stem == b.file_stem
         for policy, side in ((a, "A"), (b, "B")):
             folder = out.within(side) if same else out
-            verdicts, engines, space, production = _check_run(
+            verdicts, engines, space, production, grid = _check_run(
                 args, policy, not args.no_prove, folder, executor, (a, b)
             )
-            sides.append(Side(policy, tuple(verdicts), engines))
+            sides.append(Side(policy, tuple(verdicts), engines, tuple(grid)))
     return sides, space, production, [str(p) for p in out.written]
 
 
@@ -1054,7 +1088,7 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
     if args.abstraction:
         raise ChunkproofError("--abstraction: not with --prove")
     timeout = TIMEOUT_MS // 1000 if args.timeout is None else args.timeout
-    with run_folder(args.out) as out:
+    with run_folder(args.out, _run_identity(args)) as out:
         proofs, info = prove_system(
             policy,
             space,
@@ -1101,7 +1135,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
     if args.unbounded or args.timeout is not None:
         raise ChunkproofError("--unbounded and --timeout: only with --prove")
     check_explorer_size(space)
-    with run_folder(args.out) as out:
+    with run_folder(args.out, _run_identity(args)) as out:
         verdicts, info = explore_system(
             policy,
             space,

@@ -1,0 +1,38 @@
+"""Conventions of the command line (SPEC CLI): ``--version``, and ``trace``'s exit status
+(0 when the prefill finishes, 1 when the given budgets hold the request for ever or it breaks
+P0), as every other command's status says whether a property is violated."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import pytest
+from cli_helpers import Cli
+
+TRACE = ["--block", "16", "--prompt", "49", "--budget", "16"]
+
+
+def test_version(cli: Cli) -> None:
+    run = cli("--version")
+    assert (run.code, run.out) == (0, f"chunkproof {metadata.version('chunkproof')}\n")
+
+
+@pytest.mark.parametrize(
+    ("lookahead", "outcome", "code"), [("1", "finished", 0), ("3", "stuck", 1)]
+)
+@pytest.mark.parametrize("json", [[], ["--json"]])
+def test_trace_exits_1_when_the_request_is_held_for_ever(
+    lookahead: str, outcome: str, code: int, json: list[str], cli: Cli
+) -> None:
+    """SPEC K: vllm-0.33 with B=16, P=49 under const(16) finishes with L=1 and is stuck at 46
+    with L=3."""
+    run = cli("trace", "vllm-0.33", *TRACE, "--lookahead", lookahead, *json)
+    assert run.code == code
+    assert (outcome in run.out) if json else (("finished" if code == 0 else "stuck") in run.out)
+
+
+def test_trace_exits_1_when_the_policy_raises(cli: Cli) -> None:
+    """vllm-0.17 asserts on an external hit at admission (SPEC P0)."""
+    run = cli("trace", "vllm-0.17", "--block", "4", "--lookahead", "0", "--prompt", "8",
+              "--start", "4", "--external", "4", "--budget", "4", "--json")  # fmt: skip
+    assert (run.code, run.json()["outcome"]) == (1, "unsafe"), run.out
