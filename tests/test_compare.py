@@ -3,6 +3,7 @@ behaviour differences, cost (SPEC P7), the report, and the exit status."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import textwrap
 from pathlib import Path
@@ -16,6 +17,7 @@ from chunkproof.checker.cli.main import build_parser
 from chunkproof.checker.engines import compare as compare_module
 from chunkproof.checker.engines.compare import (
     CHANGED,
+    CRASH_GROUPS,
     FIXED,
     GROUPS,
     IDENTICAL,
@@ -45,9 +47,14 @@ from chunkproof.checker.engines.verdicts import EMPTY, PROVED, UNKNOWN, VIOLATED
 from chunkproof.checker.reports.compare_report import (
     RESULT_OPTIONS,
     compare_command,
+    document,
     progression_words,
+    render_markdown,
+    render_text,
 )
+from chunkproof.checker.reports.report import combine
 from chunkproof.checker.reports.trace_command import trace_arguments
+from chunkproof.checker.runs.requests import ProofRun, explore_space, prove_space
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
@@ -84,8 +91,14 @@ def _rows(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["property"]: row for row in document["verdicts"]}
 
 
-def _where(row: dict[str, Any]) -> dict[str, int]:
-    return {group: row["where"][group]["configs"] for group in GROUPS}
+def _where(row: dict[str, Any], crashes: bool = False) -> dict[str, int]:
+    """The groups' counts of a row; without ``crashes`` the groups where a side breaks P0
+    must be empty and are left out."""
+    counts = {group: row["where"][group]["configs"] for group in GROUPS}
+    if crashes:
+        return counts
+    assert all(counts.pop(group) == 0 for group in CRASH_GROUPS), counts
+    return counts
 
 
 # -- verdicts ------------------------------------------------------------------------------------
@@ -175,14 +188,11 @@ def _comparison(
     """A comparison of made-up verdicts (P1, P2, ...) and where-counts (``own``: each side's
     failing configurations of every property; ``own_configs``: each side's configurations)."""
     policy = get_builtin("vllm-0.33")
-    sides = [
-        Side(
-            policy,
-            tuple(_verdict(f"P{i}", pair[side], ranges) for i, pair in enumerate(rows, 1)),
-            {},
-        )
+    verdicts = [
+        tuple(_verdict(f"P{i}", pair[side], ranges) for i, pair in enumerate(rows, 1))
         for side in (0, 1)
     ]
+    sides = [Side(policy, verdicts[side], {}, verdicts[side]) for side in (0, 1)]
     tally = BehaviourTally()
     tally.own_configs = own_configs or [0, 0]
     for pid, counts in (where or {}).items():
@@ -290,7 +300,7 @@ def test_both_violate_p1_in_other_configurations(cli: Cli, tmp_path: Path) -> No
     assert code == EXIT_VIOLATED and row["regression"]
     # the counts, against a native search of every configuration
     pa, pb = resolve_policy(a), resolve_policy(b)
-    expected = dict.fromkeys(GROUPS, 0)
+    expected = {group: 0 for group in GROUPS if group not in CRASH_GROUPS}
     space = _space(block="4,8", lookahead="0-1", prompt="1-8", max_sched="1-4", drop="off")
     for cfg in space.configs():
         fails = (_native_p1(pa, cfg), _native_p1(pb, cfg))
@@ -301,7 +311,7 @@ def test_both_violate_p1_in_other_configurations(cli: Cli, tmp_path: Path) -> No
     assert _where(row) == expected
     assert row["where"]["configs"] == 128
     assert row["where"]["failing"] == {"a": 64, "b": 64}
-    smallest = {group: row["where"][group]["smallest"] for group in GROUPS}
+    smallest = {group: row["where"][group]["smallest"] for group in expected}
     assert {g: e["describe"] for g, e in smallest.items()} == {
         "only_a": "T=1 B=4 L=0 M=1",
         "only_b": "T=1 B=8 L=1 M=1",
@@ -316,7 +326,7 @@ def test_both_violate_p1_in_other_configurations(cli: Cli, tmp_path: Path) -> No
     only_b = smallest["only_b"]
     assert only_b["a"]["command"] is None
     trace = cli(*shlex.split(only_b["b"]["command"])[1:], "--json")
-    assert trace.code == 0, trace.err
+    assert trace.code == EXIT_VIOLATED, trace.err  # SPEC CLI: a stuck trace exits 1
     assert (trace.json()["outcome"], trace.json()["stuck_at"]) == ("stuck", 0)
     assert only_b["b"]["command"] in doc["reproduce"]
     assert "B fails configurations of the grid that A passes for P1" in doc["summary"]
@@ -325,7 +335,7 @@ def test_both_violate_p1_in_other_configurations(cli: Cli, tmp_path: Path) -> No
     assert "| P1 LIVE | 32 | 32 | 32 | **changed** |" in text
     assert "- P1, only B fails, smallest: T=1 B=8 L=1 M=1: A holds (" in text
     lines = [line for line in text.splitlines() if ", smallest: " in line]
-    assert [line.split(",")[1].strip() for line in lines] == list(GROUPS.values())
+    assert [line.split(",")[1].strip() for line in lines] == [GROUPS[g] for g in expected]
 
 
 def _explorer_failures(policy: Policy, space: Space) -> dict[Config, tuple[int, set[str]]]:
@@ -381,7 +391,8 @@ def test_where_each_fails_is_the_explorers_configuration_by_configuration() -> N
         assert where.own == own, pid
         if where.moved and where.counts["both"]:
             moved.append(pid)
-    assert behaviour.tally.where["P1"].counts == {"only_a": 166, "only_b": 68, "both": 8}
+    expected = {"only_a": 166, "only_b": 68, "both": 8, **dict.fromkeys(CRASH_GROUPS, 0)}
+    assert behaviour.tally.where["P1"].counts == expected
     assert "P1" in moved and "P7" in moved
 
 
@@ -440,7 +451,7 @@ def test_statuses_that_mix_empty_read_changed(cli: Cli, tmp_path: Path) -> None:
     code, doc = _compare(cli, tmp_path, "vllm-0.26", "vllm-0.33", *argv)
     (row,) = doc["verdicts"]
     assert (row["a"]["status"], row["b"]["status"], row["change"]) == (EMPTY, PROVED, CHANGED)
-    assert _where(row) == dict.fromkeys(GROUPS, 0) and row["where"]["configs"] == 0
+    assert _where(row, crashes=True) == dict.fromkeys(GROUPS, 0) and row["where"]["configs"] == 0
     assert doc["behaviour"]["excluded"] == {"refused by A": 200}  # P 1-20, M 4-8, D both
     assert code == EXIT_OK
     code, doc = _compare(cli, tmp_path, "vllm-0.33", "vllm-0.33", *argv, "--start", "99")
@@ -739,3 +750,133 @@ def test_bad_input_is_one_line_and_exit_2(cli: Cli, argv: list[str]) -> None:
 )
 def test_progressions_are_written_short_and_exact(values: list[int], words: str) -> None:
     assert progression_words(values) == words
+
+
+# -- verdict scopes: the grid explored, the production range proved ------------------------------
+
+SCOPE_GRID = _space(block="4", lookahead="1", drop="off", prompt="1-20", max_sched="1-8")
+SCOPE_PRODUCTION = _space(block="4", lookahead="1", drop="off", prompt="1-64", max_sched="1-64")
+SCOPE_SPLITS = {
+    "grid": "def split(cfg, c, n):\n    if c >= 8:\n        return 0\n    return n\n",
+    "production": "def split(cfg, c, n):\n    if c >= 40:\n        return 0\n    return n\n",
+    "unknown": "def split(cfg, c, n):\n    return n\n",
+    "holds": "def split(cfg, c, n):\n    return n\n",
+}
+"""P1 fails on the grid, only on the production range (T up to 64), or nowhere (``unknown``
+has its prover verdicts turned UNKNOWN); ``refused`` is vllm-0.29, which refuses L = 1 with
+the drop off (SPEC S1b), so its verdicts are EMPTY."""
+SCOPE_STATUS = {
+    "grid": VIOLATED,
+    "production": VIOLATED,
+    "unknown": UNKNOWN,
+    "holds": PROVED,
+    "refused": EMPTY,
+}
+
+
+def _checked_side(kind: str, folder: Path) -> Side:
+    """One policy checked as ``check`` does (the explorer on the grid, the prover on the
+    production range for what the grid did not violate, one combined verdict per property)."""
+    if kind == "refused":
+        policy = get_builtin("vllm-0.29")
+    else:
+        policy = resolve_policy(_user_policy(folder, f"scope_{kind}", SCOPE_SPLITS[kind]))
+    explored, explored_info = explore_space(policy, SCOPE_GRID, ("P0", "P1"), "strict", 1, None)
+    grid = list(explored)
+    undecided = tuple(v.property for v in explored if v.status != VIOLATED)
+    run = ProofRun("strict", 60_000, 1, False)
+    proved, proved_info = prove_space(policy, SCOPE_PRODUCTION, undecided, run, None)
+    if kind == "unknown":
+        proved = [dataclasses.replace(v, status=UNKNOWN, summary="gave up") for v in proved]
+    verdicts = combine(explored, proved)
+    engines = {"explored": explored_info, "proved": proved_info}
+    return Side(policy, tuple(verdicts), engines, tuple(grid))
+
+
+@pytest.fixture(scope="module")
+def scope_sides(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Side]:
+    folder = tmp_path_factory.mktemp("scope")
+    return {kind: _checked_side(kind, folder) for kind in SCOPE_STATUS}
+
+
+def _scope_comparison(a: Side, b: Side) -> Comparison:
+    behaviour = compare_behaviour(a.policy, b.policy, SCOPE_GRID)
+    return Comparison(a, b, SCOPE_GRID, SCOPE_PRODUCTION.describe(), behaviour, "chunkproof")
+
+
+@pytest.mark.parametrize("a_kind", list(SCOPE_STATUS))
+@pytest.mark.parametrize("b_kind", list(SCOPE_STATUS))
+def test_every_mix_of_scopes_gives_a_report(
+    scope_sides: dict[str, Side], a_kind: str, b_kind: str
+) -> None:
+    """Violated on the grid, only on the production range, UNKNOWN, holding, or refused, on
+    either side: the parts agree (the grid's tallies against the explorer's verdicts, never
+    against a verdict the prover's cells decided), and every report renders with the verdict's
+    scope named."""
+    a, b = scope_sides[a_kind], scope_sides[b_kind]
+    comparison = _scope_comparison(a, b)
+    row = next(r for r in comparison.rows if r.pid == "P1")
+    assert (row.a.status, row.b.status) == (SCOPE_STATUS[a_kind], SCOPE_STATUS[b_kind])
+    assert (row.verdict_scope(0) == "production") == (a_kind == "production")
+    assert (row.verdict_scope(1) == "production") == (b_kind == "production")
+    assert row.where is not None
+    assert row.change == verdict_change(row.a.status, row.b.status, row.where.moved)
+    text = render_text(comparison)
+    assert render_markdown(comparison) and document(comparison)["verdicts"]
+    line = next(line for line in text.splitlines() if line.startswith("  P1 LIVE"))
+    assert line.count("production range, ") == [a_kind, b_kind].count("production")
+    expected = {
+        ("grid", "production"): (CHANGED, EXIT_OK),  # the README's compare: P1 "changed"
+        ("production", "holds"): (FIXED, EXIT_OK),
+        ("holds", "production"): (INTRODUCED, EXIT_VIOLATED),
+        ("holds", "grid"): (INTRODUCED, EXIT_VIOLATED),
+        ("unknown", "grid"): (UNDECIDED, EXIT_VIOLATED),  # B fails where A is not known to
+        ("production", "unknown"): (UNDECIDED, EXIT_UNKNOWN),
+        ("refused", "production"): (INTRODUCED, EXIT_VIOLATED),
+        ("refused", "refused"): (UNCHANGED, EXIT_BAD_INPUT),
+    }.get((a_kind, b_kind))
+    if expected is not None:
+        assert (row.change, exit_status(comparison)) == expected
+
+
+def test_a_disagreement_on_the_grid_is_still_caught(scope_sides: dict[str, Side]) -> None:
+    """A side whose explorer counts one failing configuration more than the comparison's own
+    pass: a bug of the tool, whether its combined verdict is the grid's or the prover's."""
+    for kind in ("grid", "production"):
+        side = scope_sides[kind]
+        explored = tuple(
+            dataclasses.replace(v, violating=v.violating + 1) if v.property == "P1" else v
+            for v in side.explored
+        )
+        broken = dataclasses.replace(side, explored=explored)
+        with pytest.raises(ModelMismatch, match="P1 of B: the explorer finds"):
+            _scope_comparison(scope_sides["holds"], broken)
+
+
+CRASHES = (
+    "def split(cfg, c, n):\n    if c >= 8:\n        raise ValueError('past 8')\n    return n\n"
+)
+
+
+def test_a_crash_is_that_sides_p0_never_a_pass_of_another_property(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A raises from c = 8 on, B stops there: P0 is fixed, and B's livelocks, all where A
+    crashes, are no new violation (A did not pass P1 there); the report names the side that
+    raised, in the groups, the headline and the examples."""
+    a = _user_policy(tmp_path, "crashes", CRASHES)
+    b = _user_policy(tmp_path, "stops", SCOPE_SPLITS["grid"])
+    grid = ["--block", "4", "--lookahead", "1", "--drop", "off", "--prompt", "1-20"]
+    grid += ["--max-sched", "1-8", "--no-prove", "--property", "P0,P1"]
+    code, doc = _compare(cli, tmp_path, a, b, *grid)
+    rows = _rows(doc)
+    assert _changes(doc) == {"P0": FIXED, "P1": CHANGED}
+    p1 = _where(rows["P1"], crashes=True)
+    assert p1["b_where_a_crashes"] == rows["P1"]["b"]["violating_configs"] > 0
+    assert p1["only_b"] == p1["only_a"] == p1["both"] == 0
+    assert not rows["P1"]["regression"] and code == EXIT_OK
+    assert "where A breaks P0 (its crash, not a pass), B fails P1" in doc["summary"]
+    smallest = rows["P1"]["where"]["b_where_a_crashes"]["smallest"]
+    assert "P0" in smallest["a"]["fails_properties"] and smallest["b"]["fails"]
+    text = cli("compare", a, b, *grid, "--out", str(tmp_path / "text"), "--jobs", "1").out
+    assert "A breaks P0 there (its crash, not a pass of P1)" in text

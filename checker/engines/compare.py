@@ -96,11 +96,20 @@ def verdict_change(a: str, b: str, moved: bool = False) -> str:
 
 @dataclass(frozen=True)
 class Side:
-    """One policy of a comparison with its ``check`` verdicts and what the engines did."""
+    """One policy of a comparison with its ``check`` verdicts, what the engines did, and its
+    explorer's own verdicts on the grid (``explored``; the same as ``verdicts`` with
+    ``--no-prove``). A ``check`` verdict combines the grid with the production range, and when
+    only the prover fails a property its counts are the prover's cells: the grid's
+    per-configuration tallies are compared with ``explored`` alone (:func:`check_agreement`)."""
 
     policy: Policy
     verdicts: tuple[Verdict, ...]
     engines: dict[str, Any]
+    explored: tuple[Verdict, ...]
+
+    def grid_verdict(self, pid: str) -> Verdict | None:
+        """The explorer's verdict of ``pid`` on the grid, if it was checked."""
+        return next((v for v in self.explored if v.property == pid), None)
 
 
 # -- where each fails -----------------------------------------------------------------------------
@@ -109,8 +118,17 @@ GROUPS: dict[str, str] = {
     "only_a": "only A fails",
     "only_b": "only B fails",
     "both": "both fail",
+    "a_where_b_crashes": "A fails where B breaks P0",
+    "b_where_a_crashes": "B fails where A breaks P0",
 }
-"""How the configurations where a property fails split between the two policies."""
+"""How the configurations where a property fails split between the two policies. A step that
+breaks P0 has no successor (SPEC Q3), so a side that breaks P0 in a configuration holds another
+property there only on the states before its crash: that is its P0 failure, never a pass of
+the other property, and a configuration where only the other side fails that property is
+counted apart from "only A fails" and "only B fails"."""
+
+CRASH_GROUPS = {"a_where_b_crashes": 1, "b_where_a_crashes": 0}
+"""The groups where a side breaks P0 and the other fails the property: the crashing side."""
 
 
 _HEAD = ("tokens", "block", "lookahead", "max_sched")
@@ -146,7 +164,14 @@ class WhereTally:
     @property
     def moved(self) -> bool:
         """Whether the two policies fail in different configurations."""
-        return bool(self.counts["only_a"] or self.counts["only_b"])
+        return any(self.counts[g] for g in GROUPS if g != "both")
+
+    def only_where_crashed(self, side: int) -> bool:
+        """Whether the policy at index ``side`` fails on the grid, and only in configurations
+        where the other breaks P0 (:data:`GROUPS`)."""
+        crash_group = "b_where_a_crashes" if side == 1 else "a_where_b_crashes"
+        alone = "only_b" if side == 1 else "only_a"
+        return bool(self.counts[crash_group]) and not (self.counts[alone] or self.counts["both"])
 
     @property
     def failing(self) -> int:
@@ -204,7 +229,7 @@ def native_failures(
             for b in range(low, high + 1):
                 s = step(policy, cfg, c, b)
                 for pid in STEP_PROPERTIES:
-                    if pid not in witness and violates(pid, cfg, s, window, high):
+                    if pid not in witness and violates(pid, cfg, s, window, high, policy=policy):
                         witness[pid] = (*path(c), s)
                 moves = s.unsafe is None and s.chunk > 0 and s.end < cfg.prefill_end
                 if moves and s.end not in parent:
@@ -215,7 +240,7 @@ def native_failures(
         witness["P2"] = witness["P1"]
     for b in range(low, high + 1):
         steps = constant_run(policy, cfg, b)
-        if steps and violates("P7", cfg, steps[-1], window, high):
+        if steps and violates("P7", cfg, steps[-1], window, high, policy=policy):
             witness["P7"] = tuple(steps)
             break
     order = {pid: i for i, pid in enumerate(PROPERTIES)}
@@ -266,7 +291,7 @@ def replayed_failures(
         if pid in found:
             path, final = found[pid]
             steps = replay_candidate(policy, Candidate(rank(cfg, 0), cfg, path, final), pid)
-            if not violates(pid, cfg, steps[-1], window, high):
+            if not violates(pid, cfg, steps[-1], window, high, policy=policy):
                 raise ModelMismatch(f"{cfg.describe()}: the explorer's {pid} witness replays clean")
             witness[pid] = tuple(steps)
     return NativeRun(witness, int(explored.instance_states()[0]))
@@ -770,10 +795,17 @@ def _tally_where(
         sets = (frozenset(p for p in PROPERTIES if fails[p][side, i]) for side in (0, 1))
         return (next(sets), next(sets))
 
+    crash_a, crash_b = fails["P0"]
     for pid, where in tally.where.items():
         a, b = fails[pid]
         where.own = [int((own[0] & a).sum()), int((own[1] & b).sum())]
-        groups = {"only_a": a & ~b, "only_b": ~a & b, "both": a & b}
+        groups = {
+            "only_a": a & ~b & ~crash_b,
+            "only_b": ~a & b & ~crash_a,
+            "both": a & b,
+            "a_where_b_crashes": a & ~b & crash_b,
+            "b_where_a_crashes": ~a & b & crash_a,
+        }
         for group, mask in groups.items():
             members = np.flatnonzero(mask & included)
             where.counts[group] = len(members)
@@ -869,11 +901,23 @@ def _where_examples(
             if at is None:
                 continue
             example = WhereExample(pid, group, at.cfg, native(0, at), native(1, at))
-            expected = (group != "only_b", group != "only_a")
-            if (pid in example.a.fails, pid in example.b.fails) != expected:
+            if _native_group(pid, example.a, example.b) != group:
                 raise ModelMismatch(f"{pid} at {at.cfg.describe()} is not {GROUPS[group]}")
             examples.setdefault(pid, {})[group] = example
     return examples
+
+
+def _native_group(pid: str, a: NativeRun, b: NativeRun) -> str | None:
+    """The group (:data:`GROUPS`) of ``pid`` at one configuration from both native runs."""
+    fails = (pid in a.fails, pid in b.fails)
+    crashed = ("P0" in a.fails, "P0" in b.fails)
+    if fails == (True, True):
+        return "both"
+    if fails == (True, False):
+        return "a_where_b_crashes" if crashed[1] else "only_a"
+    if fails == (False, True):
+        return "b_where_a_crashes" if crashed[0] else "only_b"
+    return None
 
 
 # -- the comparison -------------------------------------------------------------------------------
@@ -881,24 +925,60 @@ def _where_examples(
 
 @dataclass(frozen=True)
 class VerdictRow:
-    """One property's verdicts under A and B, and where each fails on the grid."""
+    """One property's verdicts under A and B, each side's explorer verdict on the grid
+    (``grid``, A's first), and where each fails on the grid."""
 
     pid: str
     a: Verdict
     b: Verdict
     where: WhereTally | None = None
+    grid: tuple[Verdict | None, Verdict | None] = (None, None)
 
     @property
     def change(self) -> str:
+        """:func:`verdict_change`, except that a side's failures on the grid that all lie where
+        the other side breaks P0 (:data:`GROUPS`) are no fix and no new violation: the other
+        side did not pass there, it crashed."""
         moved = self.where is not None and self.where.moved
-        return verdict_change(self.a.status, self.b.status, moved)
+        change = verdict_change(self.a.status, self.b.status, moved)
+        failing = {FIXED: 0, INTRODUCED: 1}.get(change)
+        if failing is not None and self._fails_only_where_other_crashed(failing):
+            return CHANGED
+        return change
+
+    def _fails_only_where_other_crashed(self, side: int) -> bool:
+        """Whether side ``side``'s verdict is the grid's (its explorer found the violation)
+        and every configuration of the grid where it fails is one where the other crashes."""
+        grid = self.grid[side]
+        return (
+            grid is not None
+            and grid.status == VIOLATED
+            and self.where is not None
+            and self.where.only_where_crashed(side)
+        )
+
+    def verdict_scope(self, side: int) -> str:
+        """Where the verdict of side ``side`` (0: A) was decided: ``"grid"`` when its counts
+        are its explorer's on the grid, ``"production"`` when only the prover found its
+        violation (its counts are then the prover's cells)."""
+        verdict, grid = (self.a, self.b)[side], self.grid[side]
+        if verdict.status == VIOLATED and grid is not None and grid.status != VIOLATED:
+            return "production"
+        return "grid"
 
 
 def verdict_rows(a: Side, b: Side, where: Mapping[str, WhereTally]) -> list[VerdictRow]:
     """The verdicts side by side, in the order they were checked."""
     by_pid = {v.property: v for v in b.verdicts}
     return [
-        VerdictRow(v.property, v, by_pid[v.property], where.get(v.property)) for v in a.verdicts
+        VerdictRow(
+            v.property,
+            v,
+            by_pid[v.property],
+            where.get(v.property),
+            (a.grid_verdict(v.property), b.grid_verdict(v.property)),
+        )
+        for v in a.verdicts
     ]
 
 
@@ -938,12 +1018,14 @@ def same_grid(verdict: Verdict, space: Space) -> bool:
 
 
 def check_agreement(comparison: Comparison) -> None:
-    """Each policy's explorer verdicts, where they cover the comparison's grid, count the
-    configurations and the failing ones the behaviour pass counts (SPEC P: one model, two
-    forms of evaluation); a disagreement is a bug of the tool (:class:`ModelMismatch`)."""
+    """Each policy's explorer verdicts (:attr:`Side.explored`, never the verdicts combined
+    with the prover's production range, whose scope is another), where they cover the
+    comparison's grid, count the configurations and the failing ones the behaviour pass counts
+    (SPEC P: one model, two forms of evaluation); a disagreement is a bug of the tool
+    (:class:`ModelMismatch`)."""
     tally = comparison.behaviour.tally
     for index, side in enumerate((comparison.a, comparison.b)):
-        for verdict in side.verdicts:
+        for verdict in side.explored:
             if not same_grid(verdict, comparison.space):
                 continue
             label = "AB"[index]

@@ -13,6 +13,7 @@ from typing import Any
 
 from chunkproof.checker.engines.compare import (
     CHANGED,
+    CRASH_GROUPS,
     FIXED,
     GROUPS,
     INTRODUCED,
@@ -94,13 +95,16 @@ def _fixed_lines(a: Policy, b: Policy) -> list[str]:
     return [fixed_line(p.fixed, f"fixed ({side})") for side, p in (("A", a), ("B", b))]
 
 
-def _status(v: Verdict) -> str:
-    """A verdict in a table cell, with how many configurations of the grid break it."""
+def _status(row: VerdictRow, side: int) -> str:
+    """A verdict of side ``side`` (0: A) in a table cell, with how many configurations of the
+    grid break it, or how many cells of the production range when only the prover found the
+    violation (:meth:`~chunkproof.checker.engines.compare.VerdictRow.verdict_scope`)."""
+    v = (row.a, row.b)[side]
     if v.status != VIOLATED:
         return v.status
-    if v.violating:
-        return f"VIOLATED ({v.violating} of {v.configs} configs)"
-    return "VIOLATED (production range)"
+    if row.verdict_scope(side) == "production":
+        return f"VIOLATED (production range, {v.violating} of {v.configs} cells)"
+    return f"VIOLATED ({v.violating} of {v.configs} configs)"
 
 
 def _property(pid: str) -> str:
@@ -161,6 +165,14 @@ def headline(comparison: Comparison) -> str:
         text += f"; B fails configurations of the grid that A passes for {', '.join(elsewhere)}"
     if any(regressed(row) for row in rows):
         text += " (a regression)"
+    for group, crashed in CRASH_GROUPS.items():
+        pids = [row.pid for row in rows if row.where is not None and row.where.counts[group]]
+        if pids:
+            crasher, other = "AB"[crashed], "BA"[crashed]
+            text += (
+                f"; where {crasher} breaks P0 (its crash, not a pass), {other} fails "
+                f"{', '.join(pids)}"
+            )
     if CHANGED in by_change:
         text += "; changed (failing in other configurations, or in scope on one side only): "
         text += listed(CHANGED)
@@ -354,10 +366,25 @@ def _failure_words(label: str, native: NativeRun, cfg: Config, pid: str) -> str:
     """What one side does at an example configuration: its failure in words, or that it holds
     on every state the native search reached."""
     steps = native.witness.get(pid)
+    crash = native.witness.get("P0")
+    if steps is None and crash is not None:
+        words = describe("P0", cfg, crash[-1], {})
+        return f"{label} breaks P0 there (its crash, not a pass of {pid}): {words}"
     if steps is None:
         states = f"{native.states} reachable state{'s' if native.states != 1 else ''}"
         return f"{label} holds ({states} searched natively)"
     return f"{label} {describe(pid, cfg, steps[-1], {})}"
+
+
+def _shown_groups(comparison: Comparison) -> list[str]:
+    """The groups a report shows: the three of every comparison, and a group where a side
+    breaks P0 when some property has configurations in it."""
+    return [
+        group
+        for group in GROUPS
+        if group not in CRASH_GROUPS
+        or any(row.where is not None and row.where.counts[group] for row in comparison.rows)
+    ]
 
 
 def _where_line(comparison: Comparison, row: VerdictRow) -> str | None:
@@ -365,7 +392,7 @@ def _where_line(comparison: Comparison, row: VerdictRow) -> str | None:
     where = row.where
     if where is None or not where.failing:
         return None
-    counts = ", ".join(f"{GROUPS[g]} {where.counts[g]}" for g in GROUPS)
+    counts = ", ".join(f"{GROUPS[g]} {where.counts[g]}" for g in _shown_groups(comparison))
     configs = comparison.behaviour.tally.configs
     return f"on the {configs} configurations of the grid both verdicts cover: {counts}"
 
@@ -442,6 +469,7 @@ def _row_dict(comparison: Comparison, row: VerdictRow) -> dict[str, Any]:
         "name": PROPERTIES[row.pid].name,
         "change": row.change,
         "regression": regressed(row),
+        "decided_on": {"a": row.verdict_scope(0), "b": row.verdict_scope(1)},
         "a": _verdict_dict(row.a),
         "b": _verdict_dict(row.b),
         "where": _where_dict(comparison, row),
@@ -548,7 +576,7 @@ def _text_verdicts(comparison: Comparison) -> list[str]:
     lines = [f"  {'property':<20} {'A':<34} {'B':<34} change"]
     for row in comparison.rows:
         lines.append(
-            f"  {_property(row.pid):<20} {_status(row.a):<34} {_status(row.b):<34} {row.change}"
+            f"  {_property(row.pid):<20} {_status(row, 0):<34} {_status(row, 1):<34} {row.change}"
         )
         for label, verdict in (("A", row.a), ("B", row.b)):
             found = _counterexample(verdict)
@@ -659,8 +687,8 @@ def _markdown_verdicts(comparison: Comparison) -> list[str]:
     rows = [
         [
             _property(row.pid),
-            _status(row.a),
-            _status(row.b),
+            _status(row, 0),
+            _status(row, 1),
             _CHANGE_MARK.get(row.change, row.change),
         ]
         for row in comparison.rows
@@ -692,10 +720,11 @@ def _markdown_where(comparison: Comparison) -> list[str]:
     if not rows:
         return []
     configs = comparison.behaviour.tally.configs
+    shown = _shown_groups(comparison)
     table = [
         [
             _property(row.pid),
-            *(str(row.where.counts[g]) for g in GROUPS if row.where is not None),
+            *(str(row.where.counts[g]) for g in shown if row.where is not None),
             _CHANGE_MARK.get(row.change, row.change),
         ]
         for row in rows
@@ -706,7 +735,7 @@ def _markdown_where(comparison: Comparison) -> list[str]:
         f"Configurations of the {configs} on the grid both verdicts cover (P5 "
         f"{comparison.behaviour.window}):",
         "",
-        *_table(["property", *GROUPS.values(), "change"], table),
+        *_table(["property", *(GROUPS[g] for g in shown), "change"], table),
         "",
         "Smallest configuration of each (re-checked natively on both policies):",
         "",
