@@ -73,8 +73,8 @@ def _keep_policy(
     name: str, summary: str, split: StageFunction, variant: str, composition: str, minor: int
 ) -> Policy:
     """A #40709 variant (SPEC V): the split ``split`` in place of the release's, with the
-    static-threshold cap and no reservation of release 0.``minor`` (C1 or C4), its encoder cap
-    and its acceptance rules."""
+    static-threshold cap and no reservation of release 0.``minor`` (C1 or C4), its encoder cap,
+    its acceptance rules and its cache manager (SPEC KV1)."""
     return Policy(
         name=name,
         summary=summary,
@@ -83,6 +83,7 @@ def _keep_policy(
         reservation_variant=None,
         composition=composition,
         acceptance=acceptance.rules_for(minor),
+        cache_release=f"0.{minor}.0",
     )
 
 

@@ -134,6 +134,16 @@ class Policy:
     loop_rules: LoopRules | None = None
     """What a zero does in each loop, read from the ``schedule()`` of a policy read from
     source; ``None``: those of its composition's C-variant (:meth:`rules`)."""
+    cache_release: str | None = None
+    """The vLLM release (``X.Y.Z``) whose cache manager a policy with no ``releases`` runs on:
+    the lookup and retention rules of SPEC KV1; ``None`` with no releases: the latest."""
+
+    @property
+    def kv_release(self) -> str | None:
+        """The release whose cache rules apply (SPEC KV1): the first of ``releases`` (a
+        built-in group shares them; a source tree names its version), else
+        :attr:`cache_release`."""
+        return self.releases[0] if self.releases else self.cache_release
 
     @property
     def file_stem(self) -> str:

@@ -37,17 +37,29 @@ from chunkproof.source.encoder import ENCODER_FILES
 from chunkproof.source.extraction import PACKAGE_INITS, SCHEDULER_FILE
 from chunkproof.source.methods import source_files
 
+KV_LOOKUP_FILES = (
+    "vllm/v1/core/kv_cache_coordinator.py",
+    "vllm/v1/core/single_type_kv_cache_manager.py",
+    "vllm/v1/core/kv_cache_manager.py",
+    "vllm/v1/core/kv_cache_utils.py",
+)
+"""The cache manager's files: the prefix-cache lookup and the state retention a resend meets
+(SPEC KV1; the slot note's sections 3 and 5), read by the fidelity tests. A release without
+one of them records it ``absent``."""
+
 ALWAYS_FILES = (
     SCHEDULER_FILE,
     "vllm/v1/kv_cache_interface.py",
     "vllm/utils/math_utils.py",
+    *KV_LOOKUP_FILES,
     *PACKAGE_INITS,
     *ENCODER_FILES,
 )
 """Files kept from every wheel that has them, whether or not the methods reach them: the
 split's, the package ``__init__`` files Python runs to import it (SPEC Q2: they could patch
-the class), and those the encoder scheduling reads
-(:data:`chunkproof.source.encoder.ENCODER_FILES`, about 80 KB)."""
+the class), those the encoder scheduling reads
+(:data:`chunkproof.source.encoder.ENCODER_FILES`, about 80 KB) and the cache manager's
+(:data:`KV_LOOKUP_FILES`)."""
 
 MANIFEST = "manifest.json"
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$", re.ASCII)

@@ -18,8 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from chunkproof.model.config import Config
+from chunkproof.model.policy import Policy
 from chunkproof.model.splits import max_chunk, prefill_end
-from chunkproof.spec.slots import checkpoint_at, poisons, resend_position, tail_position
+from chunkproof.spec.slots import (
+    checkpoint_at,
+    keeps,
+    keeps_v29,
+    kv_rules,
+    poisons,
+    resend_position,
+    resend_position_v15,
+    resend_position_v32,
+    tail_position,
+)
 
 
 @dataclass(frozen=True)
@@ -127,12 +138,42 @@ def in_window_relaxed(cfg: Config, c: int, n: int, e: int) -> bool:
     return e % cfg.block != 0 or c + n >= cfg.tokens
 
 
+def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool) -> bool:
+    """P6 for chunk [c, e) and the release's R* = ``r`` (SPEC KV1), ``kept`` whether its
+    retention mask keeps R*'s Mamba column: R* > 0 and either the chunk runs over R* (its
+    budget allowed it to end there) and no internal checkpoint written by the chunk covers R*
+    (oracle rules 4 and 6), or, without fine hits (R* then on the block grid), the chunk ends
+    at R* and the mask drops its state (oracle rules 5 and 9)."""
+    over = c < r < e and checkpoint_at(cfg, c, e) != r
+    dropped = e == r and not cfg.partial_hits and not kept
+    return r > 0 and (over or dropped)
+
+
 def skips_resend(cfg: Config, c: int, e: int) -> bool:
-    """P6 for chunk [c, e): it runs over R* = ckpos(P, A, D) > 0 (slot note 5; its budget allowed
-    it to end there), and no internal checkpoint written by the chunk covers R* (oracle rules 4
-    and 6)."""
+    """P6 for chunk [c, e) under 0.33's rules (:func:`misses_resend`): R* = ck33(P, A, D, L_h)
+    and the 0.30+ retention mask."""
     r = resend_position(cfg)
-    return r > 0 and c < r < e and checkpoint_at(cfg, c, e) != r
+    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
+
+
+def skips_resend_v32(cfg: Config, c: int, e: int) -> bool:
+    """P6 under 0.32's rules: R* = ck32(P, A, D) and the 0.30+ retention mask."""
+    r = resend_position_v32(cfg)
+    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
+
+
+def skips_resend_v30(cfg: Config, c: int, e: int) -> bool:
+    """P6 under the rules of 0.30 and 0.31: R* = ck30(P, A, D) and the 0.30+ retention
+    mask."""
+    r = resend_position_v15(cfg)
+    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
+
+
+def skips_resend_v15(cfg: Config, c: int, e: int) -> bool:
+    """P6 under the rules of 0.15-0.29: R* = ck30(P, A, D) and 0.29's retention mask (its one
+    reachable boundary is P - 1)."""
+    r = resend_position_v15(cfg)
+    return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1))
 
 
 def ideal_steps(end: Any, start: Any, budget: Any) -> Any:
@@ -152,7 +193,24 @@ EDGE_PROPERTIES: dict[str, Callable[..., bool]] = {
     "P4": misaligned,
     "P6": skips_resend,
 }
-"""Properties of one chunk [c, e): predicate(cfg, c, e)."""
+"""Properties of one chunk [c, e): predicate(cfg, c, e), P6 under 0.33's cache rules (a
+policy's own: :func:`edge_properties`)."""
+
+RELEASE_P6: dict[str, Callable[..., bool]] = {
+    "0.15-0.29": skips_resend_v15,
+    "0.30-0.31": skips_resend_v30,
+    "0.32": skips_resend_v32,
+    "0.33": skips_resend,
+}
+"""P6 per release group of :func:`chunkproof.spec.slots.kv_rules` (SPEC KV1)."""
+
+
+def edge_properties(policy: Policy) -> dict[str, Callable[..., bool]]:
+    """:data:`EDGE_PROPERTIES` with P6 under the cache rules of ``policy``'s release
+    (:attr:`~chunkproof.model.policy.Policy.kv_release`)."""
+    rules = kv_rules(policy.kv_release)
+    return {**EDGE_PROPERTIES, "P6": RELEASE_P6[rules.releases]}
+
 
 WINDOW_PROPERTIES: dict[str, Callable[..., bool]] = {
     "strict": in_window,

@@ -361,9 +361,10 @@ class RequestModel:
         edges = _edge_runs(source, target, moving)
         edge_view = batch.view(lane_inst[edges.first])
         edge_args = [edge_view, c[edges.first], target[edges.first]]
+        edge_properties = props.edge_properties(self.policy)  # SPEC KV1: the release's P6
         for pid in self.properties:
-            if pid in props.EDGE_PROPERTIES:
-                judged = _predicate(props.EDGE_PROPERTIES[pid], edge_args, len(edges.first))
+            if pid in edge_properties:
+                judged = _predicate(edge_properties[pid], edge_args, len(edges.first))
                 bad[pid] = moving & judged[edges.run]
                 if pid == "P4":
                     bad[pid] &= ~encoder_forced(order, stage)

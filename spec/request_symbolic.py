@@ -360,7 +360,7 @@ class SymbolicRequest:
         if pid == "P5":
             window = props.WINDOW_PROPERTIES[self.window]
             return z3.And(moving, self.holds(window, [self.view, c, values["cap"], e]))
-        bad = z3.And(moving, self.holds(props.EDGE_PROPERTIES[pid], [self.view, c, e]))
+        bad = z3.And(moving, self.holds(props.edge_properties(self.policy)[pid], [self.view, c, e]))
         if pid == "P4" and self.cell.layout:
             return z3.And(bad, z3.Not(encoder_forced(stage_order(self.policy), values)))
         return bad

@@ -28,22 +28,25 @@ Reading notes (where the note's section 6 is terse, the reading chosen here):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
 from types import SimpleNamespace
 from typing import Any
 
-from chunkproof.model.arith import cdiv, ck33, fl, valid
+from chunkproof.model.arith import cdiv, ck30, ck32, ck33, fl, valid
 from chunkproof.model.config import Config
 
 __all__ = [
+    "LATEST_RULES",
+    "KvRules",
     "Poison",
     "SlotReport",
     "SlotSetup",
     "checkpoint_at",
     "crossing_claim",
+    "kv_rules",
     "oracle",
     "poisons",
     "resend_position",
@@ -66,8 +69,23 @@ def hit_unit(cfg: Config) -> int:
 
 
 def resend_position(cfg: Config) -> int:
-    """R* := ckpos(N, A, drop), where an identical resend lands (slot note 5)."""
+    """R* of 0.33 (SPEC KV1; slot note 5): ck33(N, A, drop, L_h), where an identical resend
+    lands. The lookup is capped at N - 1, and an EAGLE group may look one drop unit past the
+    candidate, up to the hashed length h*floor((N - L_h)/h), before dropping it."""
     return ck33(cfg.prompt, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
+
+
+def resend_position_v32(cfg: Config) -> int:
+    """R* of 0.32 (SPEC KV1; slot note 5): ck32(N, A, drop). As 0.33, without hash lookahead:
+    an EAGLE group looks up to the hashed length N before its drop."""
+    return ck32(cfg.prompt, hit_unit(cfg), eagle_drop(cfg))
+
+
+def resend_position_v15(cfg: Config) -> int:
+    """R* of 0.15-0.31 (SPEC KV1; slot note 5): ck30(N, A, drop). The coordinator caps every
+    group's lookup, the EAGLE group's included, at N - 1, then the EAGLE group drops a unit,
+    so a block-aligned prompt resends to N - 2A, not N - A."""
+    return ck30(cfg.prompt, hit_unit(cfg), eagle_drop(cfg))
 
 
 def tail_position(cfg: Config) -> int:
@@ -127,7 +145,7 @@ def reachable_column(cfg: Config, column: int) -> bool:
 
 
 def keeps(cfg: Config, column: int) -> bool:
-    """Slot note 6 rule 9 (R4): the retention mask lets column j be keyed.
+    """Slot note 6 rule 9 (R4), 0.30-0.33: the retention mask lets column j be keyed.
 
     R = None keeps every block; R = 0 only the reachable-boundary columns; R > 0 those plus the
     R grid (the segment-only mask).
@@ -135,6 +153,20 @@ def keeps(cfg: Config, column: int) -> bool:
     if cfg.retention < 0:
         return True
     return segment_keeps(cfg, column) or reachable_column(cfg, column)
+
+
+def keeps_v29(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9 (R4) as 0.29 has it: the one reachable boundary is N - 1, EAGLE
+    drop or not (``reachable_boundaries = [num_prompt_tokens - 1]``), plus J when J > 0; the
+    segment grid as in 0.30+. Under the drop the resend position's column is therefore not
+    kept with R >= 0 (0.30 added the drop's boundaries). Before 0.29 no retention interval is
+    accepted (R = None: every block is kept)."""
+    if cfg.retention < 0:
+        return True
+    found = boundary_column(cfg, cfg.prompt - 1) == column
+    if cfg.junction > 0:
+        found = found or boundary_column(cfg, cfg.junction) == column
+    return segment_keeps(cfg, column) or found
 
 
 def poisons(cfg: Config, start: int, end: int) -> bool:
@@ -173,6 +205,43 @@ def rekeyed(cfg: Config, checkpoint: int) -> bool:
     own = checkpoint == resend_position(cfg)
     on_grid = checkpoint % cfg.block == 0 and segment_keeps(cfg, checkpoint // cfg.block - 1)
     return own or on_grid or (cfg.junction > 0 and checkpoint == cfg.junction)
+
+
+@dataclass(frozen=True)
+class KvRules:
+    """A release's cache-side rules (SPEC KV1): where an identical resend lands (``resend``,
+    R*) and which Mamba columns its retention mask keeps (``keeps``), both functions of the
+    policy subset."""
+
+    releases: str
+    resend: Callable[[Any], int]
+    keeps: Callable[[Any, int], bool]
+    grid_tail: bool = True
+    """Whether the prompt's tail T is keyed by its own copy (rule 7) on the block grid and
+    without fine hits too (0.33); before 0.30 only a tail off the grid with h < B is
+    (``_cache_partial_tail_block``), so a tail on the grid is rule 5's, under the mask."""
+
+
+RULES_V15 = KvRules("0.15-0.29", resend_position_v15, keeps_v29, grid_tail=False)
+RULES_V30 = KvRules("0.30-0.31", resend_position_v15, keeps)
+RULES_V32 = KvRules("0.32", resend_position_v32, keeps)
+LATEST_RULES = KvRules("0.33", resend_position, keeps)
+
+
+def kv_rules(version: str | None) -> KvRules:
+    """The cache-side rules of vLLM ``version`` (``X.Y.Z``; SPEC KV1). A version this tool
+    does not know (a tree that records none, a later release) gets the latest rules."""
+    parts = (version or "").split(".")
+    if len(parts) < 2 or not parts[1].isdigit() or parts[0] != "0":
+        return LATEST_RULES
+    minor = int(parts[1])
+    if minor <= 29:
+        return RULES_V15
+    if minor <= 31:
+        return RULES_V30
+    if minor == 32:
+        return RULES_V32
+    return LATEST_RULES
 
 
 def crossing_claim(cfg: Config, start: int, end: int) -> int | None:
@@ -300,10 +369,13 @@ class SlotReport:
     resend_hit: int
 
 
-def oracle(given: Any, ends: Sequence[int], decode_steps: int = 0) -> SlotReport:
+def oracle(
+    given: Any, ends: Sequence[int], decode_steps: int = 0, rules: KvRules = LATEST_RULES
+) -> SlotReport:
     """Slot note section 6 rules 1-11 for the chunk ends ``ends`` (e_1 < ... < e_m = N) from
     the start s_0; ``decode_steps`` one-token decode chunks follow the prefill (rule 11).
-    ``given`` is a :class:`SlotSetup` or a :class:`~chunkproof.model.config.Config`."""
+    ``given`` is a :class:`SlotSetup` or a :class:`~chunkproof.model.config.Config`;
+    ``rules`` the release's resend position and retention mask (SPEC KV1)."""
     setup = given.fields if isinstance(given, SlotSetup) else given
     _check_ends(setup, ends, decode_steps)
     frontier = setup.start // setup.block  # slot note 6 rule 2
@@ -314,7 +386,7 @@ def oracle(given: Any, ends: Sequence[int], decode_steps: int = 0) -> SlotReport
         count = cacheable(setup, end)
         running = cdiv(end, setup.block) - 1  # col(e)
         for column in range(frontier, count // setup.block):  # rule 5
-            if not keeps(setup, column):
+            if not rules.keeps(setup, column):
                 continue
             claim = (column + 1) * setup.block
             if column == running:
@@ -328,30 +400,32 @@ def oracle(given: Any, ends: Sequence[int], decode_steps: int = 0) -> SlotReport
         if checkpoint >= 0:
             if rekeyed(setup, checkpoint):  # rule 6
                 live[checkpoint] = checkpoint
-        elif end <= setup.prompt and _tail_key(setup, start, end, count):  # rule 7
+        elif end <= setup.prompt and _tail_key(setup, start, end, count, rules):  # rule 7
             live[count if count == tail_position(setup) else end] = end
         frontier = count // setup.block  # rule 8
-    return _report(setup, live, violations)
+    return _report(setup, live, violations, rules.resend(setup))
 
 
-def _tail_key(setup: Any, start: int, end: int, count: int) -> bool:
+def _tail_key(setup: Any, start: int, end: int, count: int, rules: KvRules) -> bool:
     """Rule 7 (R2): the chunk keys the prompt's tail T when its cacheable count reaches T
     exactly (fine hits or not: the real manager does), or, with fine hits and the exact
     shared-prefix checkpoint S on, the junction J it ends on (start < J <= N)."""
     tail = tail_position(setup)
-    if tail > 0 and count == tail and end == tail:
+    own_copy = rules.grid_tail or (setup.partial_hits and tail % setup.block != 0)
+    if tail > 0 and count == tail and end == tail and own_copy:
         return True
     return bool(setup.partial_hits and setup.exact_junction and start < setup.junction == end)
 
 
-def _report(setup: Any, live: dict[int, int], violations: list[Poison]) -> SlotReport:
+def _report(setup: Any, live: dict[int, int], violations: list[Poison], resend: int) -> SlotReport:
     """Slot note 6 rule 10: Live, Cov = {P : Live[P] = P}, V, and the resend hit.
 
-    The resend hit (no pool pressure) is the largest live claim P <= R* with P = 0 mod A
-    (section 5), or 0; the lookup does not tell poisoned entries apart.
+    The resend hit (no pool pressure) is the largest live claim P <= R* (the release's,
+    ``resend``) with P = 0 mod A (section 5), or 0; the lookup does not tell poisoned entries
+    apart.
     """
     ordered = dict(sorted(live.items()))
-    resend, unit = resend_position(setup), hit_unit(setup)
+    unit = hit_unit(setup)
     hit = max((p for p in ordered if p <= resend and p % unit == 0), default=0)
     return SlotReport(
         live=ordered,

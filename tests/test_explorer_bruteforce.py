@@ -74,7 +74,7 @@ def brute_force(policy: Policy, cfg: Config, window: str) -> Truth:
             forced = encoder_forced(s.order, stage_values(s))  # SPEC P4 exemption (b)
             violated["P4"] |= props.misaligned(cfg, c, s.end) and not forced
             violated["P5"] |= props.WINDOW_PROPERTIES[window](cfg, c, s.n, s.end)
-            violated["P6"] |= props.skips_resend(cfg, c, s.end)
+            violated["P6"] |= props.edge_properties(policy)["P6"](cfg, c, s.end)
     stuck = tuple(b for b in range(low, high + 1) if not run(policy, cfg, [b]).finished)
     progress = None if violated["P1"] else max(max(zero, default=0) + 1, low)
     return Truth(violated, progress, stuck)

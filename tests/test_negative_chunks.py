@@ -113,9 +113,11 @@ def test_a_clamped_negative_split_breaks_p0_and_p1_in_one_step(tmp_path: Path) -
     s = step(policy, cfg, 0, 16)
     assert (s.split, s.chunk, s.crash) == (-1, 0, None)
     assert s.unsafe is not None and "the split returns -1" in s.unsafe
-    assert violates("P0", cfg, s, "strict", 16)
-    assert violates("P1", cfg, s, "strict", 16)
-    assert not violates("P1", cfg, step(policy, cfg, 0, 8), "strict", 16)  # not the largest
+    assert violates("P0", cfg, s, "strict", 16, policy=policy)
+    assert violates("P1", cfg, s, "strict", 16, policy=policy)
+    assert not violates(
+        "P1", cfg, step(policy, cfg, 0, 8), "strict", 16, policy=policy
+    )  # not the largest
 
 
 def test_a_raising_split_is_p0_alone(tmp_path: Path) -> None:
@@ -124,8 +126,8 @@ def test_a_raising_split_is_p0_alone(tmp_path: Path) -> None:
     cfg = Config(block=16, prompt=40, max_sched=16)
     s = step(policy, cfg, 0, 16)
     assert s.crash is not None
-    assert violates("P0", cfg, s, "strict", 16)
-    assert not violates("P1", cfg, s, "strict", 16)
+    assert violates("P0", cfg, s, "strict", 16, policy=policy)
+    assert not violates("P1", cfg, s, "strict", 16, policy=policy)
 
 
 # -- a plain policy file, both engines ------------------------------------------------------

@@ -59,7 +59,8 @@ STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 def assert_replays(policy: Policy, cx: Counterexample, window: str = "strict") -> None:
     """The counterexample re-runs step by step, and its last step breaks its property."""
     assert replay_steps(policy, cx) is None
-    assert violates(cx.property, cx.config, cx.steps[-1], window, cx.largest_budget())
+    last = cx.steps[-1]
+    assert violates(cx.property, cx.config, last, window, cx.largest_budget(), policy=policy)
 
 
 def prove(policy: Policy, space: Space, pid: str, tmp: Path) -> list[prover.CellVerdict]:

@@ -24,13 +24,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
+from chunkproof.spec.properties import edge_properties, skips_resend
 from chunkproof.spec.slots import (
     Poison,
     SlotReport,
     SlotSetup,
     crossing_claim,
     hit_unit,
+    keeps,
+    keeps_v29,
+    kv_rules,
     oracle,
     reachable_column,
 )
@@ -479,3 +484,49 @@ def test_rule_7_keys_an_exact_junction_at_the_prompt_end() -> None:
     junction J keys it for start < J <= N, so J = N = 40 (off the 16-token grid) is keyed."""
     setup = SlotSetup(prompt=40, block=16, hash_block=8, junction=40, exact_junction=True)
     assert oracle(setup, [16, 40]).live == {16: 16, 40: 40}
+
+
+# -- SPEC KV1: the release's resend position and retention ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "prompt", "block", "resend"),
+    [
+        ("0.28.0", 6400, 1600, 3200),  # capped at P - 1 before the EAGLE drop
+        ("0.30.0", 12, 4, 4),
+        ("0.31.0", 12, 4, 4),
+        ("0.32.0", 12, 4, 8),  # capped at the hashed length
+        ("0.33.0", 12, 4, 8),
+        ("0.32.0", 6400, 1600, 4800),
+    ],
+)
+def test_release_resend_position_under_drop(
+    version: str, prompt: int, block: int, resend: int
+) -> None:
+    cfg = Config(block=block, prompt=prompt, max_sched=prompt, lookahead=1, drop=True)
+    assert kv_rules(version).resend(cfg) == resend
+
+
+@pytest.mark.parametrize(
+    ("version", "args", "violated"),
+    [
+        ("0.28.0", {"block": 1600, "lookahead": 3, "prompt": 6400}, (0, 4800)),
+        ("0.30.0", {"block": 4, "lookahead": 1, "prompt": 12}, (0, 8)),
+        ("0.29.0", {"block": 1600, "lookahead": 1, "prompt": 11910, "retention": 0}, (0, 9600)),
+    ],
+)
+def test_p6_known_answers_per_release(
+    version: str, args: dict[str, int], violated: tuple[int, int]
+) -> None:
+    """The reported cases: P6 is violated under the release's own rules, not under 0.33's."""
+    cfg = Config.from_dict({"max_sched": 16384, "drop": True, **args})
+    policy = policy_for_release(version)
+    assert edge_properties(policy)["P6"](cfg, *violated)
+    assert not skips_resend(cfg, *violated)
+
+
+def test_retention_v29_keeps_only_the_unshifted_boundary() -> None:
+    """0.29's mask keeps the column of P - 1 (11200 for 11910/1600), not R* = 9600."""
+    cfg = Config(block=1600, prompt=11910, max_sched=16384, lookahead=1, drop=True, retention=0)
+    assert [keeps_v29(cfg, j) for j in range(7)] == [False] * 6 + [True]
+    assert keeps(cfg, 5)

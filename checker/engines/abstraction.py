@@ -128,7 +128,9 @@ def check_abstraction(
             pid
             for taken in steps
             for pid in STEP_PROPERTIES
-            if violates(pid, cfg, _realized_step(policy, cfg, taken, high), window, high)
+            if violates(
+                pid, cfg, _realized_step(policy, cfg, taken, high), window, high, policy=policy
+            )
         }
         for pid in STEP_PROPERTIES:
             mine, theirs = pid in single.fails, pid in seen

@@ -470,6 +470,6 @@ def _replayed(model: SymbolicRequest, pid: str, cfg: Config, found: SolverTrace)
     final_budget = high if pid in ("P1", "P2") else found.final_action[0]
     cand = Candidate(rank(cfg, len(path) + 1), cfg, path, (found.final_state[0], final_budget))
     steps = replay(model.policy, cand, pid)
-    if not violates(pid, cfg, steps[-1], model.window, high):
+    if not violates(pid, cfg, steps[-1], model.window, high, policy=model.policy):
         raise ModelMismatch(f"{pid}: the solver's counterexample does not replay natively")
     return build_counterexample(model.policy, cfg, pid, steps, model.window, model.budget, {})

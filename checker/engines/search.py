@@ -284,7 +284,7 @@ def minimal_counterexample(exploration: Exploration, pid: str, cat: str) -> Coun
     model = exploration.model
     steps = replay_candidate(model.policy, cand, pid)
     high = budget_bounds(cand.cfg, model.space.budget)[1]
-    if not violates(pid, cand.cfg, steps[-1], model.window, high):
+    if not violates(pid, cand.cfg, steps[-1], model.window, high, policy=model.policy):
         raise ModelMismatch(f"{pid}: the explorer's witness does not violate on replay")
     return build_counterexample(
         model.policy, cand.cfg, pid, steps, model.window, model.space.budget, model.space.describe()

@@ -12,7 +12,7 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.spec import properties as props
 from chunkproof.spec.request import budget_bounds, encoder_forced
-from chunkproof.spec.slots import crossing_claim, oracle, resend_position
+from chunkproof.spec.slots import KvRules, crossing_claim, kv_rules, oracle
 
 MINIMISED = ("prompt", "block", "lookahead", "max_sched", "trace_length")
 """Dimensions minimised, in lexicographic order (smallest T, then B, L, M, length)."""
@@ -25,9 +25,10 @@ class ModelMismatch(ChunkproofError):
     exit_code = 3
 
 
-def violates(pid: str, cfg: Config, s: Step, window: str, high: int) -> bool:
-    """Whether the final step ``s`` of a trace breaks property ``pid`` (SPEC P). For P7 the
-    trace is a ``const(b)`` run and its last step yields 0 (or breaks P0)."""
+def violates(pid: str, cfg: Config, s: Step, window: str, high: int, *, policy: Policy) -> bool:
+    """Whether the final step ``s`` of a trace breaks property ``pid`` (SPEC P; P6 under the
+    cache rules of ``policy``'s release, SPEC KV1). For P7 the trace is a ``const(b)`` run and
+    its last step yields 0 (or breaks P0)."""
     if pid == "P0":
         return s.unsafe is not None
     if pid in props.STUCK_PROPERTIES and pid != "P7" and s.crash is None:
@@ -40,8 +41,9 @@ def violates(pid: str, cfg: Config, s: Step, window: str, high: int) -> bool:
         return False
     if pid == "P4" and encoder_forced(s.order, stage_values(s)):
         return False  # SPEC P4 exemption (b), as the explorer judges it
-    if pid in props.EDGE_PROPERTIES:
-        return bool(props.EDGE_PROPERTIES[pid](cfg, s.c, s.end))
+    edge_properties = props.edge_properties(policy)
+    if pid in edge_properties:
+        return bool(edge_properties[pid](cfg, s.c, s.end))
     if pid == "P5":
         return bool(props.WINDOW_PROPERTIES[window](cfg, s.c, s.n, s.end))
     raise ValueError(f"no trace check for {pid}")
@@ -76,7 +78,7 @@ def _slot_findings(policy: Policy, cfg: Config, steps: list[Step], high: int) ->
     ends = _finish(policy, cfg, steps, high)
     if ends is None or cfg.prompt != cfg.T or ends[-1] != cfg.prompt:
         return {}
-    report = oracle(cfg, ends)
+    report = oracle(cfg, ends, rules=kv_rules(policy.kv_release))
     return {
         "completed_ends": ends,
         "poisoned": [f"{p.claim} holds state@{p.held}" for p in report.violations],
@@ -85,12 +87,15 @@ def _slot_findings(policy: Policy, cfg: Config, steps: list[Step], high: int) ->
     }
 
 
-def _agree_with_oracle(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> None:
+def _agree_with_oracle(
+    pid: str, cfg: Config, last: Step, details: dict[str, Any], rules: KvRules
+) -> None:
     """The step rules of P3 and P6 are the slot oracle's (slot note 4.2, 5): when the oracle
-    ran on the completed trace, it must report the same failure."""
+    ran on the completed trace, it must report the same failure (P6 under the release's cache
+    ``rules``, SPEC KV1)."""
     if "covered" not in details:
         return
-    if pid == "P6" and resend_position(cfg) in details["covered"]:
+    if pid == "P6" and rules.resend(cfg) in details["covered"]:
         raise ModelMismatch(f"P6: the slot oracle covers R* on the trace ending {last.end}")
     claim = crossing_claim(cfg, last.c, last.end)
     if pid == "P3" and f"{claim} holds state@{last.c}" not in details["poisoned"]:
@@ -98,7 +103,8 @@ def _agree_with_oracle(pid: str, cfg: Config, last: Step, details: dict[str, Any
 
 
 def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
-    """The verdict in words (SPEC C)."""
+    """The verdict in words (SPEC C); P6 names the R* the trace's details record (the
+    release's, SPEC KV1), else 0.33's."""
     e, big_e = last.end, cfg.prefill_end
     if pid == "P0":
         return f"at c={last.c} with budget {last.budget}, {last.unsafe}"
@@ -132,10 +138,16 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
     if pid == "P6":
         hit = details.get("resend_hit")
         suffix = f"; an identical resend hits {hit}" if hit is not None else ""
+        r = details.get("resend_position", kv_rules(None).resend(cfg))
+        if e == r:
+            return (
+                f"chunk [{last.c}, {e}) ends at the resend position R*={r}, and the retention "
+                f"mask (interval {cfg.retention}) drops its state, so R* is never "
+                f"cached{suffix}"
+            )
         return (
-            f"chunk [{last.c}, {e}) runs over the resend position "
-            f"R*={resend_position(cfg)} with budget {last.budget}, so R* is never "
-            f"cached{suffix}"
+            f"chunk [{last.c}, {e}) runs over the resend position R*={r} with budget "
+            f"{last.budget}, so R* is never cached{suffix}"
         )
     raise ValueError(pid)
 
@@ -155,8 +167,11 @@ def build_counterexample(
     if pid == "P5":
         details["window"] = window
     if pid in ("P3", "P6"):
+        rules = kv_rules(policy.kv_release)
+        if pid == "P6":
+            details["resend_position"] = rules.resend(cfg)
         details.update(_slot_findings(policy, cfg, steps, high))
-        _agree_with_oracle(pid, cfg, steps[-1], details)
+        _agree_with_oracle(pid, cfg, steps[-1], details, rules)
     model = Const(steps[-1].budget) if pid == "P7" else Adversarial(low, high)
     return Counterexample(
         policy=policy.name,

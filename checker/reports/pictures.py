@@ -304,7 +304,9 @@ def failure_marks(cx: Counterexample, row: int) -> tuple[Failure, ...]:
         window = f"({cfg.T - cfg.lookahead}, {cfg.T})"
         return (Failure("window-end", e, f"ends at {e}, inside the window {window}", row),)
     if pid == "P6":
-        r = resend_position(cfg)
+        r = cx.details.get("resend_position", resend_position(cfg))  # SPEC KV1: the release's
+        if e == r:
+            return (Failure("skipped", r, f"[{c}, {e}) ends at R*={r}: not retained", row),)
         return (Failure("skipped", r, f"[{c}, {e}) runs over R*={r}: never cached", row),)
     raise ChunkproofError(f"no picture for property {pid!r}")
 
