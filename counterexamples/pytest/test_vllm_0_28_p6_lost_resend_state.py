@@ -340,12 +340,29 @@ def uncached_at(cfg: Config, c: int) -> int:
 
 
 # from chunkproof.spec.properties
+def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool) -> bool:
+    """P6 for chunk [c, e) and the release's R* = ``r`` (SPEC KV1), ``kept`` whether its
+    retention mask keeps R*'s Mamba column: R* > 0 and either the chunk runs over R* (its
+    budget allowed it to end there) and no internal checkpoint written by the chunk covers R*
+    (oracle rules 4 and 6), or, without fine hits (R* then on the block grid), the chunk ends
+    at R* and the mask drops its state (oracle rules 5 and 9)."""
+    over = c < r < e and checkpoint_at(cfg, c, e) != r
+    dropped = e == r and not cfg.partial_hits and not kept
+    return r > 0 and (over or dropped)
+
+
+# from chunkproof.spec.properties
 def skips_resend(cfg: Config, c: int, e: int) -> bool:
-    """P6 for chunk [c, e): it runs over R* = ckpos(P, A, D) > 0 (slot note 5; its budget allowed
-    it to end there), and no internal checkpoint written by the chunk covers R* (oracle rules 4
-    and 6)."""
+    """P6 for chunk [c, e) under 0.33's rules (:func:`misses_resend`): R* = ck33(P, A, D, L_h)
+    and the 0.30+ retention mask."""
     r = resend_position(cfg)
-    return r > 0 and c < r < e and checkpoint_at(cfg, c, e) != r
+    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
+
+
+# from chunkproof.spec.slots
+def boundary_column(cfg: Config, position: int) -> int:
+    """The column of a reachable boundary p floored to A: floor(A*floor(p/A) / B) - 1."""
+    return fl(position, hit_unit(cfg)) // cfg.block - 1
 
 
 # from chunkproof.spec.slots
@@ -379,9 +396,58 @@ def hit_unit(cfg: Config) -> int:
 
 
 # from chunkproof.spec.slots
+def keeps(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9 (R4), 0.30-0.33: the retention mask lets column j be keyed.
+
+    R = None keeps every block; R = 0 only the reachable-boundary columns; R > 0 those plus the
+    R grid (the segment-only mask).
+    """
+    if cfg.retention < 0:
+        return True
+    return segment_keeps(cfg, column) or reachable_column(cfg, column)
+
+
+# from chunkproof.spec.slots
+def reachable_column(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9 (R4): column j holds a reachable boundary, floored to A.
+
+    The replay boundary N - 1 without drop; with drop max(S*floor((N-1)/S) - S, 0) and
+    max(S*floor(N/S) - S, 0); plus J when J > 0. (The note's J - B under EAGLE applies to
+    EAGLE-flagged groups only; in 0.33.0 those are the groups holding draft layers, never the
+    Mamba group: checked against the real manager.)
+    """
+    n = cfg.prompt
+    s = cfg.sched_block
+    drop = eagle_drop(cfg)
+    if drop:
+        first = boundary_column(cfg, max(fl(n - 1, s) - s, 0)) == column
+        found = first or boundary_column(cfg, max(fl(n, s) - s, 0)) == column
+    else:
+        found = boundary_column(cfg, n - 1) == column
+    if cfg.junction > 0:
+        found = found or boundary_column(cfg, cfg.junction) == column
+    return found
+
+
+# from chunkproof.spec.slots
 def resend_position(cfg: Config) -> int:
-    """R* := ckpos(N, A, drop), where an identical resend lands (slot note 5)."""
+    """R* of 0.33 (SPEC KV1; slot note 5): ck33(N, A, drop, L_h), where an identical resend
+    lands. The lookup is capped at N - 1, and an EAGLE group may look one drop unit past the
+    candidate, up to the hashed length h*floor((N - L_h)/h), before dropping it."""
     return ck33(cfg.prompt, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
+
+
+# from chunkproof.spec.slots
+def segment_keeps(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9, segment-only mask (used by rule 6).
+
+    R = None: true; R = 0: false; R > 0: true if R/B <= 1 or (j+1)*B = 0 mod R.
+    """
+    if cfg.retention < 0:
+        return True
+    if cfg.retention == 0:
+        return False
+    return cfg.retention <= cfg.block or (column + 1) * cfg.block % cfg.retention == 0
 
 
 # ---------------------------------------------------------------------------------------------

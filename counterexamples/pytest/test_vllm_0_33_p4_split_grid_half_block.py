@@ -395,7 +395,7 @@ def hit_unit(cfg: Config) -> int:
 
 # from chunkproof.spec.slots
 def keeps(cfg: Config, column: int) -> bool:
-    """Slot note 6 rule 9 (R4): the retention mask lets column j be keyed.
+    """Slot note 6 rule 9 (R4), 0.30-0.33: the retention mask lets column j be keyed.
 
     R = None keeps every block; R = 0 only the reachable-boundary columns; R > 0 those plus the
     R grid (the segment-only mask).
