@@ -2,7 +2,7 @@
 adaptive``, ``chunkproof system --adaptive-threshold``; history note 6): theta_eff > 0 is
 raised to M // eligible, the eligible count set by the environment.
 
-The case the README shows: 0.33, B=4, L=2, theta=1, M=8. Without the floor, two requests cap
+The case docs/guide.md shows: 0.33, B=4, L=2, theta=1, M=8. Without the floor, two requests cap
 each other at 1 token, under L, and the reservation's zero livelocks them; with it, two
 eligible requests are offered M // 2 = 4 tokens, and the S-LIVE left is the single-request
 livelock (T=5: one chunk to c=3, then 0 for ever).
@@ -129,7 +129,7 @@ def test_s_live_asks_the_instance_alone() -> None:
 
 
 def test_the_floor_removes_the_theta_livelock() -> None:
-    """The README's numbers: S-LIVE in all 66 instances without the floor, 30 with it (the
+    """The guide's numbers: S-LIVE in all 66 instances without the floor, 30 with it (the
     single-request livelocks); every other property as before."""
     policy = get_builtin("vllm-0.33")
     space = user_space(FLOOR, None, production=False)
@@ -156,7 +156,7 @@ def test_the_floor_needs_the_per_step_threshold(cli: Cli, tmp_path: Path) -> Non
 
 @pytest.fixture(scope="module")
 def floor_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``system --adaptive-threshold --out`` on the README's case: its S-LIVE file."""
+    """``system --adaptive-threshold --out`` on the guide's case: its S-LIVE file."""
     from chunkproof.checker.cli.main import main
 
     out = tmp_path_factory.mktemp("floor")

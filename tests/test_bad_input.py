@@ -595,7 +595,7 @@ def test_a_pool_left_early_kills_its_workers() -> None:
 # -- the least counterexample within --timeout ---------------------------------------------------
 
 LIVELOCK = {"block": "16", "lookahead": "3", "drop": "off"}
-"""vllm-0.33's livelock (README): least at T = 17, M = 3."""
+"""vllm-0.33's livelock (docs/guide.md): least at T = 17, M = 3."""
 TIMEOUT_MS = 60_000
 
 

@@ -826,7 +826,7 @@ def test_every_mix_of_scopes_gives_a_report(
     line = next(line for line in text.splitlines() if line.startswith("  P1 LIVE"))
     assert line.count("production range, ") == [a_kind, b_kind].count("production")
     expected = {
-        ("grid", "production"): (CHANGED, EXIT_OK),  # the README's compare: P1 "changed"
+        ("grid", "production"): (CHANGED, EXIT_OK),  # the guide's compare: P1 "changed"
         ("production", "holds"): (FIXED, EXIT_OK),
         ("holds", "production"): (INTRODUCED, EXIT_VIOLATED),
         ("holds", "grid"): (INTRODUCED, EXIT_VIOLATED),

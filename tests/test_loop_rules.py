@@ -2,7 +2,7 @@
 does in each loop; history note section 6).
 
 Every release's ``schedule()`` gives its C-variant's rules, and a copy of 0.33.0 that skips
-the split's zero has no HOL where 0.33.0 has it (the README's fork; fidelity). Small ``schedule()``
+the split's zero has no HOL where 0.33.0 has it (the guide's fork; fidelity). Small ``schedule()``
 sources written here (never vLLM text: the shape of tests/test_schedule_composition.py) pin
 the rules a fork can have and what the step makes of each: a ``break`` in the running loop
 leaves the running requests after a zero unoffered, a skip after the split ends head-of-line
@@ -92,7 +92,7 @@ def test_every_release_reads_its_variants_loop_rules(version: str) -> None:
 
 @pytest.mark.fidelity
 def test_a_release_copy_that_skips_the_splits_zero_has_no_hol(tmp_path: Path) -> None:
-    """The README's fork: a copy of 0.33.0 whose waiting loop answers the split's zero with
+    """The guide's fork: a copy of 0.33.0 whose waiting loop answers the split's zero with
     ``skip_request(request_queue); continue`` (as it answers the reservation's) reads as a
     schedule() of no C-variant whose waiting zeros all skip; where 0.33.0 read from source
     has HOL and STARVE, the copy has none."""

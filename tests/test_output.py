@@ -53,7 +53,7 @@ def test_check_then_prove_then_system_keep_every_printed_file(cli: Cli, tmp_path
     for name, paths in printed.items():
         missing = sorted(p for p in paths if not Path(p).is_file())
         assert not missing, (name, missing)
-    # the system counterexample the README's next command reads is still a readable file
+    # the system counterexample the guide's next command reads is still a readable file
     hol = next(p for p in printed["system"] if p.endswith("system-HOL.json"))
     assert cli("replay", hol).code == EXIT_OK
     # nothing else is in the folder: no staging or retired leftovers, no file no run printed

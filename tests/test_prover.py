@@ -564,7 +564,7 @@ def test_minimality_across_cells_is_claimed_only_when_searched(
 def test_a_cell_that_cannot_rank_before_the_best_is_not_minimised(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """vllm-0.33's livelock at L = 3 is least at T = 17, B = 16, M = 3 (README). A cell is
+    """vllm-0.33's livelock at L = 3 is least at T = 17, B = 16, M = 3 (docs/guide.md). A cell is
     asked whether a violation comes before a best in (T, B, L, M) order: before T = 17, M = 4
     yes; before T = 17, M = 3 (itself) or T = 16 no. prove minimises another violated cell
     only when it can come before the best: B = 64 cannot, so B = 16 alone is minimised."""

@@ -113,9 +113,9 @@ def test_the_40707_repros_run_the_tree_s_encoder_and_pass_from_0_28(
 @pytest.mark.fidelity
 def test_a_repro_of_two_image_requests_shares_one_real_cache(cli: Cli, tmp_path: Path) -> None:
     """Two requests with encoder items run on one real ``EncoderCacheManager`` in their repro:
-    the deadlock of the curated 0.28 file (README, "Two requests, one encoder cache") fails on
-    0.28.0, which frees an image once c reaches its end + L, and passes on 0.33.0, which frees
-    it at its end."""
+    the deadlock of the curated 0.28 file (docs/guide.md, "Two requests, one encoder
+    cache") fails on 0.28.0, which frees an image once c reaches its end + L, and passes on
+    0.33.0, which frees it at its end."""
     test_file = generate_repro(cli, SHARED_CACHE, tmp_path)
     source = test_file.read_text()
     assert "shared=next(iter(runs.values()), None)" in source

@@ -317,7 +317,7 @@ tokens a step and L = 1: alone, the request never livelocks."""
 
 @pytest.mark.parametrize("release", ["0.28.0"], indirect=True)
 def test_two_requests_deadlock_on_the_cache_in_the_real_code(release: Release) -> None:
-    """The deadlock `chunkproof system` finds on 0.28 (README, "Two requests, one encoder
+    """The deadlock `chunkproof system` finds on 0.28 (docs/guide.md, "Two requests, one encoder
     cache"), on the real code: budgets 6 and 4 leave both requests at c = 5, each holding its
     first image (0.28 frees an image only once c >= its end + L = 7) while its second has no
     room; every budget after that schedules nothing. The model's trace is the same."""

@@ -55,14 +55,14 @@ from chunkproof.spec.scheduler_trace import replay, run_instance
 from chunkproof.spec.space import Space
 
 HOL_RANGE = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3-4", "max_sched": "8"}
-"""README's HOL example: 0.33's split zero at the head of the queue."""
+"""The guide's HOL example: 0.33's split zero at the head of the queue."""
 
 RESERVATION = {"block": "2", "lookahead": "3", "drop": "off", "prompt": "3,6", "max_sched": "4"}
 """A reservation zero: it breaks the waiting loop up to 0.32, 0.33 skips the request."""
 
 SHARED_CACHE = {"block": "1", "lookahead": "1", "drop": "on", "threshold": "4", "prompt": "12"}
 SHARED_CACHE |= {"max_sched": "8", "layout": "2+4,6+4", "encoder_cache": "8"}
-"""README's two image requests on one encoder cache: S-LIVE on 0.28 (both hold their first
+"""The guide's two image requests on one encoder cache: S-LIVE on 0.28 (both hold their first
 image, freed only L tokens past the prompt's end, and the second finds no room)."""
 
 DECODE = {"block": "4", "lookahead": "2", "drop": "on", "prompt": "12", "max_sched": "8"}
@@ -88,7 +88,7 @@ def diameter(name: str, space: Space, k: int) -> int:
 
 
 def test_hol_is_found_and_replays(tmp_path: Path) -> None:
-    """The README's HOL range: the solver finds HOL (and STARVE) at the least total T, its
+    """The guide's HOL range: the solver finds HOL (and STARVE) at the least total T, its
     trace replays step for step, and the file it writes replays too."""
     policy = get_builtin("vllm-0.33")
     space = space_of(HOL_RANGE)
@@ -239,7 +239,7 @@ def test_the_symbolic_step_caps_with_the_per_step_threshold(name: str) -> None:
 def test_spacer_proves_p0_with_a_certificate_and_is_killed_at_its_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``unbounded``: on the README's HOL range Spacer proves P0 (its invariant written as a
+    """``unbounded``: on the guide's HOL range Spacer proves P0 (its invariant written as a
     certificate and re-checked), leaves S-LIVE open, which stays BOUNDED once the child is
     killed at the timeout, and changes nothing where the bounded search found a violation.
     Spacer runs with seed 1 and no resource limit (it proves P0 in about 2-4 s quiet): which
@@ -278,7 +278,7 @@ def test_unbounded_needs_prove(cli: Cli) -> None:
 
 MIXED = {"block": "4", "lookahead": "0", "drop": "off", "prompt": "16", "max_sched": "6"}
 MIXED |= {"layout": "none;1+4,6+4"}
-"""README's #40707 range: a request with two images the cache holds one at a time, or none."""
+"""The guide's #40707 range: a request with two images the cache holds one at a time, or none."""
 
 ENGINE = {"block": "1", "lookahead": "0", "drop": "off", "prompt": "8", "max_sched": "4"}
 ENGINE |= {"layout": "0+6;1+3,4+3"}
