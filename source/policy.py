@@ -124,6 +124,9 @@ class Target:
     """A class or patch function of the policy file (``path.py:Name``, ``--class``)."""
     class_name: str | None = None
     """``--class`` for a tree: ``Name`` in ``scheduler.py`` or a dotted ``module.Name``."""
+    lone: bool = False
+    """A ``scheduler.py`` outside any vLLM tree, given without ``--base``: read on the newest
+    release's tree (SPEC X2)."""
 
 
 def names_source(text: str) -> bool:
@@ -209,6 +212,10 @@ def _target(text: str, class_name: str | None, base: str | None) -> Target:
         )
     path = Path(text).resolve()
     if _defines_scheduler(path):
+        if base is None and not (package_root(path) / SCHEDULER_FILE).is_file():
+            newest = get_builtin(LATEST).releases[0]
+            root = release_root(newest)
+            return Target(str(path), Sources(root, None, path), newest, None, class_name, True)
         if base is None:
             located = locate(text)
             return Target(
@@ -719,6 +726,11 @@ def _summary(
         if loader.patched:  # SPEC Q2: patched at import by the tree's own modules
             where = ", ".join(f"{cls[1]}.{name} at {at}" for cls, name, at in loader.patched)
             what += f", as patched at import ({where})"
+        if target.lone:
+            what += (
+                f", a lone scheduler.py read on the newest release's tree ({RELEASE_PREFIX}"
+                f"{target.version}; --base vllm==X.Y.Z reads it on another)"
+            )
         return f"{what} in {how}"
     where = f"class {key[1]} on {release} {base}"
     if loader.patched:

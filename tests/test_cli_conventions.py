@@ -1,13 +1,19 @@
-"""Conventions of the command line (SPEC CLI): ``--version``, and ``trace``'s exit status
-(0 when the prefill finishes, 1 when the given budgets hold the request for ever or it breaks
-P0), as every other command's status says whether a property is violated."""
+"""Conventions of the command line (SPEC CLI): ``--version``, ``trace``'s exit status (0 when
+the prefill finishes, 1 when the given budgets hold the request for ever or it breaks P0), as
+every other command's status says whether a property is violated, and a lone ``scheduler.py``
+read as it is."""
 
 from __future__ import annotations
 
+import shutil
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 from cli_helpers import Cli
+
+from chunkproof.source.extraction import SCHEDULER_FILE
+from chunkproof.source.releases import release_root
 
 TRACE = ["--block", "16", "--prompt", "49", "--budget", "16"]
 
@@ -36,3 +42,17 @@ def test_trace_exits_1_when_the_policy_raises(cli: Cli) -> None:
     run = cli("trace", "vllm-0.17", "--block", "4", "--lookahead", "0", "--prompt", "8",
               "--start", "4", "--external", "4", "--budget", "4", "--json")  # fmt: skip
     assert (run.code, run.json()["outcome"]) == (1, "unsafe"), run.out
+
+
+@pytest.mark.fidelity
+def test_a_lone_scheduler_py_is_read_on_the_newest_release(cli: Cli, tmp_path: Path) -> None:
+    """A ``scheduler.py`` outside any vLLM tree, without ``--base``, is read on the newest
+    release's tree and says so (SPEC X2); SPEC K's livelock is found in it."""
+    lone = tmp_path / "scheduler.py"
+    shutil.copy(release_root("0.33.0") / SCHEDULER_FILE, lone)
+    run = cli("trace", str(lone), *TRACE, "--lookahead", "3", "--json")
+    assert (run.code, run.json()["stuck_at"]) == (1, 46)
+    ranges = ["--block", "16", "--lookahead", "3", "--prompt", "17", "--max-sched", "16"]
+    explored = cli("explore", str(lone), *ranges, "--property", "P1", "--out", str(tmp_path))
+    assert "a lone scheduler.py read on the newest release's tree (vllm==" in explored.out
+    assert explored.code == 1
