@@ -382,6 +382,17 @@ def checkpoint_at(cfg: Config, start: int, end: int) -> int:
 
 
 # from chunkproof.spec.slots
+def dropped_block_hit(cfg: Config, limit: int) -> int:
+    """SPEC KV1, without fine hits under the EAGLE drop: the hit of a lookup that reads
+    ``limit`` tokens. The full-attention group (block G, the split block) matches
+    G*floor(limit/G), drops one of its own blocks, and the coordinator rounds that down to the
+    alignment S: max(S*floor((G*floor(limit/G) - G)/S), 0), not S*floor(limit/S) - S when
+    G < S (the Mamba group then holds the state there; checked against every release's
+    coordinator)."""
+    return max(fl(fl(limit, cfg.split_block) - cfg.split_block, cfg.sched_block), 0)
+
+
+# from chunkproof.spec.slots
 def eagle_drop(cfg: Config) -> bool:
     """drop: the EAGLE block drop, forced off by hash lookahead (slot note 1)."""
     return cfg.drop and cfg.hash_lookahead == 0
@@ -431,9 +442,12 @@ def reachable_column(cfg: Config, column: int) -> bool:
 
 # from chunkproof.spec.slots
 def resend_position(cfg: Config) -> int:
-    """R* of 0.33 (SPEC KV1; slot note 5): ck33(N, A, drop, L_h), where an identical resend
-    lands. The lookup is capped at N - 1, and an EAGLE group may look one drop unit past the
-    candidate, up to the hashed length h*floor((N - L_h)/h), before dropping it."""
+    """R* of 0.33 (SPEC KV1; slot note 5), where an identical resend lands: ck33(N, A, drop,
+    L_h). The lookup is capped at N - 1, and an EAGLE group may look one drop unit past the
+    candidate, up to the hashed length h*floor((N - L_h)/h), before dropping it; without fine
+    hits under the drop that unit is the attention block G (:func:`dropped_block_hit` of N)."""
+    if eagle_drop(cfg) and not cfg.partial_hits:
+        return dropped_block_hit(cfg, cfg.prompt)
     return ck33(cfg.prompt, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
 
 
@@ -812,7 +826,8 @@ class Collector:
             f"{module.label}:{line}: cannot resolve {name!r} from {source}: it must "
             "be a function in the source tree or a standard-library name (a scheduler.py "
             "edited on its own belongs at vllm/v1/core/sched/ in a copy of a checkout or "
-            "of a release tree such as the one `vllm==X.Y.Z` caches)"
+            "of a release tree such as the one `vllm==X.Y.Z` caches, or give --base "
+            "vllm==X.Y.Z: the release it was edited from)"
         )
 
     def _find(self, dotted: str) -> str | None:

@@ -825,7 +825,8 @@ class Collector:
             f"{module.label}:{line}: cannot resolve {name!r} from {source}: it must "
             "be a function in the source tree or a standard-library name (a scheduler.py "
             "edited on its own belongs at vllm/v1/core/sched/ in a copy of a checkout or "
-            "of a release tree such as the one `vllm==X.Y.Z` caches)"
+            "of a release tree such as the one `vllm==X.Y.Z` caches, or give --base "
+            "vllm==X.Y.Z: the release it was edited from)"
         )
 
     def _find(self, dotted: str) -> str | None:
