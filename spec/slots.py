@@ -68,24 +68,49 @@ def hit_unit(cfg: Config) -> int:
     return cfg.sched_block
 
 
+def dropped_block_hit(cfg: Config, limit: int) -> int:
+    """SPEC KV1, without fine hits under the EAGLE drop: the hit of a lookup that reads
+    ``limit`` tokens. The full-attention group (block G, the split block) matches
+    G*floor(limit/G), drops one of its own blocks, and the coordinator rounds that down to the
+    alignment S: max(S*floor((G*floor(limit/G) - G)/S), 0), not S*floor(limit/S) - S when
+    G < S (the Mamba group then holds the state there; checked against every release's
+    coordinator)."""
+    return max(fl(fl(limit, cfg.split_block) - cfg.split_block, cfg.sched_block), 0)
+
+
 def resend_position(cfg: Config) -> int:
-    """R* of 0.33 (SPEC KV1; slot note 5): ck33(N, A, drop, L_h), where an identical resend
-    lands. The lookup is capped at N - 1, and an EAGLE group may look one drop unit past the
-    candidate, up to the hashed length h*floor((N - L_h)/h), before dropping it."""
+    """R* of 0.33 (SPEC KV1; slot note 5), where an identical resend lands: ck33(N, A, drop,
+    L_h). The lookup is capped at N - 1, and an EAGLE group may look one drop unit past the
+    candidate, up to the hashed length h*floor((N - L_h)/h), before dropping it; without fine
+    hits under the drop that unit is the attention block G (:func:`dropped_block_hit` of N)."""
+    if eagle_drop(cfg) and not cfg.partial_hits:
+        return dropped_block_hit(cfg, cfg.prompt)
     return ck33(cfg.prompt, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
 
 
 def resend_position_v32(cfg: Config) -> int:
     """R* of 0.32 (SPEC KV1; slot note 5): ck32(N, A, drop). As 0.33, without hash lookahead:
-    an EAGLE group looks up to the hashed length N before its drop."""
+    an EAGLE group looks up to the hashed length N before its drop (without fine hits,
+    :func:`dropped_block_hit` of N)."""
+    if eagle_drop(cfg) and not cfg.partial_hits:
+        return dropped_block_hit(cfg, cfg.prompt)
     return ck32(cfg.prompt, hit_unit(cfg), eagle_drop(cfg))
 
 
 def resend_position_v15(cfg: Config) -> int:
     """R* of 0.15-0.31 (SPEC KV1; slot note 5): ck30(N, A, drop). The coordinator caps every
     group's lookup, the EAGLE group's included, at N - 1, then the EAGLE group drops a unit,
-    so a block-aligned prompt resends to N - 2A, not N - A."""
+    so a block-aligned prompt resends to N - 2A, not N - A; without fine hits the unit is the
+    attention block G (:func:`dropped_block_hit` of N - 1)."""
+    if eagle_drop(cfg) and not cfg.partial_hits:
+        return dropped_block_hit(cfg, cfg.prompt - 1)
     return ck30(cfg.prompt, hit_unit(cfg), eagle_drop(cfg))
+
+
+def prompt_checkpoint(cfg: Config) -> int:
+    """The prompt's own checkpoint position ck33(N, A, drop, L_h)
+    (``get_mamba_prefill_checkpoint_position`` of the prompt; slot note 6 rule 6)."""
+    return ck33(cfg.prompt, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
 
 
 def tail_position(cfg: Config) -> int:
@@ -202,7 +227,7 @@ def rekeyed(cfg: Config, checkpoint: int) -> bool:
     """Slot note 6 rule 6 (R3): the checkpoint block is re-keyed to ck (and so holds a sound
     entry) when ck = ckpos(N, A, drop), or ck is on the block grid and the segment-only mask
     keeps block ck/B - 1, or ck = J > 0; otherwise its keys are evicted."""
-    own = checkpoint == resend_position(cfg)
+    own = checkpoint == prompt_checkpoint(cfg)
     on_grid = checkpoint % cfg.block == 0 and segment_keeps(cfg, checkpoint // cfg.block - 1)
     return own or on_grid or (cfg.junction > 0 and checkpoint == cfg.junction)
 
@@ -258,7 +283,8 @@ class SlotSetup:
     """One request's geometry and flags: the oracle's input (slot note 6, "Input").
 
     ``hash_block`` is h (default B) and must divide B; ``sched_block`` is S (default B), the lcm
-    of the group block sizes, so a multiple of B. ``checkpoint_alignment`` is g (None: no internal
+    of the group block sizes, so a multiple of B; ``split_block`` is G (default S), the
+    attention block, which divides S. ``checkpoint_alignment`` is g (None: no internal
     checkpoints); ``retention`` is None (dense), 0, or R > 0; ``junction`` is J (0: off).
     :meth:`fields` gives the Config-style fields the rule functions read (fine = h < B).
     """
@@ -267,6 +293,7 @@ class SlotSetup:
     block: int
     hash_block: int | None = None
     sched_block: int | None = None
+    split_block: int | None = None
     drop: bool = False
     hash_lookahead: int = 0
     checkpoint_alignment: int | None = None
@@ -288,6 +315,7 @@ class SlotSetup:
             block=cfg.block,
             hash_block=cfg.hash_block if cfg.partial_hits else cfg.block,
             sched_block=cfg.sched_block,
+            split_block=cfg.split_block,
             drop=cfg.drop,
             hash_lookahead=cfg.hash_lookahead,
             checkpoint_alignment=cfg.checkpoint_alignment
@@ -309,7 +337,8 @@ class SlotSetup:
             tokens=self.prompt if self.tokens is None else self.tokens,
             block=self.block,
             hash_block=h,
-            sched_block=self.block if self.sched_block is None else self.sched_block,
+            sched_block=self._sched,
+            split_block=self._sched if self.split_block is None else self.split_block,
             partial_hits=h < self.block,
             drop=self.drop,
             hash_lookahead=self.hash_lookahead,
@@ -320,6 +349,11 @@ class SlotSetup:
             start=self.start,
             exact_junction=self.exact_junction,
         )
+
+    @property
+    def _sched(self) -> int:
+        """S, default B."""
+        return self.block if self.sched_block is None else self.sched_block
 
     @property
     def fine(self) -> bool:
@@ -446,6 +480,8 @@ def _check_setup(setup: SlotSetup) -> None:
         s >= 1 and s % setup.block == 0,
         f"sched_block {s} must be a multiple of block {setup.block}",
     )
+    grid = s if setup.split_block is None else setup.split_block
+    _require(grid >= 1 and s % grid == 0, f"split_block {grid} must divide sched_block {s}")
     _require(setup.hash_lookahead >= 0, f"hash_lookahead must be >= 0, got {setup.hash_lookahead}")
     g = setup.checkpoint_alignment
     _require(g is None or g >= 1, f"checkpoint_alignment must be None or >= 1, got {g}")

@@ -530,3 +530,41 @@ def test_retention_v29_keeps_only_the_unshifted_boundary() -> None:
     cfg = Config(block=1600, prompt=11910, max_sched=16384, lookahead=1, drop=True, retention=0)
     assert [keeps_v29(cfg, j) for j in range(7)] == [False] * 6 + [True]
     assert keeps(cfg, 5)
+
+
+@pytest.mark.parametrize(
+    ("version", "prompt", "resend"),
+    [
+        ("0.28.0", 37, 32),  # G*floor(36/G) - G = 32, rounded to S = 8: 32, not 36//8*8 - 8 = 24
+        ("0.31.0", 13, 8),
+        ("0.32.0", 40, 32),  # the hashed length 40: 40 - 4 = 36, rounded to 8
+        ("0.33.0", 37, 32),
+    ],
+)
+def test_dropped_hit_rounds_the_attention_block_down_to_s(
+    version: str, prompt: int, resend: int
+) -> None:
+    """SPEC KV1: without fine hits under the drop, the attention group (block G = 4 < S = 8)
+    drops one of its own blocks and the coordinator rounds down to S (checked against the
+    releases' coordinators by tests/test_kv_lookup_fidelity.py)."""
+    cfg = Config(
+        block=8,
+        split_block=4,
+        hash_block=4,
+        partial_hits=False,
+        prompt=prompt,
+        max_sched=64,
+        lookahead=1,
+        drop=True,
+    )
+    assert kv_rules(version).resend(cfg) == resend
+
+
+def test_slot_setup_attention_block_defaults_to_s() -> None:
+    """G defaults to S, so a setup that gives only S keeps S*floor(L/S) - S under the drop."""
+    setup = SlotSetup(prompt=185, block=48, sched_block=96, drop=True)
+    assert setup.resend_position == 0
+    assert (
+        SlotSetup(prompt=185, block=48, sched_block=96, split_block=32, drop=True).resend_position
+        == 96
+    )
