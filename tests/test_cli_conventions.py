@@ -56,3 +56,52 @@ def test_a_lone_scheduler_py_is_read_on_the_newest_release(cli: Cli, tmp_path: P
     explored = cli("explore", str(lone), *ranges, "--property", "P1", "--out", str(tmp_path))
     assert "a lone scheduler.py read on the newest release's tree (vllm==" in explored.out
     assert explored.code == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "kind"),
+    [
+        (["policies"], "policies"),
+        (["trace", "vllm-0.33", *TRACE, "--lookahead", "1"], "trace"),
+        (
+            [
+                "explore",
+                "vllm-0.33",
+                "--block",
+                "4",
+                "--lookahead",
+                "2",
+                "--prompt",
+                "3-5",
+                "--max-sched",
+                "4",
+            ],
+            "verdicts",
+        ),  # fmt: skip
+        (
+            [
+                "system",
+                "vllm-0.33",
+                "--block",
+                "4",
+                "--lookahead",
+                "2",
+                "--prompt",
+                "3-5",
+                "--max-sched",
+                "4",
+            ],
+            "system",
+        ),  # fmt: skip
+    ],
+)
+def test_every_json_document_names_its_schema_and_speaks_one_vocabulary(
+    argv: list[str], kind: str, cli: Cli, tmp_path: Path
+) -> None:
+    """The first key says what the document is and its layout's version; every verdict has
+    SPEC CLI's keys, whichever model it comes from."""
+    out = ["--out", str(tmp_path)] if kind in ("verdicts", "system") else []
+    document = cli(*argv, "--json", *out).json()
+    assert next(iter(document)) == "schema" and document["schema"] == f"chunkproof.{kind}/1"
+    for verdict in document.get("verdicts", []):
+        assert {"property", "name", "status", "range", "counterexample"} <= set(verdict)

@@ -105,6 +105,7 @@ from chunkproof.spec.scheduler_step import (
 )
 from chunkproof.spec.scheduler_trace import replay as replay_system
 from chunkproof.spec.space import Space
+from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
 
 DEFAULT_OUT = Path("chunkproof-out")
 
@@ -324,8 +325,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _emit(document: dict[str, Any]) -> None:
-    print(json.dumps(document, indent=2))
+def _emit(kind: str, document: dict[str, Any]) -> None:
+    """Print one JSON document of ``kind`` (SPEC CLI ``--json``), its first key the schema
+    that names the kind and its version (``chunkproof.verdicts/1``)."""
+    print(json.dumps({"schema": f"chunkproof.{kind}/{SCHEMA_VERSION}", **document}, indent=2))
+
+
+SCHEMA_VERSION = 1
+"""The version of every ``--json`` document's layout; a key removed or renamed raises it."""
 
 
 def _source(policy: Policy) -> dict[str, str | None]:
@@ -349,7 +356,7 @@ def _cmd_policies(args: argparse.Namespace) -> int:
         for p in builtin_policies()
     ]
     if args.json:
-        _emit({"policies": rows, "aliases": ALIASES})
+        _emit("policies", {"policies": rows, "aliases": ALIASES})
         return EXIT_OK
     table = [
         [
@@ -478,6 +485,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     refused = policy.accepts(cfg)
     if args.json:
         _emit(
+            "trace",
             {
                 "policy": policy.name,
                 "config": cfg.to_dict(),
@@ -491,7 +499,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                 "fixed": list(policy.fixed),
                 "accepted": refused is None,
                 "refused_because": refused,
-            }
+            },
         )
         return _trace_status(trajectory)
     print(f"{policy.name}: {cfg.describe()} E={cfg.prefill_end}")
@@ -700,7 +708,7 @@ def _report(
     written = [str(p) for p in out.written]
     if args.json:
         document = verdicts_document(policy, verdicts, {**engines, **_source(policy)})
-        _emit({**document, "files": written})
+        _emit("verdicts", {**document, "files": written})
         return exit_status(verdicts)
     print(f"chunkproof {args.command} {policy.name} ({policy.summary})")
     print(fixed_line(policy.fixed))
@@ -769,6 +777,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     reproduces = difference is None
     if args.json:
         _emit(
+            "replay",
             {
                 "file": str(args.file),
                 "policy": policy.name,
@@ -777,7 +786,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 "verdict": cx.verdict,
                 "difference": difference,
                 "source_sha256": {"recorded": cx.source_sha256, "now": policy.source_sha256},
-            }
+            },
         )
         return EXIT_OK if reproduces else EXIT_VIOLATED
     if changed:
@@ -823,6 +832,7 @@ def _cmd_conform(args: argparse.Namespace) -> int:
     }
     if args.json:
         _emit(
+            "conform",
             {
                 "policy": a.name,
                 "against": b.name,
@@ -831,7 +841,7 @@ def _cmd_conform(args: argparse.Namespace) -> int:
                 "status": result.status,
                 "range": over,
                 "difference": result.difference and result.difference.to_dict(),
-            }
+            },
         )
     else:
         print(f"{a.name}: {a.summary}\n{b.name}: {b.summary}")
@@ -887,7 +897,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     command = compare_command(args, build_parser().parse_args(["compare", args.policy, args.other]))
     comparison = Comparison(sides[0], sides[1], space, prover, behaviour, command)
     if args.json:
-        _emit({**document(comparison), "files": written})
+        _emit("compare", {**document(comparison), "files": written})
     else:
         print(render_text(comparison))
     if args.markdown is not None:
@@ -1056,14 +1066,20 @@ def _system_document(
     extra: dict[str, Any],
     out: RunFolder,
 ) -> dict[str, Any]:
-    """``system``'s JSON document: what was searched (under its key), the verdicts, the fixed
+    """``system``'s JSON document: what was searched (under its key), the verdicts (each with
+    the keys every verdict has: property, name, status, range, counterexample), the fixed
     inputs, ``extra``, the policy's source and the files written."""
     key, info = searched
+    rng = space.describe()
     return {
         "policy": policy.name,
-        "range": space.describe(),
+        "range": rng,
         key: info,
-        "verdicts": [v.to_dict() for v in verdicts],
+        "verdicts": [
+            v.to_dict()
+            | {"name": {**PROPERTIES, **SYSTEM_PROPERTIES}[v.property].name, "range": rng}
+            for v in verdicts
+        ],
         "fixed": fixed_inputs(policy),
         **extra,
         **_source(policy),
@@ -1111,7 +1127,7 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
         else EXIT_UNKNOWN
     )
     if args.json:
-        _emit(_system_document(policy, space, ("searched", info), proofs, {}, out))
+        _emit("system", _system_document(policy, space, ("searched", info), proofs, {}, out))
         return code
     _system_header(policy, " --prove", space, info)
     for line in report_lines(proofs, info):
@@ -1155,7 +1171,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
         ).to_dict()
     if args.json:
         extra = {"abstraction": abstraction} if abstraction is not None else {}
-        _emit(_system_document(policy, space, ("explored", info), verdicts, extra, out))
+        _emit("system", _system_document(policy, space, ("explored", info), verdicts, extra, out))
         return code
     _system_header(policy, "", space, info)
     print(
