@@ -58,41 +58,16 @@ def test_a_lone_scheduler_py_is_read_on_the_newest_release(cli: Cli, tmp_path: P
     assert explored.code == 1
 
 
+SMALL = ["--block", "4", "--lookahead", "2", "--prompt", "3-5", "--max-sched", "4"]
+
+
 @pytest.mark.parametrize(
     ("argv", "kind"),
     [
         (["policies"], "policies"),
         (["trace", "vllm-0.33", *TRACE, "--lookahead", "1"], "trace"),
-        (
-            [
-                "explore",
-                "vllm-0.33",
-                "--block",
-                "4",
-                "--lookahead",
-                "2",
-                "--prompt",
-                "3-5",
-                "--max-sched",
-                "4",
-            ],
-            "verdicts",
-        ),  # fmt: skip
-        (
-            [
-                "system",
-                "vllm-0.33",
-                "--block",
-                "4",
-                "--lookahead",
-                "2",
-                "--prompt",
-                "3-5",
-                "--max-sched",
-                "4",
-            ],
-            "system",
-        ),  # fmt: skip
+        (["explore", "vllm-0.33", *SMALL], "verdicts"),
+        (["system", "vllm-0.33", *SMALL], "system"),
     ],
 )
 def test_every_json_document_names_its_schema_and_speaks_one_vocabulary(
