@@ -341,7 +341,7 @@ def test_repro_bad_input(cli: Cli, tmp_path: Path) -> None:
     for argv, words in (
         (["repro", str(SPEC_K), "--pytest", str(tmp_path / "t.txt")], "must end in .py"),
         (["repro", str(tmp_path / "no.json"), "--pytest", str(tmp_path / "t.py")], "no such"),
-        (["repro", __file__, "--pytest", str(tmp_path / "t.py")], "not readable JSON"),
+        (["repro", __file__, "--pytest", str(tmp_path / "t.py")], "is not JSON"),
     ):
         result = cli(*argv)
         assert result.code == 2 and words in result.err, result.err

@@ -203,6 +203,7 @@ def _collect(workers: list[_Worker], answers: dict[int, tuple[bool, Any]]) -> No
             try:
                 index, ok, value = worker.channel.recv()
             except EOFError:
+                worker.process.join(timeout=10)  # its pipe closed as it died: reap it
                 raise ExecutorError(
                     f"a pool worker died (exit status {worker.process.exitcode}) before it "
                     "answered, the run is incomplete"
