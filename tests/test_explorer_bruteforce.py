@@ -149,6 +149,7 @@ def test_explorer_equals_brute_force(cfg: Config | None, policy: Policy, window:
     _check(policy, cfg, window)
 
 
+@pytest.mark.fidelity
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(cfg=configs())
 def test_explorer_equals_brute_force_on_real_0_33_0_code(cfg: Config | None) -> None:
