@@ -836,13 +836,14 @@ def test_bad_version_is_refused(version: str) -> None:
 def test_failing_download_is_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A release pip cannot find: a one-line PolicyError, and nothing left in the cache."""
+    """A release pip cannot find: a one-line PolicyError, and nothing left in the cache but
+    the release's lock file (concurrent runs serialise their fetch of a release on it)."""
     monkeypatch.setenv("CHUNKPROOF_CACHE", str(tmp_path))
     with pytest.raises(PolicyError) as info:
         release_root("0.0.1")
     assert str(info.value).startswith("cannot download vllm==0.0.1: ")
     assert "\n" not in str(info.value)
-    assert not list(tmp_path.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] in ([], [".vllm-0.0.1.lock"])
 
 
 @pytest.mark.parametrize(("name", "fields", "c", "budget", "chunk"), BOUNDARY_STEPS)
