@@ -31,9 +31,6 @@ class ScalarDomain(FoldingLogic):
     def truthy(self, value: Value) -> Value:
         return bool(value)
 
-    def integer(self, value: Value) -> Value:
-        return int(value)
-
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         return then if cond else other
 

@@ -77,10 +77,6 @@ class Domain(Protocol):
         """Python's truth of a number of this domain, as a domain boolean: an integer is true
         where it is not 0 (SPEC Q1)."""
 
-    def integer(self, value: Value) -> Value:
-        """A number of this domain as an integer: a boolean is 0 or 1, as in Python's
-        arithmetic (SPEC Q1)."""
-
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         """Lane-wise ``then if cond else other``."""
 
@@ -247,7 +243,6 @@ def validate(func: SubsetFunction) -> None:
         raise SubsetError(
             f"{func.where(node)}: {func.name}: positional-only parameters are outside the subset"
         )
-    check_nesting(func)
     stack: list[tuple[ast.AST, ast.AST]] = [(c, node) for c in ast.iter_child_nodes(node)]
     while stack:
         child, parent = stack.pop()
@@ -255,26 +250,6 @@ def validate(func: SubsetFunction) -> None:
         _check_node(func, child, at)
         if not isinstance(child, ast.Raise):
             stack.extend((c, at) for c in ast.iter_child_nodes(child))
-
-
-MAX_NESTING = 100
-"""Deepest syntax tree a function of the subset may have: an ``elif`` chain or an expression
-nests one level per branch or operator (vLLM's own functions nest at most 14 deep), and the
-interpreter recurses once per level."""
-
-
-def check_nesting(func: SubsetFunction) -> None:
-    """Refuse a function whose syntax tree is deeper than :data:`MAX_NESTING`, before any
-    evaluation (a bound checked before work starts), naming the first node that deep."""
-    stack: list[tuple[ast.AST, int]] = [(func.node, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise SubsetError(
-                f"{func.where(node)}: {func.name} nests more than {MAX_NESTING} levels deep "
-                "(a long elif chain or expression); the policy subset stops there"
-            )
-        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
 def _check_node(func: SubsetFunction, child: ast.AST, at: ast.AST) -> None:

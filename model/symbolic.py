@@ -69,9 +69,6 @@ class Z3Domain(FoldingLogic):
     def truthy(self, value: Value) -> Value:
         return _condition(value) if _is_term(value) else bool(value)
 
-    def integer(self, value: Value) -> Value:
-        return integer(value)
-
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         known = self.truth(cond)
         if known is not None:
@@ -80,14 +77,14 @@ class Z3Domain(FoldingLogic):
         if isinstance(then, bool) and isinstance(other, bool):
             return z3.And(cond, then) if other is False else z3.Or(z3.Not(cond), then)
         if not (_boolean(then) and _boolean(other)):
-            then, other = self.integer(then), self.integer(other)
+            then, other = integer(then), integer(other)
         return z3.If(cond, then, other)
 
     def binop(self, op: str, left: Value, right: Value) -> Value:
         if not (_is_term(left) or _is_term(right)):
             return _concrete(op, left, right)
         if op not in ("==", "!=") or not (_boolean(left) and _boolean(right)):
-            left, right = self.integer(left), self.integer(right)
+            left, right = integer(left), integer(right)
         if op == "//":
             return self._floordiv(left, right)
         if op == "%":
@@ -115,18 +112,18 @@ class Z3Domain(FoldingLogic):
         return z3.Not(_condition(value)) if _is_term(value) else not value
 
     def neg(self, value: Value) -> Value:
-        return -self.integer(value)
+        return -integer(value)
 
     def minimum(self, left: Value, right: Value) -> Value:
         if not (_is_term(left) or _is_term(right)):
             return min(left, right)
-        left, right = self.integer(left), self.integer(right)
+        left, right = integer(left), integer(right)
         return z3.If(left <= right, left, right)
 
     def maximum(self, left: Value, right: Value) -> Value:
         if not (_is_term(left) or _is_term(right)):
             return max(left, right)
-        left, right = self.integer(left), self.integer(right)
+        left, right = integer(left), integer(right)
         return z3.If(left >= right, left, right)
 
     def crash(self, cond: Value, where: str) -> None:

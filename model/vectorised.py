@@ -110,9 +110,6 @@ class NumpyDomain(FoldingLogic):
             return value if value.dtype == np.bool_ else value != 0
         return bool(value)
 
-    def integer(self, value: Value) -> Value:
-        return integer(value)
-
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         known = self.truth(cond)
         if known is not None:
@@ -122,7 +119,7 @@ class NumpyDomain(FoldingLogic):
 
     def binop(self, op: str, left: Value, right: Value) -> Value:
         if op in _ARITHMETIC:
-            left, right = self.integer(left), self.integer(right)
+            left, right = integer(left), integer(right)
         arrays = _lanes(left, right)
         if not arrays:
             if op in ("//", "%") and not right:
@@ -155,7 +152,7 @@ class NumpyDomain(FoldingLogic):
         return not value
 
     def neg(self, value: Value) -> Value:
-        return -self.integer(value)
+        return -integer(value)
 
     def minimum(self, left: Value, right: Value) -> Value:
         if _lanes(left, right):

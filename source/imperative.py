@@ -56,7 +56,6 @@ from typing import Any
 
 import numpy as np
 
-from chunkproof.model import subset
 from chunkproof.model.errors import SubsetError
 from chunkproof.model.subset import (
     _BINOPS,
@@ -278,7 +277,6 @@ def validate(func: SubsetFunction) -> None:
             f"{func.where(node)}: {func.name}: decorators and */** parameters are outside the "
             "subset"
         )
-    subset.check_nesting(func)
     stack: list[ast.AST] = list(ast.iter_child_nodes(node))
     while stack:
         child = stack.pop()

@@ -131,9 +131,6 @@ class _Domain(FoldingLogic):
         self.reads.use(value, "condition", self.where)
         return bool(value) if self._known(value) else UNKNOWN
 
-    def integer(self, value: Value) -> Value:
-        return int(value) if isinstance(value, bool) else value
-
     def ite(self, cond: Value, then: Value, other: Value) -> Value:
         known = self.truth(cond)
         if known is not None:
