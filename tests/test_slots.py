@@ -38,6 +38,7 @@ from chunkproof.spec.slots import (
     kv_rules,
     oracle,
     reachable_column,
+    tail_position,
 )
 
 
@@ -568,3 +569,12 @@ def test_slot_setup_attention_block_defaults_to_s() -> None:
         SlotSetup(prompt=185, block=48, sched_block=96, split_block=32, drop=True).resend_position
         == 96
     )
+
+
+def test_the_tail_at_its_least_position_is_keyed() -> None:
+    """Slot note 6 rule 7 at T = 1 (h = 1, P = 2, fine hits): the chunk ending at the tail keys
+    it, so state@1 is live there and an identical resend hits it."""
+    cfg = Config(block=2, prompt=2, max_sched=2, hash_block=1, partial_hits=True)
+    assert tail_position(cfg) == 1
+    report = oracle(cfg, [1, 2])
+    assert (report.live, report.resend_hit) == ({1: 1, 2: 2}, 1)
