@@ -29,6 +29,7 @@ from chunkproof.proofs import solving
 from chunkproof.spec.scheduler_loops import FINISHED, RUNNING, WAITING
 from chunkproof.spec.scheduler_step import (
     FIELDS,
+    PHASE_NAMES,
     STEP_FIXED,
     SchedulerBatch,
     SchedulerStepModel,
@@ -693,3 +694,22 @@ def test_a_step_allocates_what_the_encoder_call_scheduled_at_the_value_it_was_ha
     state = np.array([[0, 0, RUNNING, 8, 1]])
     moved = model.step(batch, state, np.array([0]), np.array([4]))
     assert moved.target.tolist() == [[0, 0, RUNNING, 11, 2]]
+
+
+def test_the_state_key_holds_a_decoding_request_past_its_prefill() -> None:
+    """0.28 frees an image once c >= its end + L (encoder-and-loops note 2.4): a request whose
+    image ends at its prompt's end decodes on to c = E + L, and the key must still tell those
+    states apart (the digit of c spans 0..T + L, not 0..T)."""
+    policy = get_builtin("vllm-0.28")
+    cfg = Config(block=4, prompt=8, max_sched=8, lookahead=2, items=Items(((4, 4),)))
+    model = SchedulerStepModel(policy, [(cfg, replace(cfg, items=Items(())))])
+    (batch,) = list(model.batches())
+    top = cfg.tokens + cfg.lookahead  # the largest c a decoding request reaches
+    phases, cs = np.arange(len(PHASE_NAMES)), np.arange(top + 1)
+    grid = np.meshgrid(phases, cs, phases, cs, indexing="ij")
+    rows = np.zeros((grid[0].size, 1 + FIELDS * batch.k), dtype=np.int64)
+    for p in range(batch.k):
+        rows[:, 1 + FIELDS * p] = p
+        rows[:, 2 + FIELDS * p] = grid[2 * p].ravel()
+        rows[:, 3 + FIELDS * p] = grid[2 * p + 1].ravel()
+    assert len(np.unique(model.key(batch, rows))) == len(rows)
