@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Regenerate the curated counterexamples from the explorer (and, for several requests, from
-# `chunkproof system`), and the standalone pytest repro of each (pytest/test_POLICY_NAME.py).
+# `chunkproof system`), and the pytest repro of each (pytest/test_POLICY_NAME.py): the short
+# form a vLLM PR would add (`repro --style vllm`: vLLM's own Scheduler methods on a stub self)
+# where it serves, one request without encoder items whose property is not P6 (P6 needs the
+# tree's own KV cache lookup); else the standalone form, which reads the methods from a source
+# tree. `chunkproof repro FILE --pytest OUT` writes the standalone form of
+# any of them on demand.
 # Each line names the ranges; the explorer minimises inside them (smallest T, then B, L, M, then
 # trace length). The ranges are small so that each line takes seconds; every file must replay
 # on the policy it was found on.
@@ -20,6 +25,13 @@ pick() {  # pick NAME POLICY PROPERTY [RANGES...]
   keep "$name" "$policy" "$prop.json" "$status" "explore $policy --property $prop $*"
 }
 
+style() {  # style FILE: vllm for one request without encoder items and not P6, else standalone
+  python3 -c 'import json, sys
+data = json.load(open(sys.argv[1]))
+single = "config" in data and not data["config"].get("items")
+print("vllm" if single and data["property"] != "P6" else "standalone")' "$1"
+}
+
 pick_system() {  # pick_system NAME POLICY PROPERTY [RANGES...]: several requests, one step
   local name=$1 policy=$2 prop=$3 status=0
   shift 3
@@ -37,7 +49,8 @@ keep() {  # keep NAME POLICY FILE STATUS COMMAND: the run's FILE as POLICY/NAME.
   cp "$tmp/$name/$policy/$file" "$policy/$name.json"
   chunkproof replay "$policy/$name.json" >/dev/null
   local stem="${policy}_${name}"
-  chunkproof repro "$policy/$name.json" --pytest "pytest/test_${stem//[^[:alnum:]]/_}.py" >/dev/null
+  chunkproof repro "$policy/$name.json" --style "$(style "$policy/$name.json")" \
+    --pytest "pytest/test_${stem//[^[:alnum:]]/_}.py" >/dev/null
 }
 
 CLASSIC=(--block 4,8,16 --lookahead 0-4 --prompt 1-16 --max-sched 1-8 --drop both)

@@ -44,9 +44,18 @@ def hash_divides_blocks(cfg: Config) -> bool:
     return cfg.block % cfg.hash_block == 0 and cfg.split_block % cfg.hash_block == 0
 
 
-def partial_hits_need_smaller_hash(cfg: Config) -> bool:
-    """Partial hash hits F need a hash block below the Mamba block (0.28+ coordinator)."""
-    return not cfg.partial_hits or cfg.hash_block < cfg.block
+def partial_hits_follow_hash(cfg: Config) -> bool:
+    """SPEC S1b, 0.26-0.33: partial hash hits F are on exactly when H < B. The coordinator
+    derives ``enable_partial_hash_hits`` from the configuration alone: a Mamba "align" group
+    whose block exceeds the hash block, without context parallelism (0.26-0.28:
+    ``dcp_world_size == 1 and ...``; 0.29-0.31 ``has_partial_mamba_group``; 0.32-0.33
+    ``partial_hash_hits_enabled``), kept only while every prefix-cacheable group's manager
+    supports fine-grained lookups (0.28+; the full-attention and Mamba managers both do). No
+    user setting turns it off: 0.30-0.33's ``allow_partial_hash_hits`` is a parameter of
+    ``get_kv_cache_coordinator`` the scheduler's ``KVCacheManager`` never passes (its default
+    is True), and the scheduler's F (``mamba_partial_cache_hit``) is H < B_s and, from 0.28,
+    the coordinator's flag."""
+    return cfg.partial_hits == (cfg.hash_block < cfg.block)
 
 
 def no_partial_hits(cfg: Config) -> bool:
@@ -126,12 +135,19 @@ def no_uncached_prefix(cfg: Config) -> bool:
 
 
 def no_retention(cfg: Config) -> bool:
-    """Before 0.29 every Mamba block is kept (no prefix_cache_retention_interval)."""
+    """SPEC S1b, 0.15-0.23: every Mamba block is kept (R = None). 0.15 and 0.17 have no
+    retention interval; 0.23 reads VLLM_PREFIX_CACHE_RETENTION_INTERVAL, but its
+    ``_validate_prefix_cache_retention_interval`` refuses any value unless the model has a
+    sliding-window group, which an attention + Mamba model has not."""
     return cfg.retention == -1
 
 
 def retention_on_scheduler_grid(cfg: Config) -> bool:
-    """0.29+: the retention interval is None or a multiple of the scheduler block."""
+    """SPEC S1b, 0.24-0.33: the retention interval R is None or a non-negative multiple of the
+    scheduler block B_s (``_validate_prefix_cache_retention_interval``, which accepts any R
+    >= 0 on that grid once the model has a Mamba group). 0.24-0.28 read R from the
+    environment variable VLLM_PREFIX_CACHE_RETENTION_INTERVAL, 0.29+ from
+    ``prefix_cache_retention_interval``: either is a configuration the release accepts."""
     return cfg.retention == -1 or cfg.retention % cfg.sched_block == 0
 
 
@@ -140,7 +156,7 @@ RULES = (
     Rule(block_within_budget, "G > max_num_batched_tokens", first=17, last=26),
     Rule(hash_divides_blocks, "a hash block H that does not divide B and G"),
     Rule(no_partial_hits, "partial hash hits F (from 0.26)", last=25),
-    Rule(partial_hits_need_smaller_hash, "partial hits F with H = B", first=26),
+    Rule(partial_hits_follow_hash, "partial hits F other than H < B (from 0.26)", first=26),
     Rule(drop_is_eagle, "D other than use_eagle (on exactly when L >= 1)", last=29),
     Rule(drop_needs_eagle, "the block drop D without an EAGLE-family method (L = 0)", first=30),
     Rule(no_hash_lookahead, "L_h > 0 (from 0.33)", last=32),
@@ -155,9 +171,9 @@ RULES = (
     Rule(no_junction, "a shared-prefix junction J (from 0.26)", last=25),
     Rule(no_uncached_prefix, "u > 0 (only 0.24-0.25 pass it)", last=23),
     Rule(no_uncached_prefix, "u > 0 (only 0.24-0.25 pass it)", first=26),
-    Rule(no_retention, "a retention interval R (from 0.29)", last=28),
+    Rule(no_retention, "a retention interval R (from 0.24)", last=23),
     Rule(
-        retention_on_scheduler_grid, "a retention interval that is not a multiple of B_s", first=29
+        retention_on_scheduler_grid, "a retention interval that is not a multiple of B_s", first=24
     ),
 )
 """Every rule, with the releases it applies to."""

@@ -1,9 +1,9 @@
-"""Counterexample files (SPEC C): schema, reading (the multi-request schema too), writing, and
-step-by-step replay of a single-request trace."""
+"""The single-request model's counterexample files (SPEC C): its part of the file (the
+configuration, the budget model, the trace of SPEC C stage values) on the envelope every
+model's files share (:mod:`chunkproof.model.trace_file`), and step-by-step replay."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -11,15 +11,16 @@ from typing import Any
 from chunkproof.model.budget import Adversarial, BudgetModel, budget_model_from_dict
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
-from chunkproof.model.files import printable, read_json
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
-from chunkproof.model.system_counterexample import (
+from chunkproof.model.trace_file import (
     MALFORMED,
-    SYSTEM_SCHEMA,
-    SYSTEM_SCHEMAS,
-    SystemCounterexample,
-    recorded_sha256,
+    PolicyRecord,
+    TraceFormat,
+    format_of,
+    malformed,
+    read_document,
+    recorded_verdict,
 )
 
 SCHEMA = "chunkproof.counterexample/2"
@@ -55,11 +56,7 @@ class Counterexample:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
-            "policy": {
-                "name": self.policy,
-                "source_sha256": self.source_sha256,
-                "options": list(self.policy_options),
-            },
+            "policy": PolicyRecord.of(self).to_dict(),
             "config": self.config.to_dict(),
             "budget_model": self.budget_model.to_dict(),
             "property": self.property,
@@ -71,65 +68,36 @@ class Counterexample:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Counterexample:
-        if data.get("schema") not in READABLE:
-            raise ChunkproofError(
-                f"not a chunkproof counterexample (schema {data.get('schema')!r},"
-                f" expected {SCHEMA!r} or {SYSTEM_SCHEMA!r})"
-            )
+        """Inverse of :meth:`to_dict` (the schema is checked by the reader)."""
         if not data.get("trace"):
             raise ChunkproofError("malformed counterexample: the trace is empty")
         try:
+            record = PolicyRecord.from_dict(data["policy"])
             return cls(
-                policy=str(data["policy"]["name"]),
-                source_sha256=recorded_sha256(data["policy"].get("source_sha256")),
-                policy_options=tuple(str(o) for o in data["policy"].get("options", ())),
+                policy=record.name,
+                source_sha256=record.source_sha256,
+                policy_options=record.options,
                 config=Config.from_dict(data["config"]),
                 budget_model=budget_model_from_dict(data["budget_model"]),
                 property=str(data["property"]),
                 steps=tuple(Step.from_dict(s) for s in data["trace"]),
-                verdict=printable(str(data["verdict"])),
+                verdict=recorded_verdict(data),
                 minimised=tuple(str(name) for name in data.get("minimised", ())),
                 details=dict(data.get("details", {})),
             )
         except MALFORMED as exc:
-            raise ChunkproofError(f"malformed counterexample: missing or bad field {exc}") from None
-
-    def save(self, path: Path) -> Path:
-        """Write the file (SPEC C); a folder that cannot be written is bad input."""
-        return write_file(path, self.to_dict())
+            raise malformed(exc) from None
 
     @classmethod
     def load(cls, path: Path) -> Counterexample:
-        return cls.from_dict(_read(path))
+        """The single-request counterexample in the file at ``path``."""
+        data = read_document(path)
+        format_of(data, (FORMAT,))
+        return cls.from_dict(data)
 
 
-def write_file(path: Path, document: dict[str, Any]) -> Path:
-    """Write a counterexample document as JSON; a folder that cannot be written is bad input."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2) + "\n")
-    except OSError as exc:
-        raise ChunkproofError(f"{path}: cannot write: {exc.strerror}") from None
-    return path
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """The JSON object of a counterexample file (:func:`~chunkproof.model.files.read_json`:
-    a regular file of bounded size, UTF-8, bounded nesting and numbers)."""
-    data = read_json(Path(path), "counterexample file")
-    if not isinstance(data, dict):
-        raise ChunkproofError(f"{path}: not a chunkproof counterexample")
-    return data
-
-
-def load_any(path: Path) -> Counterexample | SystemCounterexample:
-    """A counterexample file of any schema this version reads: a multi-request one
-    (:data:`SYSTEM_SCHEMAS`) or a single-request one (:data:`READABLE`); any other schema is
-    a one-line error."""
-    data = _read(path)
-    if data.get("schema") in SYSTEM_SCHEMAS:
-        return SystemCounterexample.from_dict(data)
-    return Counterexample.from_dict(data)
+FORMAT = TraceFormat(READABLE, Counterexample.from_dict)
+"""The single-request model's files."""
 
 
 def replay_steps(policy: Policy, cx: Counterexample) -> str | None:

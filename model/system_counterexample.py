@@ -13,7 +13,8 @@ scheduled it, where a loop reached it the SPEC C stage values of its step at the
 loop offered it (c, budget, n before the split, after the split, after the encoder cap, after
 the reservation, chunk: :class:`~chunkproof.model.step.Step`), and for a decoding request the
 tokens its decode step advanced; the properties each step breaks; and the verdict in words.
-:mod:`chunkproof.model.counterexample` reads and writes the files.
+The envelope (schema, policy, property, verdict, details) is every model's
+(:mod:`chunkproof.model.trace_file`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ from typing import Any
 from chunkproof.model.budget import Adversarial
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
-from chunkproof.model.files import printable
 from chunkproof.model.step import Step
+from chunkproof.model.trace_file import (
+    MALFORMED,
+    PolicyRecord,
+    TraceFormat,
+    malformed,
+    recorded_verdict,
+)
 
 SYSTEM_SCHEMA = "chunkproof.system-counterexample/3"
 """Version 2 adds the adaptive floor: the engine's ``long_prefill_token_threshold_adaptive``
@@ -33,20 +40,6 @@ and each step's eligible count; a file of version 1 reads as one with the floor 
 adds decoding requests (list ``decoding``: the prefill done, an encoder entry still
 referenced) and the tokens each one's decode step advanced (``decoded``); a file of an earlier
 version has none."""
-MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
-"""What reading a field of the wrong shape raises (a list where an object belongs, a string
-where a number does): each is a malformed file, one line of bad input."""
-
-
-def recorded_sha256(value: object) -> str | None:
-    """A file's recorded source digest: ``None`` (a built-in policy) or 64 hex digits."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) != 64 or value.strip("0123456789abcdef"):
-        raise ValueError(f"source_sha256 is not a sha256 digest: {printable(str(value))[:80]}")
-    return value
-
-
 SYSTEM_SCHEMAS = (
     "chunkproof.system-counterexample/1",
     "chunkproof.system-counterexample/2",
@@ -144,11 +137,7 @@ class SystemCounterexample:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SYSTEM_SCHEMA,
-            "policy": {
-                "name": self.policy,
-                "source_sha256": self.source_sha256,
-                "options": list(self.policy_options),
-            },
+            "policy": PolicyRecord.of(self).to_dict(),
             "engine": {
                 "max_num_seqs": self.max_seqs,
                 "max_num_batched_tokens": self.requests[0].max_sched,
@@ -168,21 +157,22 @@ class SystemCounterexample:
     def from_dict(cls, data: dict[str, Any]) -> SystemCounterexample:
         """Inverse of :meth:`to_dict` (the schema is checked by the reader)."""
         try:
+            record = PolicyRecord.from_dict(data["policy"])
             cx = cls(
-                policy=str(data["policy"]["name"]),
-                source_sha256=recorded_sha256(data["policy"].get("source_sha256")),
-                policy_options=tuple(str(o) for o in data["policy"].get("options", ())),
+                policy=record.name,
+                source_sha256=record.source_sha256,
+                policy_options=record.options,
                 requests=tuple(Config.from_dict(c) for c in data["requests"]),
                 arrival=tuple(int(label) for label in data["arrival"]),
                 max_seqs=int(data["engine"]["max_num_seqs"]),
                 adaptive=bool(data["engine"].get("long_prefill_token_threshold_adaptive", False)),
                 property=str(data["property"]),
                 steps=tuple(SystemStep.from_dict(s) for s in data["trace"]),
-                verdict=printable(str(data["verdict"])),
+                verdict=recorded_verdict(data),
                 details=dict(data.get("details", {})),
             )
         except MALFORMED as exc:
-            raise ChunkproofError(f"malformed counterexample: missing or bad field {exc}") from None
+            raise malformed(exc) from None
         if not cx.steps or sorted(cx.arrival) != list(range(len(cx.requests))):
             raise ChunkproofError(
                 "malformed counterexample: an empty trace, or an arrival order that is not "
@@ -194,3 +184,7 @@ class SystemCounterexample:
                 "the engine's adaptive floor is on"
             )
         return cx
+
+
+SYSTEM_FORMAT = TraceFormat(SYSTEM_SCHEMAS, SystemCounterexample.from_dict)
+"""The scheduler step's files."""

@@ -28,11 +28,16 @@ class SolverTrace:
     depth: int
 
 
-def shallow_violation(model: SymbolicModel, pid: str, depth: int, timeout_ms: int) -> str:
+def shallow_violation(
+    model: SymbolicModel, pid: str, depth: int, timeout_ms: int, rlimit: int | None = None
+) -> str:
     """sat when a violation is reachable within ``depth`` steps (a plain solver: no
-    minimisation), unsat when not, else unknown. A cheap first look before Spacer."""
+    minimisation), unsat when not, else unknown (past ``timeout_ms`` or Z3's resource limit
+    ``rlimit``: a deterministic bound, what a test sets). A cheap first look before Spacer."""
     solver = z3.Solver()
     solver.set("timeout", timeout_ms)
+    if rlimit is not None:
+        solver.set("rlimit", rlimit)
     solver.add(_unrolled(model, pid, depth, [], []))
     return str(solver.check())
 
@@ -64,11 +69,14 @@ def bounded_search(
     objectives: Sequence[Any],
     timeout_ms: int,
     extra: Any = True,
+    rlimit: int | None = None,
 ) -> SolverTrace | str | None:
     """A violation within ``depth`` steps minimising ``objectives``; None if none; "unknown"
-    on a timeout."""
+    past ``timeout_ms`` or Z3's resource limit ``rlimit`` (deterministic: what a test sets)."""
     opt = z3.Optimize()
     opt.set("timeout", timeout_ms)
+    if rlimit is not None:
+        opt.set("rlimit", rlimit)
     states = [model.state(f"s{i}") for i in range(depth + 1)]
     actions = [model.action(f"a{i}") for i in range(depth)]
     idle = [z3.Bool(f"idle{i}") for i in range(depth)]

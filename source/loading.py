@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from chunkproof.model.builtin import get_builtin, is_builtin
-from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import PolicyError, SubsetError
 from chunkproof.model.policy import Policy, Stage
-from chunkproof.model.system_counterexample import SystemCounterexample
+from chunkproof.model.trace_file import TraceFile
 from chunkproof.source.functions import TreeStage, locate_module, read_function
 from chunkproof.source.methods import Overrides
 from chunkproof.source.policy import (
@@ -17,7 +16,7 @@ from chunkproof.source.policy import (
 )
 
 
-def recorded_policy(cx: Counterexample | SystemCounterexample) -> Policy:
+def recorded_policy(cx: TraceFile) -> Policy:
     """The policy a counterexample was found on, rebuilt with the ``--compose``, ``--set``,
     ``--class`` and ``--base`` options it was checked with (SPEC C)."""
     return resolve_policy(cx.policy, *recorded_source_options(cx.policy_options))

@@ -181,11 +181,12 @@ def keeps(cfg: Config, column: int) -> bool:
 
 
 def keeps_v29(cfg: Config, column: int) -> bool:
-    """Slot note 6 rule 9 (R4) as 0.29 has it: the one reachable boundary is N - 1, EAGLE
-    drop or not (``reachable_boundaries = [num_prompt_tokens - 1]``), plus J when J > 0; the
-    segment grid as in 0.30+. Under the drop the resend position's column is therefore not
-    kept with R >= 0 (0.30 added the drop's boundaries). Before 0.29 no retention interval is
-    accepted (R = None: every block is kept)."""
+    """Slot note 6 rule 9 (R4) as 0.24-0.29 have it: the one reachable boundary is N - 1,
+    EAGLE drop or not (``reachable_boundaries = [num_prompt_tokens - 1]``), plus J when J > 0;
+    the segment grid as in 0.30+. Under the drop the resend position's column is therefore not
+    kept with R >= 0 (0.30 added the drop's boundaries). 0.24-0.28 read R from
+    VLLM_PREFIX_CACHE_RETENTION_INTERVAL; before 0.24 no retention interval is accepted
+    (SPEC S1b; R = None: every block is kept)."""
     if cfg.retention < 0:
         return True
     found = boundary_column(cfg, cfg.prompt - 1) == column

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cli_helpers import Cli
 
-from chunkproof.checker.repro.requests import SOURCE_VARIABLE
+from chunkproof.checker.repro.frame import SOURCE_VARIABLE
 
 
 def blocking_packages(into: Path) -> Path:

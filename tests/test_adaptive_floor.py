@@ -18,16 +18,17 @@ import numpy as np
 import pytest
 from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
+from solver_limits import GUARD_MS, RLIMIT
 from vllm_copies import copy_release
 
 from chunkproof.checker.cli.defaults import user_space
 from chunkproof.checker.engines.explorer import explore_batch
 from chunkproof.checker.engines.verdicts import PROVED
+from chunkproof.checker.kinds import load_counterexample
 from chunkproof.checker.runs.system import explore_system
 from chunkproof.checker.runs.system_prove import BOUNDED, prove_system
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
-from chunkproof.model.counterexample import load_any
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.system_counterexample import SYSTEM_SCHEMA, SystemCounterexample
 from chunkproof.source.extraction import SCHEDULER_FILE
@@ -201,7 +202,7 @@ def test_a_version_1_file_reads_with_the_floor_off(floor_file: Path, tmp_path: P
         del s["eligible"]
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
-    cx = load_any(old)
+    cx = load_counterexample(old)
     assert isinstance(cx, SystemCounterexample) and not cx.adaptive
 
 
@@ -225,7 +226,8 @@ def test_the_repro_applies_the_floor(cli: Cli, floor_file: Path, tmp_path: Path)
 def test_the_engines_agree_with_the_floor() -> None:
     """The bounded search over the symbolic step (the eligible count a free action, M // n
     non-linear) finds a violation where the explorer does, and its trace replays; where the
-    explorer proves, it finds none (BOUNDED)."""
+    explorer proves, it finds none (BOUNDED). Its queries are bounded by Z3's resource count,
+    not the clock."""
     policy = get_builtin("vllm-0.33")
     space = user_space({**FLOOR, "prompt": "3,5"}, None, production=False)
     explored, _ = explore_system(policy, space, 2, adaptive=True)
@@ -235,7 +237,9 @@ def test_the_engines_agree_with_the_floor() -> None:
         adaptive=True,
     )
     depth = max(int(explore_batch(model, b).depth.max()) for b in model.batches())
-    proofs, info = prove_system(policy, space, 2, depth=max(depth, 1), adaptive=True)
+    proofs, info = prove_system(
+        policy, space, 2, depth=max(depth, 1), adaptive=True, timeout_ms=GUARD_MS, rlimit=RLIMIT
+    )
     expected = {v.property: BOUNDED if v.status == PROVED else v.status for v in explored}
     assert {p.property: p.status for p in proofs} == expected
     assert expected["S-LIVE"] != BOUNDED and "adaptive floor on" in info["threshold"]

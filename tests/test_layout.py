@@ -21,8 +21,9 @@ LAYERS = {
     "checker.engines": 4,
     "checker.reports": 5,
     "checker.repro": 5,
-    "checker.runs": 6,
-    "checker.cli": 7,
+    "checker.kinds": 6,
+    "checker.runs": 7,
+    "checker.cli": 8,
 }
 """Each package's rank: it may import packages of a lower rank and its own."""
 

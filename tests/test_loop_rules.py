@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import Cli
+from solver_limits import GUARD_MS, RLIMIT
 from test_fidelity import RELEASES
 from test_schedule_composition import (
     QUARTER,
@@ -225,7 +226,7 @@ def test_a_skip_after_the_split_ends_head_of_line_blocking(tmp_path: Path) -> No
         policy = resolve_policy(str(write_scheduler(tmp_path / name, waiting=waiting)))
         assert policy.rules() == LoopRules(split=name, later=name)
         explored, _ = explore_system(policy, space, 2)
-        proofs, _ = prove_system(policy, space, 2, depth=3)
+        proofs, _ = prove_system(policy, space, 2, depth=3, timeout_ms=GUARD_MS, rlimit=RLIMIT)
         verdicts[name] = {v.property: v.status for v in explored}
         assert {p.property: p.status for p in proofs} == {
             pid: BOUNDED if status == PROVED else status for pid, status in verdicts[name].items()

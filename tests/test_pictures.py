@@ -16,11 +16,12 @@ from cli_helpers import Cli
 from matplotlib.image import imread
 
 from chunkproof.checker.engines.verdicts import PROVED, VIOLATED, Verdict
+from chunkproof.checker.reports.figure import RED
 from chunkproof.checker.reports.graph_picture import MAX_GRAPH_STATES, graph_marks
-from chunkproof.checker.reports.pictures import (
+from chunkproof.checker.reports.report import combine, render_table
+from chunkproof.checker.reports.request_picture import (
     HEAD_ROWS,
     MAX_ROWS,
-    RED,
     Admission,
     Bar,
     Failure,
@@ -29,13 +30,13 @@ from chunkproof.checker.reports.pictures import (
     save_picture,
     trace_marks,
 )
-from chunkproof.checker.reports.report import combine, render_table
 from chunkproof.model.budget import Const
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.step import Step, step
+from chunkproof.model.trace_file import write_file
 from chunkproof.source.loading import recorded_policy, resolve_policy
 from chunkproof.source.releases import release_root
 
@@ -445,13 +446,13 @@ def test_show_graph_of_p0_and_p7(cli: Cli, tmp_path: Path) -> None:
 def test_show_graph_refuses_a_large_config(cli: Cli, tmp_path: Path) -> None:
     cx = Counterexample.load(SPEC_K)
     big = dataclasses.replace(cx, config=Config(block=4, prompt=1000, max_sched=8, lookahead=2))
-    big.save(tmp_path / "big.json")
+    write_file(tmp_path / "big.json", big.to_dict())
     run = cli("show", str(tmp_path / "big.json"), "--graph", str(tmp_path / "g.svg"))
     assert run.code == 2
     _one_line_error(run.err)
     assert f"at most {MAX_GRAPH_STATES} states" in run.err
     huge = dataclasses.replace(cx, config=Config(block=16, prompt=1 << 20, max_sched=1 << 16))
-    huge.save(tmp_path / "huge.json")
+    write_file(tmp_path / "huge.json", huge.to_dict())
     run = cli("show", str(tmp_path / "huge.json"), "--graph", str(tmp_path / "g.svg"))
     assert run.code == 2
     _one_line_error(run.err)

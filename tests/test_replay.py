@@ -11,8 +11,9 @@ import pytest
 from cli_helpers import Cli
 
 from chunkproof.checker.cli.main import main
+from chunkproof.checker.kinds import load_counterexample
 from chunkproof.model.budget import Adversarial, Const
-from chunkproof.model.counterexample import Counterexample, load_any
+from chunkproof.model.counterexample import Counterexample
 from chunkproof.spec.slots import oracle
 
 COUNTEREXAMPLES = Path(__file__).parent.parent / "counterexamples"
@@ -150,7 +151,7 @@ def test_committed_counterexamples_replay(cli: Cli) -> None:
     """Every committed file, single- or multi-request, reproduces on its policy."""
     committed = sorted(COUNTEREXAMPLES.rglob("*.json"))
     assert committed, "the repository keeps a curated set of counterexamples"
-    assert {load_any(p).property for p in committed} >= {"P0", "P1", "P3", "P7", "HOL"}
+    assert {load_counterexample(p).property for p in committed} >= {"P0", "P1", "P3", "P7", "HOL"}
     for path in committed:
         run = cli("replay", str(path), "--json")
         assert run.code == 0, (path, run.out, run.err)
@@ -163,7 +164,7 @@ def test_committed_slot_reports_are_the_oracles() -> None:
     checkpoint alignment, the partial hits) cannot pass unnoticed."""
     checked = 0
     for path in sorted(COUNTEREXAMPLES.glob("*/*.json")):
-        cx = load_any(path)
+        cx = load_counterexample(path)
         if not isinstance(cx, Counterexample) or "completed_ends" not in cx.details:
             continue
         report = oracle(cx.config, cx.details["completed_ends"])

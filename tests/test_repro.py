@@ -22,10 +22,10 @@ from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
 from vllm_copies import copy_release, patched_release
 
+from chunkproof.checker.kinds import kind_of, load_counterexample
 from chunkproof.checker.repro.requests import repro_source
-from chunkproof.checker.repro.system import any_repro_source
 from chunkproof.model import step as model_step
-from chunkproof.model.counterexample import Counterexample, load_any
+from chunkproof.model.counterexample import Counterexample
 from chunkproof.source.extraction import SCHEDULER_FILE
 from chunkproof.source.releases import release_root
 
@@ -41,7 +41,9 @@ P0_EXTERNAL = COUNTEREXAMPLES / "vllm-0.17" / "p0-external-hit-assert.json"
 CURATED = sorted(COUNTEREXAMPLES.glob("*/*.json"))
 """The committed counterexamples, single- and multi-request (``chunkproof system``)."""
 LIVELOCKS = [
-    p for p in CURATED if p.parent.name == "vllm-0.33" and load_any(p).property in ("P1", "P7")
+    p
+    for p in CURATED
+    if p.parent.name == "vllm-0.33" and load_counterexample(p).property in ("P1", "P7")
 ]
 """The curated livelocks of the newest release: the class lookahead-in-split fixes."""
 
@@ -280,7 +282,7 @@ def test_a_p7_repro_offers_const_b_and_the_others_the_recorded_budgets() -> None
 
 def _source_of(cx_file: Path, tmp_path: Path) -> Path:
     """The source tree a curated counterexample was found on: its release, or the fix."""
-    policy = load_any(cx_file).policy
+    policy = load_counterexample(cx_file).policy
     if policy == "lookahead-in-split":
         return patched_release(tmp_path / "fixed")
     return release_root(policy.removeprefix("vllm-") + ".0")
@@ -293,7 +295,7 @@ def test_every_curated_repro_fails_on_the_code_it_was_found_on(
 ) -> None:
     """Each committed counterexample's repro breaks its property on the real code of its
     policy (its first release, or the SPEC V fix written into 0.33.0)."""
-    cx = load_any(cx_file)
+    cx = load_counterexample(cx_file)
     test_file = generate_repro(cli, cx_file, tmp_path)
     source = _source_of(cx_file, tmp_path)
     status, output = run_repro(test_file, source, blocking_packages(tmp_path / "blockers"))
@@ -315,7 +317,7 @@ def test_committed_repros_are_current(cx_file: Path) -> None:
     regenerate.sh writes it (from inside counterexamples/)."""
     name = f"{cx_file.parent.name}/{cx_file.name}"
     committed = COUNTEREXAMPLES / "pytest" / repro_file_name(cx_file)
-    assert committed.read_text() == any_repro_source(load_any(cx_file), name)
+    assert committed.read_text() == _repro_text(cx_file, name)
 
 
 def test_committed_repros_have_no_undefined_names() -> None:
@@ -328,6 +330,14 @@ def test_committed_repros_have_no_undefined_names() -> None:
         text=True,
     )
     assert done.returncode == 0, done.stdout
+
+
+def _repro_text(cx_file: Path, name: str) -> str:
+    """The repro regenerate.sh writes for the file, read from ``name``: the short form where
+    it serves (one request without encoder items, not P6), else the standalone one."""
+    cx = load_counterexample(cx_file)
+    short = isinstance(cx, Counterexample) and not cx.config.items and cx.property != "P6"
+    return kind_of(cx).repro_source(cx, name, "vllm" if short else "standalone")
 
 
 def repro_file_name(cx_file: Path) -> str:

@@ -18,13 +18,14 @@ from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
 
 from chunkproof.checker.cli.main import main
-from chunkproof.checker.reports.system_counterexamples import Witness, build
+from chunkproof.checker.kinds import load_counterexample
+from chunkproof.checker.kinds.system import Witness, build
 from chunkproof.checker.reports.system_picture import system_marks
 from chunkproof.checker.repro.system import system_repro_source
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config, Items
-from chunkproof.model.counterexample import load_any, write_file
 from chunkproof.model.system_counterexample import SYSTEM_SCHEMA, SystemCounterexample
+from chunkproof.model.trace_file import write_file
 from chunkproof.source.releases import release_root
 from chunkproof.spec.scheduler_step import MAX_SEQS
 
@@ -69,7 +70,7 @@ def test_the_file_holds_one_trace_per_request(files: dict[str, Path]) -> None:
         "the waiting loop breaks at #1 (T=4, c=0): offered 3 tokens, the split gives 0, while "
         "#0 (T=3, c=0) behind it would get a chunk of 3 from them"
     )
-    cx = load_any(files["HOL"])
+    cx = load_counterexample(files["HOL"])
     assert isinstance(cx, SystemCounterexample)
     assert SystemCounterexample.from_dict(json.loads(json.dumps(cx.to_dict()))) == cx
 
@@ -117,7 +118,7 @@ def test_an_edited_chunk_does_not_reproduce(
 
 
 def test_show_draws_one_lane_per_request(cli: Cli, files: dict[str, Path], tmp_path: Path) -> None:
-    cx = load_any(files["HOL"])
+    cx = load_counterexample(files["HOL"])
     assert isinstance(cx, SystemCounterexample)
     marks = system_marks(cx)
     assert marks.lanes == ("#0: T=3 B=4 L=0 M=8", "#1: T=4 B=4 L=0 M=8")
@@ -222,7 +223,7 @@ def test_the_waiting_loops_rule_is_the_files_policys(files: dict[str, Path]) -> 
     for 0.33 (C9); both start from the recorded arrival order and offer the recorded budgets."""
     later = (("HOL-0.32", "LATER_ZERO = 'break'"), ("HOL", "LATER_ZERO = 'skip'"))
     for name, rule in later:
-        cx = load_any(files[name])
+        cx = load_counterexample(files[name])
         assert isinstance(cx, SystemCounterexample)
         text = system_repro_source(cx, f"{name}.json")
         assert rule in text and f"budget={cx.steps[0].budget}," in text
@@ -239,7 +240,7 @@ def test_a_repro_under_the_per_step_threshold(cli: Cli, tmp_path: Path) -> None:
         out = tmp_path / policy
         assert main(["system", policy, *argv, "--max-sched", "12", "--out", str(out)]) == 1
         found = out / policy / "system-HOL.json"
-        cx = load_any(found)
+        cx = load_counterexample(found)
         assert isinstance(cx, SystemCounterexample)
         assert f"THETA_PER_STEP = {theta}\n" in system_repro_source(cx, found.name)
     test_file = generate_repro(

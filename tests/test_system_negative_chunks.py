@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import z3
 from cli_helpers import Cli
+from solver_limits import GUARD_MS, RLIMIT
 from test_system_prove import _pinned, _places, _symbolic_state
 from vllm_copies import copy_release
 
@@ -208,7 +209,9 @@ def test_the_engines_agree(tmp_path: Path, base: str, body: str) -> None:
     explored, _ = explore_system(policy, space, 2)
     model = SchedulerStepModel(policy, request_sets(policy, list(space.configs()), 2))
     depth = max(int(explore_batch(model, batch).depth.max()) for batch in model.batches())
-    proofs, _ = prove_system(policy, space, 2, depth=max(depth, 1))
+    proofs, _ = prove_system(
+        policy, space, 2, depth=max(depth, 1), timeout_ms=GUARD_MS, rlimit=RLIMIT
+    )
     status = {v.property: v.status for v in explored}
     assert status["S-LIVE"] == status["P0"] == VIOLATED
     expected = {pid: BOUNDED if s == PROVED else s for pid, s in status.items()}

@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 import z3
 from cli_helpers import Cli
+from solver_limits import GUARD_MS, RLIMIT
 
 from chunkproof.checker.cli.defaults import user_space
 from chunkproof.checker.engines.explorer import explore_batch
 from chunkproof.checker.engines.traces import ModelMismatch
 from chunkproof.checker.engines.verdicts import PROVED, VIOLATED
+from chunkproof.checker.kinds.system import build
 from chunkproof.checker.reports.output import run_folder
-from chunkproof.checker.reports.system_counterexamples import build
 from chunkproof.checker.runs.system import explore_system
 from chunkproof.checker.runs.system_prove import BOUNDED, prove_system, replayed
 from chunkproof.model.builtin import get_builtin
@@ -92,7 +93,7 @@ def test_hol_is_found_and_replays(tmp_path: Path) -> None:
     trace replays step for step, and the file it writes replays too."""
     policy = get_builtin("vllm-0.33")
     space = space_of(HOL_RANGE)
-    proofs, info = prove_system(policy, space, 2, depth=2)
+    proofs, info = prove_system(policy, space, 2, depth=2, timeout_ms=GUARD_MS, rlimit=RLIMIT)
     status = {p.property: p.status for p in proofs}
     assert status == {"P0": BOUNDED, "S-LIVE": BOUNDED, "HOL": VIOLATED, "STARVE": VIOLATED}
     hol = next(p for p in proofs if p.property == "HOL")
@@ -105,7 +106,10 @@ def test_hol_is_found_and_replays(tmp_path: Path) -> None:
 
 
 def test_three_requests_find_hol() -> None:
-    proofs, _ = prove_system(get_builtin("vllm-0.33"), space_of(HOL_RANGE), 3, depth=1)
+    hol = space_of(HOL_RANGE)
+    proofs, _ = prove_system(
+        get_builtin("vllm-0.33"), hol, 3, depth=1, timeout_ms=GUARD_MS, rlimit=RLIMIT
+    )
     assert {p.property: p.status for p in proofs}["HOL"] == VIOLATED
 
 
@@ -130,7 +134,7 @@ def test_engines_agree(name: str, texts: dict[str, str], k: int) -> None:
     policy, space = get_builtin(name), space_of(texts)
     explored, _ = explore_system(policy, space, k)
     depth = max(diameter(name, space, k), 1)
-    proofs, _ = prove_system(policy, space, k, depth=depth)
+    proofs, _ = prove_system(policy, space, k, depth=depth, timeout_ms=GUARD_MS, rlimit=RLIMIT)
     expected = {v.property: BOUNDED if v.status == PROVED else v.status for v in explored}
     assert {p.property: p.status for p in proofs} == expected
 

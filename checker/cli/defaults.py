@@ -52,7 +52,7 @@ def _features(minor: int) -> dict[str, str]:
         "checkpoints": "both" if minor >= 29 else "off",
         "checkpoint_alignment": "1,H" if minor >= 30 else "1",
         "exact_junction": "both" if minor >= 30 else "off",
-        "retention": "none,0" if minor >= 29 else "none",
+        "retention": "none,0" if minor >= 24 else "none",
         "junction": "0,any" if minor >= 26 else "0",
         "hash_block": "G,G/2" if minor >= 26 else "G",
         "uncached_prefix": "0,4,8" if minor in (24, 25) else "0",
@@ -118,6 +118,7 @@ def small_space(policy: Policy, budget: tuple[int, int] | None = None) -> Space:
                 "internal checkpoints",
             )
         )
+    if minor >= 24:
         grids.append(
             grid_from(
                 {**base, **lh, "retention": "0", "prompt": "1-32", "max_sched": "1-16"}, "retention"

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from functools import cache, partial
 from importlib import metadata
 from pathlib import Path
 from types import FrameType
@@ -39,17 +40,16 @@ from chunkproof.checker.engines.compare import exit_status as compare_exit_statu
 from chunkproof.checker.engines.conform import DIFFERENT, EQUAL, UNKNOWN, conform
 from chunkproof.checker.engines.conform import describe as describe_conformance
 from chunkproof.checker.engines.executor import LOCAL, Executor, check_executor, open_executor
-from chunkproof.checker.engines.traces import describe, violates
 from chunkproof.checker.engines.verdicts import EMPTY, PROVED, VIOLATED, Verdict
+from chunkproof.checker.kinds import REPRO_STYLES, kind_of, load_counterexample
 from chunkproof.checker.reports.compare_report import (
     compare_command,
     document,
     render_text,
     write_markdown,
 )
-from chunkproof.checker.reports.graph_picture import save_graph
+from chunkproof.checker.reports.figure import check_picture_suffix
 from chunkproof.checker.reports.output import RunFolder, run_folder
-from chunkproof.checker.reports.pictures import check_picture_suffix, save_picture
 from chunkproof.checker.reports.progress import Progress
 from chunkproof.checker.reports.report import (
     combine,
@@ -59,9 +59,7 @@ from chunkproof.checker.reports.report import (
     render_table,
     verdicts_document,
 )
-from chunkproof.checker.reports.system_picture import save_system_picture
-from chunkproof.checker.repro.requests import SOURCE_VARIABLE, write_repro
-from chunkproof.checker.repro.system import any_repro_source
+from chunkproof.checker.repro.frame import SOURCE_VARIABLE, write_repro
 from chunkproof.checker.runs.requests import (
     PROVER_PROPERTIES,
     ProofRun,
@@ -79,7 +77,6 @@ from chunkproof.checker.runs.system_prove import (
 )
 from chunkproof.model.builtin import ALIASES, builtin_policies
 from chunkproof.model.config import Config
-from chunkproof.model.counterexample import Counterexample, load_any, replay_steps
 from chunkproof.model.errors import (
     EXIT_BAD_INPUT,
     EXIT_OK,
@@ -91,7 +88,6 @@ from chunkproof.model.errors import (
 from chunkproof.model.files import printable
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, stage_order
-from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.model.trajectory import Trajectory, run
 from chunkproof.source.loading import recorded_policy, resolve_policy, source_flags_given
 from chunkproof.source.methods import parse_overrides
@@ -99,11 +95,9 @@ from chunkproof.source.policy import names_class, names_source
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
-    SCHEDULER_PROPERTIES,
     fixed_inputs,
     request_sets,
 )
-from chunkproof.spec.scheduler_trace import replay as replay_system
 from chunkproof.spec.space import Space
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
 
@@ -741,39 +735,15 @@ def _report(
 # -- replay -------------------------------------------------------------------------------------
 
 
-def _counterexample_file(path: Path) -> Counterexample | SystemCounterexample:
-    """A SPEC C file of either form, read and checked: its property must be one of P0-P7, or
-    for a multi-request file one of the scheduler step's (P0, S-LIVE, HOL, STARVE)."""
-    cx = load_any(path)
-    known = SCHEDULER_PROPERTIES if isinstance(cx, SystemCounterexample) else tuple(PROPERTIES)
-    if cx.property not in known:
-        raise ChunkproofError(
-            f"{path}: unknown property {cx.property!r} (not one of {', '.join(known)})"
-        )
-    return cx
-
-
-def _difference(policy: Policy, cx: Counterexample | SystemCounterexample) -> str | None:
-    """How replaying ``cx`` on ``policy`` differs from the file; ``None`` when every step is
-    as recorded and the last one still breaks the property."""
-    if isinstance(cx, SystemCounterexample):
-        return replay_system(policy, cx)
-    difference = replay_steps(policy, cx)
-    if difference is None and not violates(
-        cx.property, cx.config, cx.steps[-1], cx.window(), cx.largest_budget(), policy=policy
-    ):
-        difference = f"the last step no longer breaks {cx.property}"
-    return difference
-
-
 def _cmd_replay(args: argparse.Namespace) -> int:
-    cx = _counterexample_file(args.file)
+    cx = load_counterexample(args.file)
+    kind = kind_of(cx)
     if args.policy is None and not (args.compose or args.overrides or args.class_name or args.base):
         policy = recorded_policy(cx)
     else:
         policy = _policy(args.policy or cx.policy, args)
     changed = cx.source_sha256 is not None and cx.source_sha256 != policy.source_sha256
-    difference = _difference(policy, cx)
+    difference = kind.replay(policy, cx)
     reproduces = difference is None
     if args.json:
         _emit(
@@ -792,18 +762,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if changed:
         print(f"note: the source differs from the recorded one (sha256 {cx.source_sha256})")
     if reproduces:
-        print(f"reproduces on {policy.name}: {cx.property} {_replayed_words(cx)}")
+        print(f"reproduces on {policy.name}: {cx.property} {kind.replayed_words(cx)}")
     else:
         print(f"does not reproduce on {policy.name}: {printable(str(difference))}")
     return EXIT_OK if reproduces else EXIT_VIOLATED
-
-
-def _replayed_words(cx: Counterexample | SystemCounterexample) -> str:
-    """The verdict of a trace that reproduced, in the tool's own words for a single request
-    (SPEC C: the file's free text is untrusted); a multi-request file's, escaped."""
-    if isinstance(cx, SystemCounterexample):
-        return cx.verdict
-    return printable(describe(cx.property, cx.config, cx.steps[-1], cx.details))
 
 
 # -- conform ------------------------------------------------------------------------------------
@@ -939,20 +901,33 @@ def _check_writable(path: Path, flag: str) -> None:
 
 
 def _add_repro_parser(sub: Any) -> None:
-    p = sub.add_parser("repro", help="write a standalone pytest file from a counterexample")
+    p = sub.add_parser("repro", help="write a pytest file from a counterexample")
     p.add_argument("file", type=Path, metavar="FILE")
     p.add_argument("--pytest", type=Path, required=True, metavar="OUT.py")
+    p.add_argument(
+        "--style",
+        choices=REPRO_STYLES,
+        default="standalone",
+        help="standalone: reads the methods from a vLLM source tree, imports nothing (default); "
+        "vllm: the short test a vLLM PR would add, calling the installed vLLM's Scheduler "
+        "methods on a stub self",
+    )
 
 
 def _cmd_repro(args: argparse.Namespace) -> int:
-    """SPEC CLI ``repro``: a standalone pytest file that runs the real methods along the trace."""
-    cx = _counterexample_file(args.file)
-    out = write_repro(any_repro_source(cx, str(args.file)), args.pytest)
+    """SPEC CLI ``repro``: a pytest file that runs the real methods along the trace, in the
+    style asked (:data:`~chunkproof.checker.kinds.REPRO_STYLES`)."""
+    cx = load_counterexample(args.file)
+    text = kind_of(cx).repro_source(cx, str(args.file), args.style)
+    out = write_repro(text, args.pytest)
     print(f"wrote {out}: {cx.property} on {cx.policy}, {len(cx.steps)} recorded steps")
-    print(
-        f"run it with the vLLM source tree to test: {SOURCE_VARIABLE}=path/to/vllm-root "
-        f"pytest {out} (or with vllm installed)"
-    )
+    if args.style == "vllm":
+        print(f"run it where vLLM is installed (beside vLLM's own tests): pytest {out}")
+    else:
+        print(
+            f"run it with the vLLM source tree to test: {SOURCE_VARIABLE}=path/to/vllm-root "
+            f"pytest {out} (or with vllm installed)"
+        )
     return EXIT_OK
 
 
@@ -979,19 +954,15 @@ def _cmd_show(args: argparse.Namespace) -> int:
     for flag, path in (("--out", args.out), ("--graph", args.graph)):
         if path is not None:
             check_picture_suffix(path, flag)
-    cx = _counterexample_file(args.file)
-    if isinstance(cx, SystemCounterexample):
-        if args.graph is not None:
-            raise ChunkproofError(
-                "--graph: a multi-request counterexample has no single-request state graph"
-            )
-        print(f"picture: {save_system_picture(cx, args.out)}")
-        return EXIT_OK
-    policy = recorded_policy(cx)
-    if args.out is not None:
-        print(f"picture: {save_picture(cx, policy, args.out)}")
+    cx = load_counterexample(args.file)
+    kind = kind_of(cx)
+    policy = cache(partial(recorded_policy, cx))
     if args.graph is not None:
-        print(f"state graph: {save_graph(policy, cx, args.graph)}")
+        graph = kind.graph(cx, policy, args.graph)
+    if args.out is not None:
+        print(f"picture: {kind.draw(cx, policy, args.out)}")
+    if args.graph is not None:
+        print(f"state graph: {graph}")
     return EXIT_OK
 
 

@@ -3,9 +3,8 @@
 Nodes are the states c reachable from c0 under ``adversarial(1..M)`` (SPEC S4), edges the
 transitions c -> c + chunk, labelled with the budgets that take them; each node is coloured by
 the property a step from it breaks (SPEC P), and the counterexample's path is drawn bold. As in
-:mod:`chunkproof.checker.reports.pictures`, :func:`graph_marks` computes the content (pure, tested)
-and
-:func:`render_graph` draws it, importing matplotlib only there.
+:mod:`chunkproof.checker.reports.request_picture`, :func:`graph_marks` computes the content
+(pure, tested) and :func:`render_graph` draws it, importing matplotlib only there.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 import networkx as nx
 
 from chunkproof.checker.engines.explorer import Explored, explore_batch
-from chunkproof.checker.reports.pictures import new_figure, picture_style, save_figure
+from chunkproof.checker.reports.figure import new_figure, picture_style, save_figure
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError

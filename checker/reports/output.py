@@ -22,12 +22,13 @@ import fcntl
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.trace_file import TraceFile, write_file
 
 LOCK = ".lock"
 CERTIFICATES = "certificates"
@@ -79,6 +80,16 @@ class RunFolder:
         final = self.final(staged)
         self.written.append(final)
         return str(final)
+
+    def save_counterexample(
+        self, cx: TraceFile, stem: str, name: str, draw: Callable[[Path], Path]
+    ) -> tuple[str, str]:
+        """Write counterexample ``cx`` of any model as ``name.json`` into policy folder
+        ``stem`` and its picture beside it (``draw`` writes it at the path it is given, with
+        the suffix .svg); their final paths."""
+        staged = self.path(stem, f"{name}.json")
+        write_file(staged, cx.to_dict())
+        return self.record(staged), self.record(draw(staged.with_suffix(".svg")))
 
     def commit(self) -> None:
         """Replace each policy folder of the run by its staged one merged with the files of

@@ -10,17 +10,18 @@ is. A range with no configuration in scope is never PROVED (EMPTY, exit status 2
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chunkproof.checker.engines.search import Exploration, minimal_counterexample
 from chunkproof.checker.engines.verdicts import EMPTY, PROVED, UNKNOWN, VIOLATED, Verdict
-from chunkproof.checker.reports.output import RunFolder
-from chunkproof.checker.reports.pictures import save_picture
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.policy import Policy
 from chunkproof.spec.properties import PROPERTIES
+
+Save = Callable[[Counterexample, str], tuple[str, str]]
+"""Writes a counterexample under a name (``P1``) with its picture; their final paths."""
 
 FINDINGS = {
     "degenerate": "in the degenerate region (M < L, or a static 0 < theta < L), where the "
@@ -29,29 +30,18 @@ FINDINGS = {
 }
 
 
-def save_counterexample(
-    cx: Counterexample, policy: Policy, out: RunFolder, name: str
-) -> tuple[str, str]:
-    """Write the counterexample file and its picture beside it (``P1.json``, ``P1.svg``) into
-    the run folder; their final paths."""
-    staged = out.path(policy.file_stem, f"{name}.json")
-    cx.save(staged)
-    picture = save_picture(cx, policy, staged.with_suffix(".svg"))
-    return out.record(staged), out.record(picture)
-
-
 def exploration_verdicts(
-    exploration: Exploration, rng: dict[str, Any], out: RunFolder | None
+    exploration: Exploration, rng: dict[str, Any], save: Save | None
 ) -> list[Verdict]:
-    """One verdict per property: VIOLATED with a minimal counterexample written under ``out``
-    with its picture, PROVED by complete enumeration of the range's configurations, or EMPTY when
-    the range holds none inside the verdict's scope; findings outside it (degenerate region,
-    refused configurations) are attached separately."""
+    """One verdict per property: VIOLATED with a minimal counterexample written by ``save``
+    with its picture (``None``: a run that keeps no files), PROVED by complete enumeration of
+    the range's configurations, or EMPTY when the range holds none inside the verdict's scope;
+    findings outside it (degenerate region, refused configurations) are attached separately."""
     tally = exploration.tally
     main = tally.configs["main"]
     verdicts = []
     for pid in exploration.properties:
-        path, picture, summary = _counterexample(exploration, pid, "main", out)
+        path, picture, summary = _counterexample(exploration, pid, "main", save)
         violating = exploration.failing(pid, "main")
         if violating:
             status = VIOLATED
@@ -75,7 +65,7 @@ def exploration_verdicts(
         for cat, words in FINDINGS.items():
             count = exploration.failing(pid, cat)
             if count:
-                found, drawn, text = _counterexample(exploration, pid, cat, out)
+                found, drawn, text = _counterexample(exploration, pid, cat, save)
                 verdict.findings.append(
                     {
                         "kind": cat,
@@ -100,18 +90,18 @@ def _held(configs: dict[str, int], unoffered: int) -> str:
 
 
 def _counterexample(
-    exploration: Exploration, pid: str, cat: str, out: RunFolder | None
+    exploration: Exploration, pid: str, cat: str, save: Save | None
 ) -> tuple[str | None, str | None, str]:
-    """The minimal counterexample of ``pid`` in ``cat``: its file and picture in the run folder
-    (None without one), and its summary."""
+    """The minimal counterexample of ``pid`` in ``cat``: its file and picture as ``save`` wrote
+    them (None without one), and its summary."""
     cx = minimal_counterexample(exploration, pid, cat)
     if cx is None:
         return None, None, ""
     text = f"{cx.config.describe()}: {cx.verdict}"
-    if out is None:
+    if save is None:
         return None, None, text
     suffix = "" if cat == "main" else f"-{cat}"
-    path, picture = save_counterexample(cx, exploration.policy, out, f"{pid}{suffix}")
+    path, picture = save(cx, f"{pid}{suffix}")
     return path, picture, text
 
 

@@ -1,12 +1,12 @@
 """The picture of a multi-request counterexample (SPEC N1): one lane per request,
 steps left to right.
 
-As in :mod:`chunkproof.checker.reports.pictures`, :func:`system_marks` computes the content (pure,
-tested) and :func:`render_system` draws it with that module's figure helpers. A cell of a lane
-shows what the step did to the request: the chunk it got (a bar over its progress c/T, the new
-tokens darker), a red X where a loop reached it and it got none, no new tokens where no loop
-reached it; the step that breaks the property is shaded red, and the
-verdict is the title.
+As in :mod:`chunkproof.checker.reports.request_picture`, :func:`system_marks` computes the
+content (pure, tested) and :func:`render_system` draws it with the figure helpers of
+:mod:`chunkproof.checker.reports.figure`. A cell of a lane shows what the step did to the
+request: the chunk it got (a bar over its progress c/T, the new tokens darker), a red X where a
+loop reached it and it got none, no new tokens where no loop reached it; the step that breaks
+the property is shaded red, and the verdict is the title.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chunkproof.checker.reports.pictures import (
+from chunkproof.checker.reports.figure import (
     ADMITTED,
     BAR,
     RED,

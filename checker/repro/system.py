@@ -32,7 +32,7 @@ from __future__ import annotations
 import textwrap
 from string import Template
 
-from chunkproof.checker.repro.requests import (
+from chunkproof.checker.repro.frame import (
     ENCODER_DRIVER,
     ENCODER_STEP,
     PRELUDE,
@@ -47,12 +47,10 @@ from chunkproof.checker.repro.requests import (
     module_source,
     one_line,
     real_methods,
-    repro_source,
     standins,
     step_literal,
 )
 from chunkproof.model.config import Config
-from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.system_counterexample import SystemCounterexample, SystemStep
 from chunkproof.source import encoder_run
@@ -67,13 +65,6 @@ from chunkproof.spec.scheduler_step import (
     step_loop_rules,
 )
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
-
-
-def any_repro_source(cx: Counterexample | SystemCounterexample, source_name: str) -> str:
-    """The repro of a counterexample file of either kind, read from ``source_name``."""
-    if isinstance(cx, SystemCounterexample):
-        return system_repro_source(cx, source_name)
-    return repro_source(cx, source_name)
 
 
 def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
@@ -97,7 +88,7 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     title = f"{cx.property} {rule.name} breaks on {cx.policy} ({requests})"
     name = f"{cx.property}_{rule.name}".lower().replace("-", "_")
     values = {
-        "docstring": file_docstring(cx, title, offered, source_name),
+        "docstring": file_docstring(cx, cx.requests, title, offered, source_name),
         "configs": _list_literal([config_literal(cfg) for cfg in cx.requests]),
         "scheduler": dict_literal(attributes[0][0]),
         "requests": _list_literal([dict_literal(request) for _, request in attributes]),

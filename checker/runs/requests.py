@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from chunkproof.checker.engines import least_counterexample
 from chunkproof.checker.engines.executor import Executor, as_executor
 from chunkproof.checker.engines.search import explore
 from chunkproof.checker.engines.verdicts import EMPTY, PROVED, UNKNOWN, VIOLATED, Verdict
+from chunkproof.checker.kinds import save_counterexample
 from chunkproof.checker.reports.output import RunFolder
-from chunkproof.checker.reports.report import exploration_verdicts, save_counterexample
+from chunkproof.checker.reports.report import exploration_verdicts
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
@@ -183,7 +185,8 @@ def explore_space(
     exploration = explore(model, wanted, jobs, tick)
     tally = exploration.tally
     rng = {**explorer_range(space, tally.configs), "window": window}
-    verdicts = name_window(exploration_verdicts(exploration, rng, out), window)
+    save = None if out is None else partial(_save, policy, out)
+    verdicts = name_window(exploration_verdicts(exploration, rng, save), window)
     info = {
         "configs": tally.configs,
         "states": tally.states,
@@ -191,6 +194,12 @@ def explore_space(
         "seconds": round(time.monotonic() - started, 3),
     }
     return verdicts, info
+
+
+def _save(policy: Policy, out: RunFolder, cx: Counterexample, name: str) -> tuple[str, str]:
+    """Write ``cx`` and its picture into ``out``
+    (:func:`~chunkproof.checker.kinds.save_counterexample`)."""
+    return save_counterexample(cx, policy, out, name)
 
 
 def name_window(verdicts: list[Verdict], window: str) -> list[Verdict]:

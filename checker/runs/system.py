@@ -10,9 +10,8 @@ HOL, STARVE of :mod:`chunkproof.spec.system_properties`) is PROVED when no reach
 transition of any instance violates it, else VIOLATED with the smallest violating instance
 (least total T, then the requests' configurations in SPEC C order) and its BFS-shortest trace,
 written with a run folder as a multi-request counterexample file (SPEC C,
-:mod:`chunkproof.checker.reports.system_counterexamples`). A space with no instance is EMPTY (exit
-2),
-never PROVED.
+:mod:`chunkproof.checker.kinds.system`). A space with no instance is EMPTY (exit 2), never
+PROVED.
 """
 
 from __future__ import annotations
@@ -28,8 +27,9 @@ import numpy as np
 
 from chunkproof.checker.engines.explorer import NO_WITNESS, Explored, explore_batch
 from chunkproof.checker.engines.verdicts import EMPTY, PROVED, VIOLATED
+from chunkproof.checker.kinds import save_counterexample
+from chunkproof.checker.kinds.system import Witness, build, labelled_run
 from chunkproof.checker.reports.output import RunFolder
-from chunkproof.checker.reports.system_counterexamples import Witness, build, labelled_run, save
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
@@ -225,7 +225,8 @@ def explore_system(
             trace = trace_lines(labelled_run(policy, witness, max_seqs)[1], witness)
             if out is not None:
                 details = {"instances": len(sets), "violating": violating[pid]}
-                files = save(build(policy, witness, pid, max_seqs, details), policy, out)
+                cx = build(policy, witness, pid, max_seqs, details)
+                files = save_counterexample(cx, policy, out, f"system-{pid}")
         verdicts.append(
             SystemVerdict(pid, status, len(sets), violating[pid], example, trace, *files)
         )

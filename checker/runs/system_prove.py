@@ -45,8 +45,9 @@ import z3
 
 from chunkproof.checker.engines.traces import ModelMismatch
 from chunkproof.checker.engines.verdicts import EMPTY, PROVED, UNKNOWN, VIOLATED
+from chunkproof.checker.kinds import save_counterexample
+from chunkproof.checker.kinds.system import Witness, build
 from chunkproof.checker.reports.output import RunFolder
-from chunkproof.checker.reports.system_counterexamples import Witness, build, save
 from chunkproof.checker.runs.requests import check_cell_count
 from chunkproof.checker.runs.system import describe_instance, threshold_words, trace_lines
 from chunkproof.model.config import Config
@@ -82,7 +83,8 @@ violation is Spacer's to find, ``--unbounded``)."""
 TIMEOUT_MS = 60_000
 QUICK_MS = 2_000
 """The plain solver's try at each depth: most no-violation answers come fast from it, while
-its heavy tail is left to Optimize."""
+its heavy tail is left to Optimize. Under a resource limit (``rlimit``) its try gets the same
+share of that limit instead."""
 
 
 @dataclass(frozen=True)
@@ -149,10 +151,14 @@ def prove_system(
     out: RunFolder | None = None,
     unbounded: bool = False,
     adaptive: bool = False,
+    rlimit: int | None = None,
 ) -> tuple[list[SystemProof], dict[str, Any]]:
     """Every property on every cell of ``space`` (module docstring), with the adaptive floor
     when ``adaptive``; with ``out``, each violated property's counterexample file and picture,
-    and the certificates of the cells Spacer proves (``unbounded``)."""
+    and the certificates of the cells Spacer proves (``unbounded``). ``rlimit`` bounds each
+    query of the bounded search by Z3's resource count as well as by ``timeout_ms``: a bound
+    that does not depend on the machine's speed, which a test sets so that no wall clock
+    decides its verdict."""
     if requests not in SYMBOLIC_REQUESTS:
         raise ChunkproofError(f"--prove: --requests must be one of {SYMBOLIC_REQUESTS}")
     if not 1 <= depth <= MAX_DEPTH:
@@ -180,7 +186,7 @@ def prove_system(
             if scope != "sat":
                 result = CellResult(cell, pid, UNKNOWN, "scope", "the scope is undecided")
             else:
-                result = _judge(model, pid, depth, timeout_ms)
+                result = _judge(model, pid, depth, timeout_ms, rlimit)
             if folder is not None and result.status == BOUNDED:
                 path = folder / f"cell-{index}-{pid}.smt2"
                 result = _unbounded(model, pid, result, path, timeout_ms, depth)
@@ -193,7 +199,8 @@ def prove_system(
         if out is not None and example is not None and example.witness is not None:
             details = {"method": "bounded search", "depth": depth}
             cx = build(policy, example.witness, proof.property, max_seqs, details)
-            proof.counterexample, proof.picture = save(cx, policy, out)
+            name = f"system-{proof.property}"
+            proof.counterexample, proof.picture = save_counterexample(cx, policy, out, name)
     info = {
         "requests": requests,
         "max_seqs": max_seqs,
@@ -286,13 +293,18 @@ def _judge(
     pid: str,
     depth: int,
     timeout_ms: int,
+    rlimit: int | None = None,
 ) -> CellResult:
     """Steps 2-4 of the module docstring on one cell."""
     cell = model.cell
     found: SolverTrace | str | None = None
     for bound in _depths(depth):
-        if shallow_violation(model, pid, bound, QUICK_MS) != "unsat":
-            found = bounded_search(model, pid, bound, [z3.Sum(model.tokens)], timeout_ms)
+        quick = (
+            (QUICK_MS, None) if rlimit is None else (timeout_ms, rlimit * QUICK_MS // TIMEOUT_MS)
+        )
+        if shallow_violation(model, pid, bound, *quick) != "unsat":
+            objective = [z3.Sum(model.tokens)]
+            found = bounded_search(model, pid, bound, objective, timeout_ms, rlimit=rlimit)
         if found is not None:
             break
     if isinstance(found, SolverTrace):

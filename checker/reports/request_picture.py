@@ -10,12 +10,21 @@ through Agg for PNG and through the SVG backend for SVG), so the CLI starts fast
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chunkproof.checker.reports.figure import (
+    ADMITTED,
+    BAR,
+    HALO,
+    POSITION,
+    RED,
+    WINDOW,
+    new_figure,
+    picture_style,
+    save_figure,
+)
 from chunkproof.model.arith import fl
 from chunkproof.model.budget import Const
 from chunkproof.model.builtin import policy_for_release
@@ -33,8 +42,6 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-PICTURE_SUFFIXES = (".svg", ".png")
-
 MAX_BOUNDARIES = 48
 """Above this many block boundaries on the axis, only those next to a marked point are drawn."""
 
@@ -49,14 +56,6 @@ MAX_TICKS = 24
 
 NOTE_WIDTH = 64
 """A failure's note is wrapped at this many characters (a raising line's path is long)."""
-
-RED = "#c92a2a"
-BAR = "#4c6ef5"
-POSITION = "#2b8a3e"
-WINDOW = "#ffc078"
-ADMITTED = "#dee2e6"
-HALO = {"boxstyle": "round,pad=0.15", "facecolor": "white", "alpha": 0.85, "edgecolor": "none"}
-"""A white background that keeps red text readable over lines and shading."""
 
 
 @dataclass(frozen=True)
@@ -184,14 +183,6 @@ class TraceMarks:
     def rows(self) -> int:
         """Rows of steps, the elision row included."""
         return self.bars[-1].row + 1
-
-
-def check_picture_suffix(path: Path, flag: str) -> None:
-    """A picture is an .svg or a .png file; anything else is a one-line error."""
-    if path.suffix.lower() not in PICTURE_SUFFIXES:
-        raise ChunkproofError(
-            f"{flag} {path}: a picture is written as .svg or .png (by its suffix)"
-        )
 
 
 def split_variant(policy: Policy) -> str:
@@ -361,32 +352,6 @@ def trace_marks(cx: Counterexample, policy: Policy) -> TraceMarks:
 
 
 # -- rendering ----------------------------------------------------------------------------------
-
-
-@contextmanager
-def picture_style() -> Iterator[None]:
-    """matplotlib settings of every picture: SVG text stays text (searchable, greppable)."""
-    import matplotlib
-
-    with matplotlib.rc_context({"svg.fonttype": "none", "font.size": 9}):
-        yield
-
-
-def new_figure(width: float, height: float) -> Figure:
-    """A figure that is not attached to any display (no pyplot, no GUI backend)."""
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def save_figure(fig: Figure, path: Path) -> None:
-    """Write ``fig`` as .svg or .png (by the suffix); an unwritable path is a one-line error."""
-    check_picture_suffix(path, "picture")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format=path.suffix.lower()[1:], dpi=150)
-    except OSError as exc:
-        raise ChunkproofError(f"{path}: cannot write the picture ({exc.strerror})") from None
 
 
 def render_trace(marks: TraceMarks, path: Path) -> Path:

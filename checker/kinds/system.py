@@ -1,22 +1,25 @@
-"""The counterexample files of ``chunkproof system`` (SPEC C for several requests, SPEC N1):
-for each violated property, the smallest instance's witness path recomputed step by step with
-every request's stages (:func:`~chunkproof.spec.scheduler_trace.run_instance`), its
-verdict in words, and the file with its picture in the run folder (``system-HOL.json``,
-``system-HOL.svg``)."""
+"""The scheduler step's counterexamples (SPEC C for several requests, SPEC N1): for a violated
+property, the smallest instance's witness path recomputed step by step with every request's
+stages (:func:`~chunkproof.spec.scheduler_trace.run_instance`) and its verdict in words; read,
+replayed, drawn and made a repro as every model's are (:class:`SystemKind`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from chunkproof.checker.reports.output import RunFolder
 from chunkproof.checker.reports.system_picture import save_system_picture
+from chunkproof.checker.repro.system import system_repro_source
 from chunkproof.model.config import Config
-from chunkproof.model.counterexample import write_file
+from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
-from chunkproof.model.system_counterexample import SystemCounterexample, SystemStep
-from chunkproof.spec.scheduler_trace import Run, arrival_order, run_instance
+from chunkproof.model.system_counterexample import SYSTEM_FORMAT, SystemCounterexample, SystemStep
+from chunkproof.model.trace_file import TraceFile, TraceFormat
+from chunkproof.spec.scheduler_step import SCHEDULER_PROPERTIES
+from chunkproof.spec.scheduler_trace import Run, arrival_order, replay, run_instance
 
 
 @dataclass(frozen=True)
@@ -71,14 +74,6 @@ def build(
         verdict=verdict_words(policy, witness.instance, steps[-1], pid),
         details=details,
     )
-
-
-def save(cx: SystemCounterexample, policy: Policy, out: RunFolder) -> tuple[str, str]:
-    """Write ``cx`` and its picture into the run folder; their final paths."""
-    staged = out.path(policy.file_stem, f"system-{cx.property}.json")
-    write_file(staged, cx.to_dict())
-    picture = save_system_picture(cx, staged.with_suffix(".svg"))
-    return out.record(staged), out.record(picture)
 
 
 def verdict_words(policy: Policy, instance: tuple[Config, ...], last: SystemStep, pid: str) -> str:
@@ -145,3 +140,48 @@ def _zero_stage(stages: Step) -> str:
     """The first stage of a step that returns 0, in the order the step applies them (S3)."""
     zero = next(s for s in stages.order if getattr(stages, "n" if s == "cap" else s) == 0)
     return "the budget cap" if zero == "cap" else f"the {zero}"
+
+
+def _mine(cx: TraceFile) -> SystemCounterexample:
+    assert isinstance(cx, SystemCounterexample), type(cx)
+    return cx
+
+
+@dataclass(frozen=True)
+class SystemKind:
+    """The scheduler step's counterexamples (:class:`~chunkproof.checker.kinds.TraceKind`)."""
+
+    format: TraceFormat = SYSTEM_FORMAT
+    properties: tuple[str, ...] = SCHEDULER_PROPERTIES
+
+    def owns(self, cx: TraceFile) -> bool:
+        return isinstance(cx, SystemCounterexample)
+
+    def replay(self, policy: Policy, cx: TraceFile) -> str | None:
+        """:func:`~chunkproof.spec.scheduler_trace.replay`: every step, every request."""
+        return replay(policy, _mine(cx))
+
+    def replayed_words(self, cx: TraceFile) -> str:
+        """The file's verdict, escaped where it was read."""
+        return _mine(cx).verdict
+
+    def draw(self, cx: TraceFile, policy: Callable[[], Policy], path: Path) -> Path:
+        """The lanes picture (it needs no policy: the file holds every stage)."""
+        return save_system_picture(_mine(cx), path)
+
+    def graph(self, cx: TraceFile, policy: Callable[[], Policy], path: Path) -> Path:
+        raise ChunkproofError(
+            "--graph: a multi-request counterexample has no single-request state graph"
+        )
+
+    def repro_source(self, cx: TraceFile, source_name: str, style: str) -> str:
+        """The standalone form only: the short form has no ``schedule()`` loops."""
+        if style == "vllm":
+            raise ChunkproofError(
+                "--style vllm: a multi-request counterexample needs schedule()'s loops; "
+                "use --style standalone"
+            )
+        return system_repro_source(_mine(cx), source_name)
+
+
+SYSTEM = SystemKind()
