@@ -432,7 +432,7 @@ def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int$step_
 '''
 
 
-REAL_REST = '''
+RAISED = '''
 
 def raised(method: str, exc: Exception) -> str:
     """What the real code raised, and the innermost line it raised on."""
@@ -440,7 +440,12 @@ def raised(method: str, exc: Exception) -> str:
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     message = f": {exc}" if str(exc) else ""
     return f"{method} raises {type(exc).__name__}{where}{message}"
+'''
+"""How a step names the exception the real code raised (SPEC P0), in every repro."""
 
+REAL_REST = (
+    RAISED
+    + '''
 
 @pytest.fixture(scope="module")
 def vllm() -> Extracted:
@@ -483,6 +488,7 @@ $functions
 # ---------------------------------------------------------------------------------------------
 
 $loader'''
+)
 
 
 REAL_METHODS = UNSAFE + REAL_REST

@@ -23,7 +23,7 @@ from __future__ import annotations
 import textwrap
 from string import Template
 
-from chunkproof.checker.repro.frame import UNSAFE, copied_functions, import_lines
+from chunkproof.checker.repro.frame import RAISED, UNSAFE, copied_functions, import_lines
 from chunkproof.checker.repro.requests import TEST, offered, predicates, title, trace_values
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
@@ -53,14 +53,6 @@ Config = SimpleNamespace  # chunkproof's configuration type, here a plain namesp
 ``Scheduler`` is imported as its own tests import it."""
 
 STUB = '''
-
-def raised(method: str, exc: Exception) -> str:
-    """What vLLM's code raised, and the innermost line it raised on."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    message = f": {exc}" if str(exc) else ""
-    return f"{method} raises {type(exc).__name__}{where}{message}"
-
 
 class SourceError(Exception):
     """The methods read an attribute the stub does not set (the test is wrong, not vLLM)."""
@@ -124,7 +116,7 @@ $functions
 """The stub ``self``, what the test asks of the installed ``Scheduler``, and chunkproof's
 functions (a :class:`~string.Template` piece)."""
 
-_TEMPLATE = Template(PRELUDE + TEST + UNSAFE + STUB)
+_TEMPLATE = Template(PRELUDE + TEST + UNSAFE + RAISED + STUB)
 
 
 def vllm_repro_source(cx: Counterexample, source_name: str) -> str:

@@ -216,7 +216,7 @@ def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int) -> S
 
 
 def raised(method: str, exc: Exception) -> str:
-    """What vLLM's code raised, and the innermost line it raised on."""
+    """What the real code raised, and the innermost line it raised on."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     message = f": {exc}" if str(exc) else ""
