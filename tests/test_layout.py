@@ -78,3 +78,12 @@ def test_every_module_is_in_a_layer() -> None:
     folders = set(_packages(ROOT))
     assert folders <= {*LAYERS, "checker"}, folders - {*LAYERS, "checker"}
     assert {*LAYERS, "checker"} <= folders
+
+
+def test_every_package_installs() -> None:
+    """pyproject.toml lists each package (the root is ``chunkproof``): a package left out is
+    missing from a non-editable install, which then fails on its first import."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    assert listed == {"chunkproof", *(f"chunkproof.{p}" for p in _packages(ROOT))}

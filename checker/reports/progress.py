@@ -1,13 +1,25 @@
 """Progress on standard error (cells proved, configurations explored, the least counterexamples'
-search, time left), shown only on a terminal, only for runs longer than a second, and never
-under ``--json``."""
+search, time left), for runs longer than a second and never under ``--json``: on a terminal a
+``tqdm`` bar that clears itself; elsewhere (a CI log, a pipe) one line every
+:data:`LOG_INTERVAL` seconds, so a long run is never silent."""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+LOG_INTERVAL = 30.0
+"""Seconds between two progress lines off a terminal."""
+
+LINE_FORMAT = "{desc}: {n}/{total} done in {elapsed}, about {remaining} left"
+"""A progress line off a terminal (``tqdm``'s meter fields)."""
+
+BAR_FORMAT = "{desc} |{bar}| {n}/{total} [{elapsed}, about {remaining} left]"
+"""The terminal bar."""
 
 
 class Progress:
@@ -19,27 +31,44 @@ class Progress:
         stream: TextIO | None = None,
         delay: float = 1.0,
         enabled: bool = True,
+        interval: float = LOG_INTERVAL,
     ) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.delay = delay
+        self.interval = interval
         self.started = time.monotonic()
-        self.shown = False
-        self.enabled = enabled and self.stream.isatty()
+        self.enabled = enabled
+        self.terminal = self.stream.isatty()
+        self.bar: tqdm[Any] | None = None
+        self.logged: float | None = None
 
     def tick(self, done: int, total: int) -> None:
         elapsed = time.monotonic() - self.started
         if not self.enabled or elapsed < self.delay:
             return
-        width = 30
-        filled = width * done // max(total, 1)
-        bar = "#" * filled + "." * (width - filled)
-        left = elapsed * (total - done) / done if done else 0.0
-        self.stream.write(
-            f"\r{self.label} [{bar}] {done}/{total} {elapsed:5.1f}s, about {left:5.1f}s left"
-        )
-        self.stream.flush()
-        self.shown = True
+        if self.terminal:
+            self._draw(done, total)
+        elif self.logged is None or elapsed - self.logged >= self.interval:
+            self.logged = elapsed
+            line = tqdm.format_meter(
+                done, total, elapsed, prefix=self.label, bar_format=LINE_FORMAT
+            )
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def _draw(self, done: int, total: int) -> None:
+        """The terminal bar at ``done`` of ``total``, timed from the run's (or stage's) start."""
+        bar = self.bar
+        if bar is None:
+            bar = tqdm(
+                total=total, desc=self.label, file=self.stream, leave=False, bar_format=BAR_FORMAT
+            )
+            bar.start_t = time.time() - (time.monotonic() - self.started)
+            self.bar = bar
+        bar.total = total
+        bar.n = done
+        bar.refresh()
 
     def stage(self, label: str) -> Callable[[int, int], None]:
         """A :meth:`tick` for a later stage of the run, shown as ``label`` from its first call
@@ -52,14 +81,16 @@ class Progress:
                 begun = True
                 self.close()
                 self.label, self.delay, self.started = label, 0.0, time.monotonic()
+                self.logged = None
             self.tick(done, total)
 
         return tick
 
     def close(self) -> None:
-        if self.shown:
-            self.stream.write("\r" + " " * 100 + "\r")
-            self.stream.flush()
+        """Clear the terminal bar (a log keeps its lines)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     @property
     def elapsed(self) -> float:
