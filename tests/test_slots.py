@@ -546,8 +546,10 @@ def test_dropped_hit_rounds_the_attention_block_down_to_s(
     version: str, prompt: int, resend: int
 ) -> None:
     """SPEC KV1: without fine hits under the drop, the attention group (block G = 4 < S = 8)
-    drops one of its own blocks and the coordinator rounds down to S (checked against the
-    releases' coordinators by tests/test_kv_lookup_fidelity.py)."""
+    drops one of its own blocks and the coordinator rounds down to S. The rule as each release
+    states it: from 0.26 these releases derive fine hits from H < B (SPEC S1b), so they refuse
+    this configuration, and the release rule is compared with the real coordinators on
+    accepted ones by tests/test_kv_lookup_fidelity.py."""
     cfg = Config(
         block=8,
         split_block=4,
@@ -559,6 +561,7 @@ def test_dropped_hit_rounds_the_attention_block_down_to_s(
         drop=True,
     )
     assert kv_rules(version).resend(cfg) == resend
+    assert policy_for_release(version).accepts(cfg) is not None
 
 
 def test_slot_setup_attention_block_defaults_to_s() -> None:
