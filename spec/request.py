@@ -355,15 +355,15 @@ class RequestModel:
         target = c + chunk
         moving = ~unsafe & (chunk > 0)
         bad: dict[str, np.ndarray] = {"P0": unsafe}
-        largest = budget == batch.high[lane_inst]
-        stuck = _predicate(props.stuck, [view, c, chunk], size)
-        bad["P1"] = ~crashed & largest & stuck
-        edges = _edge_runs(source, target, moving)
-        edge_view = batch.view(lane_inst[edges.first])
-        edge_args = [edge_view, c[edges.first], target[edges.first]]
+        bad["P1"] = self._livelocked(batch, lane_inst, c, budget, chunk, crashed)
         edge_properties = props.edge_properties(self.policy)  # SPEC KV1: the release's P6
+        judging = [pid for pid in self.properties if pid in edge_properties]
+        if judging:
+            edges = _edge_runs(source, target, moving)
+            edge_view = batch.view(lane_inst[edges.first])
+            edge_args = [edge_view, c[edges.first], target[edges.first]]
         for pid in self.properties:
-            if pid in edge_properties:
+            if pid in judging:
                 judged = _predicate(edge_properties[pid], edge_args, len(edges.first))
                 bad[pid] = moving & judged[edges.run]
                 if pid == "P4":
@@ -380,6 +380,25 @@ class RequestModel:
             weight=np.ones(size, dtype=np.int64),
             record={"chunk": chunk, "crashed": crashed.astype(np.int64)},
         )
+
+    def _livelocked(
+        self,
+        batch: Batch,
+        lane_inst: np.ndarray,
+        c: np.ndarray,
+        budget: np.ndarray,
+        chunk: np.ndarray,
+        crashed: np.ndarray,
+    ) -> np.ndarray:
+        """SPEC P1 over the lanes: the largest budget makes no progress (``props.stuck``) and
+        the code does not raise (SPEC Q3); the predicate is judged on the largest budget's
+        lanes only."""
+        largest = np.flatnonzero((budget == batch.high[lane_inst]) & ~crashed)
+        view = batch.view(lane_inst[largest])
+        stuck = _predicate(props.stuck, [view, c[largest], chunk[largest]], len(largest))
+        livelocked = np.zeros(len(budget), dtype=bool)
+        livelocked[largest] = stuck
+        return livelocked
 
     def table(self, batch: Batch) -> Table:
         """Every state c in [c0, E) of every instance with every offered budget, reachable or
