@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from chunkproof.model import acceptance, splits, stages
 from chunkproof.model.errors import PolicyError
-from chunkproof.model.policy import Policy, Stage, StageFunction
+from chunkproof.model.policy import FIXED_INPUTS, Policy, Stage, StageFunction
 
-LATEST = "vllm-0.33"
+LATEST = "vllm-0.34"
 
 
 def _composition(
@@ -40,6 +40,23 @@ def _encoder(minor: int) -> StageFunction:
     return stages.encoder_v33
 
 
+FIXED_FROM = {
+    "max_model_len": 15,
+    "load_kv_async": 15,
+    "defer_prefills": 24,
+    "pad_spec_decode": 25,
+    "local_prefill_interval": 33,
+}
+"""The first release (minor) whose ``schedule()`` reads each input the model fixes
+(:data:`~chunkproof.model.policy.FIXED_INPUTS`)."""
+
+
+def _fixed(minor: int) -> tuple[str, ...]:
+    """What the model fixes of release 0.``minor``'s ``schedule()``: the inputs it reads
+    (:data:`FIXED_FROM`), as its source reading names them."""
+    return tuple(text for key, text in FIXED_INPUTS.items() if minor >= FIXED_FROM[key])
+
+
 def _release(
     name: str,
     releases: tuple[str, ...],
@@ -65,7 +82,8 @@ def _release(
         reservation_variant="R1" if reserve else None,
         composition=composition,
         releases=releases,
-        acceptance=acceptance.rules_for(int(releases[0].split(".")[1])),
+        acceptance=acceptance.rules_for(minor),
+        fixed=_fixed(minor),
     )
 
 
@@ -84,6 +102,7 @@ def _keep_policy(
         composition=composition,
         acceptance=acceptance.rules_for(minor),
         cache_release=f"0.{minor}.0",
+        fixed=_fixed(minor),
     )
 
 
@@ -120,6 +139,7 @@ _POLICIES: tuple[Policy, ...] = (
     _release("vllm-0.31", ("0.31.0",), "V7'", splits.split_v7, "C8"),
     _release("vllm-0.32", ("0.32.0",), "V8", splits.split_v8, "C8"),
     _release("vllm-0.33", ("0.33.0",), "V9", splits.split_v9, "C9"),
+    _release("vllm-0.34", ("0.34.0",), "V9", splits.split_v9, "C9"),
     Policy(
         name="lookahead-in-split",
         summary="proposed fix for the lookahead livelock: V9 resolves window ends itself; "
@@ -134,6 +154,7 @@ _POLICIES: tuple[Policy, ...] = (
         reservation_variant="R1-unaligned",
         composition="C9",
         acceptance=acceptance.rules_for(33),
+        fixed=_fixed(33),
     ),
     _keep_policy(
         "keep-subblock",

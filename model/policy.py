@@ -18,8 +18,8 @@ STAGE_NAMES = ("cap", "split", "encoder", "reservation")
 """Stage names, as they appear in a trace step (SPEC C)."""
 
 FIXED_INPUTS = {
-    "defer_prefills": "no prefill is deferred: schedule(throttle_prefills=False) (no DP "
-    "prefill balancing) and prefill_schedule_interval 1 (no local prefill cadence, 0.33)",
+    "defer_prefills": "no prefill is deferred for DP balancing: schedule(throttle_prefills=False)",
+    "local_prefill_interval": "prefill_schedule_interval 1 (no local prefill cadence)",
     "load_kv_async": "external KV hits load synchronously (no asynchronous KV load)",
     "pad_spec_decode": "no decode padding of an admission with one token left",
     "max_model_len": "no max_model_len cap",
@@ -54,6 +54,40 @@ class LoopRules:
             else f"{self.split} after the split, {self.later} after a later stage"
         )
         return f"running: 0 => {self.running}, waiting: 0 => {waiting}"
+
+
+@dataclass(frozen=True)
+class ScheduleBranch:
+    """One branch of a ``schedule()`` read from source that sets a chunk, moves requests
+    between queues or ends a loop, and how the model treats it (SPEC X3): ``status`` is
+    ``modelled``, ``held fixed`` (``why`` names the value) or ``not modelled``; ``changed``:
+    the release the report compares with has no branch of the same fingerprint (test,
+    effects and own body)."""
+
+    line: int
+    test: str
+    effects: tuple[str, ...]
+    status: str
+    why: str
+    fingerprint: str
+    changed: bool = False
+
+    def describe(self) -> str:
+        return f"{self.line:>5}  {self.status:<12}  {self.test}: {self.why}"
+
+
+@dataclass(frozen=True)
+class UserSource:
+    """The user's own file whose methods a policy read from source runs (SPEC X2): a lone
+    ``scheduler.py`` (``replaces_scheduler``: it stands for the tree's), or a patch module or
+    a subclass's module, whose ``methods`` (member name, line of its ``def`` there) replace
+    the tree's ``Scheduler``'s. ``unsupported`` names what a repro cannot carry (a method
+    defined inside a function, or in another of the user's files)."""
+
+    path: str
+    replaces_scheduler: bool
+    methods: tuple[tuple[str, int], ...] = ()
+    unsupported: tuple[str, ...] = ()
 
 
 def variant_number(composition: str) -> int | None:
@@ -131,6 +165,15 @@ class Policy:
     fixed: tuple[str, ...] = tuple(FIXED_INPUTS.values())
     """What the model fixes of the code it stands for (:data:`FIXED_INPUTS`): all of them for
     a built-in composition, those its ``schedule()`` reads for one read from source."""
+    user_source: UserSource | None = None
+    """The user's file whose methods the policy runs, for a repro to carry (``None``: a
+    release, a checkout or a built-in)."""
+    branches: tuple[ScheduleBranch, ...] = ()
+    """The branches of the ``schedule()`` a policy read from source runs (none for a
+    built-in)."""
+    branches_since: str | None = None
+    """The release (``X.Y.Z``) whose ``schedule()`` :attr:`ScheduleBranch.changed` compares
+    with; ``None`` when there is none."""
     loop_rules: LoopRules | None = None
     """What a zero does in each loop, read from the ``schedule()`` of a policy read from
     source; ``None``: those of its composition's C-variant (:meth:`rules`)."""

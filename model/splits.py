@@ -20,6 +20,7 @@ from collections.abc import Callable
 from chunkproof.model.arith import ck30, ck32, ck33, fl, valid
 from chunkproof.model.config import Config
 from chunkproof.model.stages import encoder_forced_v24
+from chunkproof.model.step import eagle_family
 
 
 def prefill_end(cfg: Config) -> int:
@@ -34,9 +35,9 @@ def max_chunk(cfg: Config) -> int:
     return cfg.max_sched
 
 
-def back_off(lam: int, cfg: Config) -> int:
-    """lambda := max(lambda - B, 0) under the EAGLE block drop D (V1-V7, rule 2/3)."""
-    if cfg.drop:
+def back_off(lam: int, cfg: Config, drop: bool) -> int:
+    """lambda := max(lambda - B, 0) under the EAGLE block drop (V1-V7, rule 2/3)."""
+    if drop:
         return max(lam - cfg.split_block, 0)
     return lam
 
@@ -60,13 +61,21 @@ def align_end(cfg: Config, c: int, e: int, keep: bool = False) -> int:
 
 
 def lambda_prompt(cfg: Config) -> int:
-    """V1's last cache position lambda = fl(P, B), less B under D (history note 3, V1)."""
-    return back_off(fl(cfg.prompt, cfg.split_block), cfg)
+    """V1's last cache position lambda = fl(P, B), less B under ``use_eagle`` (history note
+    3, V1): 0.15 backs off whenever an EAGLE-family drafter is configured, which is D on
+    every configuration the release accepts (SPEC S1b) and also L >= 1 outside them."""
+    return back_off(fl(cfg.prompt, cfg.split_block), cfg, eagle_family(cfg, 0))
+
+
+def lambda_eagle(cfg: Config) -> int:
+    """lambda of V2-V6 (0.17-0.29): fl(T, B), less B under ``use_eagle`` (history note 3), as
+    :func:`lambda_prompt`."""
+    return back_off(fl(cfg.tokens, cfg.split_block), cfg, eagle_family(cfg, 0))
 
 
 def lambda_tokens(cfg: Config) -> int:
-    """lambda of V2-V7: fl(T, B), less B under D (history note 3)."""
-    return back_off(fl(cfg.tokens, cfg.split_block), cfg)
+    """lambda of V7 (0.30-0.31): fl(T, B), less B under D (``use_eagle_block_drop``)."""
+    return back_off(fl(cfg.tokens, cfg.split_block), cfg, cfg.drop)
 
 
 def lambda_ck32(cfg: Config) -> int:
@@ -138,7 +147,7 @@ def split_v2b(cfg: Config, c: int, n: int) -> int:
     """V2b (0.23.0): V2 without the external-hit assertion (history note 3, V2 rules 2-5)."""
     if c >= prefill_end(cfg):
         return n
-    lam = lambda_tokens(cfg)
+    lam = lambda_eagle(cfg)
     e = c + n
     if e < lam:
         return fl(n, cfg.split_block)
@@ -164,7 +173,7 @@ def split_v4(cfg: Config, c: int, n: int) -> int:
     if c >= big_e:
         return n
     block = cfg.split_block
-    lam = lambda_tokens(cfg)
+    lam = lambda_eagle(cfg)
     e = c + n
     if e < lam:
         e = fl(e, block)
@@ -194,7 +203,7 @@ def split_v6(cfg: Config, c: int, n: int) -> int:
     if c >= big_e:
         return n
     block = cfg.split_block
-    lam = lambda_tokens(cfg)
+    lam = lambda_eagle(cfg)
     internal = cfg.checkpoints and c % block == 0
     if internal:
         lam = 0
@@ -357,7 +366,7 @@ def split_v5_keeping(cfg: Config, c: int, n: int, keep: bool) -> int:
     if c >= big_e:
         return n
     block = cfg.split_block
-    lam = lambda_tokens(cfg)
+    lam = lambda_eagle(cfg)
     e = c + n
     if e < big_e:
         e = align_end(cfg, c, e, keep)
@@ -400,12 +409,12 @@ Position = Callable[[Config], int]
 
 CACHE_POSITIONS: dict[str, tuple[Position, Position | None]] = {
     "V1": (lambda_prompt, None),
-    "V2": (lambda_tokens, None),
-    "V2b": (lambda_tokens, None),
-    "V3": (lambda_tokens, None),
-    "V4": (lambda_tokens, tau_floor),
-    "V5": (lambda_tokens, tau_floor),
-    "V6": (lambda_tokens, tau_floor),
+    "V2": (lambda_eagle, None),
+    "V2b": (lambda_eagle, None),
+    "V3": (lambda_eagle, None),
+    "V4": (lambda_eagle, tau_floor),
+    "V5": (lambda_eagle, tau_floor),
+    "V6": (lambda_eagle, tau_floor),
     "V7": (lambda_tokens, tau_v7),
     "V7'": (lambda_tokens, tau_v7),
     "V8": (lambda_ck32, tau_ck32),

@@ -11,7 +11,16 @@ A policy stage is written once, as an ordinary Python function in this subset:
   value is ``None``), ``and``/``or``, ``x if c else y``, tuples, calls to helper functions
   written in the same subset (inlined), calls to members of a :class:`SourceObject` (methods,
   static methods; properties are read), and ``min``/``max`` over arguments or over a generator
-  with an ``if`` filter and a ``default=``.
+  with an ``if`` filter and a ``default=``;
+* a starred argument ``f(*xs)``, ``min(*xs)`` whose value is a tuple (its elements are the
+  arguments, as in Python);
+* ``float("inf")`` and ``float("-inf")`` (:class:`Infinity`), in the only places where their
+  value is exact on every domain without a float: comparisons with integers (an integer is
+  always below ``inf``, so ``n < float("inf")`` is the constant ``True``), ``min``/``max``
+  (``min(n, float("inf"))`` is ``n``), unary minus, truth (true), ``is None``, and as a value
+  passed around; arithmetic on it, returning it as a chunk, and a variable that is infinite
+  on some lanes and an integer on others are one :class:`SubsetError` naming the line (SPEC
+  Q1: the forms never approximate infinity by a large integer).
 
 The *vectorised* and *symbolic* forms of a function come from :class:`Interpreter`, which runs
 the syntax tree over a :class:`Domain`: NumPy arrays (:mod:`chunkproof.model.vectorised`),
@@ -179,6 +188,10 @@ _ALLOWED_NODES = (
     *_CMPOPS,
 )
 _IDENTITY = (ast.Is, ast.IsNot)
+_INFINITE_TEXTS = {"inf": False, "+inf": False, "infinity": False, "+infinity": False}
+_INFINITE_TEXTS |= {"-inf": True, "-infinity": True}
+"""The texts ``float()`` turns into an infinity (case and surrounding blanks ignored, as
+Python does), and whether it is negative."""
 _MIN_MAX = {"min": True, "max": False}
 """The only builtins a subset function may call (True: ``min``)."""
 
@@ -232,7 +245,8 @@ def parse(fn: Callable[..., Any]) -> SubsetFunction:
 
 def validate(func: SubsetFunction) -> None:
     """Reject every construct outside the subset, naming file and line. The exception
-    expression of a ``raise`` is never evaluated and so not inspected."""
+    expression of a ``raise`` is never evaluated and so not inspected. A starred expression is
+    in the subset only as a positional argument of a call."""
     node = func.node
     if node.decorator_list or node.args.vararg or node.args.kwarg or node.args.kwonlyargs:
         raise SubsetError(
@@ -243,11 +257,13 @@ def validate(func: SubsetFunction) -> None:
         raise SubsetError(
             f"{func.where(node)}: {func.name}: positional-only parameters are outside the subset"
         )
+    starred = starred_arguments(node)
     stack: list[tuple[ast.AST, ast.AST]] = [(c, node) for c in ast.iter_child_nodes(node)]
     while stack:
         child, parent = stack.pop()
         at = child if hasattr(child, "lineno") else parent
-        _check_node(func, child, at)
+        if id(child) not in starred:
+            _check_node(func, child, at)
         if not isinstance(child, ast.Raise):
             stack.extend((c, at) for c in ast.iter_child_nodes(child))
 
@@ -306,6 +322,22 @@ def _check_node(func: SubsetFunction, child: ast.AST, at: ast.AST) -> None:
         raise SubsetError(
             f"{func.where(at)}: the attribute {child.attr!r} is outside the policy subset"
         )
+
+
+def starred_arguments(node: ast.AST) -> set[int]:
+    """The ids of the starred positional arguments of the calls below ``node``."""
+    return {
+        id(arg)
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call)
+        for arg in call.args
+        if isinstance(arg, ast.Starred)
+    }
+
+
+def any_starred(call: ast.Call) -> bool:
+    """Whether a positional argument of ``call`` is starred."""
+    return any(isinstance(arg, ast.Starred) for arg in call.args)
 
 
 def _identity_with_none(node: ast.Compare) -> bool:
@@ -391,6 +423,30 @@ class BoundMember:
 
     obj: SourceObject
     member: Member
+
+
+@dataclass(frozen=True)
+class Infinity:
+    """``float("inf")`` (``negative``: ``float("-inf")``), module docstring."""
+
+    negative: bool = False
+
+    def __repr__(self) -> str:
+        return 'float("-inf")' if self.negative else 'float("inf")'
+
+    @property
+    def rank(self) -> int:
+        """Its place among the integers: above all of them (1) or below (-1)."""
+        return -1 if self.negative else 1
+
+
+INFINITY = Infinity()
+
+
+def infinity(text: str) -> Infinity | None:
+    """What ``float(text)`` is when ``text`` names an infinity, else ``None``."""
+    negative = _INFINITE_TEXTS.get(text.strip().lower())
+    return None if negative is None else Infinity(negative)
 
 
 # -- the interpreter ----------------------------------------------------------------------------
@@ -595,7 +651,7 @@ class Interpreter:
     def _truthy(self, value: Value) -> Value:
         """Python's truth of ``value`` as a domain boolean (SPEC Q1): a string, ``None`` or a
         tuple by Python's rule, a number of the domain by :meth:`Domain.truthy`."""
-        if value is None or isinstance(value, (str, tuple)):
+        if value is None or isinstance(value, (str, tuple, Infinity)):
             return bool(value)
         return self.domain.truthy(value)
 
@@ -670,6 +726,8 @@ class Interpreter:
             if isinstance(node.op, ast.Not):
                 return self._test(func, node, env, active)
             operand = self._expr(func, node.operand, env, active)
+            if isinstance(operand, Infinity):
+                return Infinity(not operand.negative)
             return d.neg(self._number(func, node, operand, "unary -"))
         if isinstance(node, ast.BoolOp):
             return self._bool_op(func, node, env, active)
@@ -819,9 +877,81 @@ class Interpreter:
             if all(isinstance(v, _PLAIN) for v in others):
                 equal = len(others) == 2 and left == right
                 return equal == (op == "==")
+        if isinstance(left, Infinity) or isinstance(right, Infinity):
+            return self._infinite_order(func, node, op, left, right)
         self._number(func, node, left, op)
         self._number(func, node, right, op)
         return d.binop(op, left, right)
+
+    def _infinite_order(
+        self, func: SubsetFunction, node: ast.AST, op: str, left: Value, right: Value
+    ) -> bool:
+        """An ordering with an infinity on one side (module docstring): exact, since every
+        integer lies strictly between ``float("-inf")`` and ``float("inf")``."""
+        ranks = []
+        for value in (left, right):
+            if isinstance(value, Infinity):
+                ranks.append(value.rank)
+            else:
+                self._number(func, node, value, op)
+                ranks.append(0)
+        low, high = ranks
+        return {"<": low < high, "<=": low <= high, ">": low > high, ">=": low >= high}[op]
+
+    def _arguments(
+        self, func: SubsetFunction, node: ast.Call, env: Mapping[str, Value], active: Value
+    ) -> list[Value]:
+        """The positional arguments of a call, a starred one's tuple spread in place."""
+        values: list[Value] = []
+        for arg in node.args:
+            if not isinstance(arg, ast.Starred):
+                values.append(self._expr(func, arg, env, active))
+                continue
+            spread = self._expr(func, arg.value, env, active)
+            if not isinstance(spread, tuple):
+                raise SubsetError(
+                    f"{func.where(arg)}: *{ast.unparse(arg.value)} spreads {self._kind(spread)}; "
+                    "the subset spreads a tuple only"
+                )
+            values.extend(spread)
+        return values
+
+    def _keywords(
+        self, func: SubsetFunction, node: ast.Call, env: Mapping[str, Value], active: Value
+    ) -> dict[str, Value]:
+        return {k.arg: self._expr(func, k.value, env, active) for k in node.keywords if k.arg}
+
+    def bound_call(
+        self,
+        func: SubsetFunction,
+        node: ast.Call,
+        target: BoundMember,
+        env: Mapping[str, Value],
+        active: Value,
+    ) -> Value:
+        """A call of a stand-in's member. A member of kind ``returns`` (a call's value given
+        with ``--set``, whatever its arguments) evaluates its arguments as Python does, for
+        their crashes, except that an argument that is a plain attribute path the stand-ins
+        do not model (an object passed along, which reading cannot make raise) is not read."""
+        if target.member.kind == "returns":
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                self._given_argument(func, arg, env, active)
+            return self.call(target.member.function, [target.obj], active=active)
+        args = self._arguments(func, node, env, active)
+        kwargs = self._keywords(func, node, env, active)
+        bound = [] if target.member.kind == "staticmethod" else [target.obj]
+        return self.call(target.member.function, [*bound, *args], kwargs, active)
+
+    def _given_argument(
+        self, func: SubsetFunction, arg: ast.expr, env: Mapping[str, Value], active: Value
+    ) -> None:
+        """An argument of a call whose value is given (:meth:`bound_call`)."""
+        value = arg.value if isinstance(arg, ast.Starred) else arg
+        try:
+            self._expr(func, value, env, active)
+        except StandInError:
+            if not _is_path(value):
+                raise
 
     def _call(
         self, func: SubsetFunction, node: ast.Call, env: Mapping[str, Value], active: Value
@@ -833,10 +963,7 @@ class Interpreter:
                     f"{func.where(node)}: call to {ast.unparse(node.func)!r}, which is not a "
                     "member read from source"
                 )
-            args = [self._expr(func, a, env, active) for a in node.args]
-            kwargs = {k.arg: self._expr(func, k.value, env, active) for k in node.keywords if k.arg}
-            bound = [] if target.member.kind == "staticmethod" else [target.obj]
-            return self.call(target.member.function, [*bound, *args], kwargs, active)
+            return self.bound_call(func, node, target, env, active)
         if not isinstance(node.func, ast.Name):
             raise SubsetError(
                 f"{func.where(node)}: only calls to named helper functions are in the subset"
@@ -844,6 +971,8 @@ class Interpreter:
         name = node.func.id
         if name in _MIN_MAX and name not in func.namespace:
             return self._min_max(func, node, env, active, _MIN_MAX[name])
+        if name == "float" and name not in func.namespace:
+            return self._float(func, node)
         target = func.namespace.get(name)
         if isinstance(target, SubsetFunction):
             helper = target
@@ -853,9 +982,20 @@ class Interpreter:
             raise SubsetError(
                 f"{func.where(node)}: call to {name!r}, which is not a subset helper function"
             )
-        args = [self._expr(func, a, env, active) for a in node.args]
-        kwargs = {k.arg: self._expr(func, k.value, env, active) for k in node.keywords if k.arg}
-        return self.call(helper, args, kwargs, active)
+        args = self._arguments(func, node, env, active)
+        return self.call(helper, args, self._keywords(func, node, env, active), active)
+
+    def _float(self, func: SubsetFunction, node: ast.Call) -> Infinity:
+        """``float("inf")``/``float("-inf")``; any other ``float()`` is outside the subset."""
+        text = node.args[0] if len(node.args) == 1 and not node.keywords else None
+        if isinstance(text, ast.Constant) and isinstance(text.value, str):
+            value = infinity(text.value)
+            if value is not None:
+                return value
+        raise SubsetError(
+            f"{func.where(node)}: {ast.unparse(node)[:60]} in {func.name}: the subset computes "
+            'on integers; float("inf") and float("-inf") are its only floats'
+        )
 
     def _min_max(
         self,
@@ -869,16 +1009,26 @@ class Interpreter:
         pick = d.minimum if is_min else d.maximum
         if len(node.args) == 1 and isinstance(node.args[0], ast.GeneratorExp):
             return self._fold_generator(func, node, node.args[0], env, active, is_min)
-        if len(node.args) < 2 or node.keywords:
+        if node.keywords or (len(node.args) < 2 and not any_starred(node)):
             raise SubsetError(
                 f"{func.where(node)}: min/max take two or more values, or one "
                 "generator with default="
             )
         what = "min" if is_min else "max"
-        values = [
-            self._number(func, node, self._expr(func, a, env, active), what) for a in node.args
-        ]
-        return functools.reduce(pick, values)
+        values = self._arguments(func, node, env, active)
+        if len(values) < 2:
+            raise SubsetError(
+                f"{func.where(node)}: {what} of {len(values)} value(s); the subset takes two "
+                "or more"
+            )
+        finite = [self._number(func, node, v, what) for v in values if not isinstance(v, Infinity)]
+        infinite = [v for v in values if isinstance(v, Infinity)]
+        extreme = [v for v in infinite if v.negative == is_min]
+        if extreme:
+            return extreme[0]  # below (min) or above (max) every integer
+        if finite:
+            return functools.reduce(pick, finite)
+        return infinite[0]
 
     def _fold_generator(
         self,
@@ -901,7 +1051,8 @@ class Interpreter:
         items = self._expr(func, comp.iter, env, active)
         if not isinstance(items, tuple):
             raise SubsetError(f"{func.where(call)}: min/max iterate over a tuple only")
-        best = self._expr(func, defaults[0], env, active)
+        default = self._expr(func, defaults[0], env, active)
+        best = 0 if isinstance(default, Infinity) else default
         have: Value = False
         for item in items:
             scope = {**env, comp.target.id: item}
@@ -914,16 +1065,49 @@ class Interpreter:
             take = d.and_(keep, d.or_(d.not_(have), better))
             best = d.ite(take, value, best)
             have = d.or_(have, keep)
+        if isinstance(default, Infinity):
+            return self._or_infinite(func, call, have, best, default, active)
         return best
 
+    def _or_infinite(
+        self,
+        func: SubsetFunction,
+        call: ast.Call,
+        have: Value,
+        best: Value,
+        default: Infinity,
+        active: Value,
+    ) -> Value:
+        """A generator's fold whose default is an infinity: ``best`` where some item was
+        kept, the default where none was (Python uses the default only then), on the live
+        lanes ``active``."""
+        d = self.domain
+        if d.truth(d.and_(active, d.not_(have))) is False:
+            return best
+        if d.truth(d.and_(active, have)) is False:
+            return default
+        raise SubsetError(
+            f"{func.where(call)}: {ast.unparse(call)[:60]} in {func.name} is {default!r} on "
+            "some lanes and an integer on others, which no lane-wise form holds"
+        )
 
-_PLAIN = (str, type(None))
+
+_PLAIN = (str, type(None), Infinity)
 """The non-numbers ``==`` and ``!=`` compare (as Python does)."""
 
 
 def _kind(value: Value) -> str:
     """What a non-number is, for an error message: ``a str``, ``None``, ``a tuple``, ..."""
+    if isinstance(value, Infinity):
+        return repr(value)
     return "None" if value is None else f"a {type(value).__name__}"
+
+
+def _is_path(node: ast.expr) -> bool:
+    """``a.b.c``: a name and attribute reads only."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _trusted(fn: Callable[..., Any]) -> bool:

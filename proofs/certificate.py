@@ -87,14 +87,15 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def recheck(path: Path, timeout_ms: int = 20_000) -> dict[str, str]:
-    """Re-check every obligation of a certificate file in a fresh context: name -> result."""
+def recheck(path: Path, timeout_ms: int = 20_000, rlimit: int | None = None) -> dict[str, str]:
+    """Re-check every obligation of a certificate file in a fresh context, each within
+    ``timeout_ms`` and ``rlimit`` units (:mod:`~chunkproof.proofs.solving`): name -> result."""
     sections = path.read_text().split(SECTION)[1:]
     results: dict[str, str] = {}
     for section in sections:
         name = section.split(" ", 1)[0]
         body = section.split("\n", 1)[1].replace("(check-sat)", "")
-        results[name] = solving.check_text(body, timeout_ms)
+        results[name] = solving.check_text(body, timeout_ms, rlimit)
     return results
 
 
@@ -103,11 +104,11 @@ def holds(results: dict[str, str]) -> bool:
     return set(results) == set(OBLIGATIONS) and all(r == "unsat" for r in results.values())
 
 
-def confirm(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
+def confirm(path: Path, timeout_ms: int, rlimit: int | None = None) -> tuple[bool, dict[str, str]]:
     """Re-check the certificate at ``path`` (:func:`recheck`): whether it :func:`holds`, and
     the results. A certificate that does not hold is removed, so that no file named as a
     certificate stands beside a verdict that is not PROVED."""
-    results = recheck(path, timeout_ms)
+    results = recheck(path, timeout_ms, rlimit)
     confirmed = holds(results)
     if not confirmed:
         path.unlink(missing_ok=True)

@@ -11,7 +11,9 @@ state vector, for :mod:`chunkproof.proofs.certificate`); sat: some reachable sta
 unknown: every try (:data:`SEEDS`) gave up or ran out.
 
 Each try is cut by Z3's deterministic resource limit, not by the clock: a verdict then depends
-on the machine's load only through the overall timeout. (Cut by time, a seed that proves a
+on the machine's load only through the overall timeout, and not at all under a resource limit
+of the whole query (``rlimit``, what ``--rlimit`` sets): it bounds every try, the last one's
+too, and the timeout is then a guard only. (Cut by time, a seed that proves a
 query in 1.7 s of its 2 s slice on a quiet machine overran it on a loaded one, and the seeds
 after it did not prove the query within 60 s: the same run said PROVED or BOUNDED by load.)
 """
@@ -53,9 +55,14 @@ so the slices are about 1 s, 2 s and 4 s on such a machine, whatever its load.""
 
 
 def reachable_violation(
-    model: SymbolicModel, pid: str, extra: Any = True, timeout_ms: int = 10_000
+    model: SymbolicModel,
+    pid: str,
+    extra: Any = True,
+    timeout_ms: int = 10_000,
+    rlimit: int | None = None,
 ) -> ChcResult:
-    """Is a state violating ``pid`` reachable (under the additional constraint ``extra``)?"""
+    """Is a state violating ``pid`` reachable (under the additional constraint ``extra``)?
+    Each try of :data:`SEEDS` within ``timeout_ms`` and at most ``rlimit`` units."""
     started = time.monotonic()
     deadline = started + timeout_ms / 1000
     tried: list[int] = []
@@ -64,10 +71,18 @@ def reachable_violation(
         if left <= 0:
             break
         tried.append(seed)
-        status, invariant = _attempt(model, pid, extra, seed, units, left)
+        status, invariant = _attempt(model, pid, extra, seed, _units(units, rlimit), left)
         if status != "unknown":
             return ChcResult(status, invariant, time.monotonic() - started, tuple(tried))
     return ChcResult("unknown", None, time.monotonic() - started, tuple(tried))
+
+
+def _units(units: int, rlimit: int | None) -> int:
+    """A try's resource units (0: no limit) under the query's ``rlimit``: at most it, and the
+    whole of it for the try :data:`SEEDS` leaves unlimited."""
+    if rlimit is None:
+        return units
+    return min(units, rlimit) if units else rlimit
 
 
 def _attempt(

@@ -46,9 +46,11 @@ def finite_reachable_violation(
     extra: Any,
     states: Sequence[Sequence[int]],
     timeout_ms: int,
+    rlimit: int | None = None,
 ) -> str:
     """Is a state violating ``pid`` reachable where ``extra`` holds, the runs being among
-    ``states`` (module docstring)? "sat", "unsat" or "unknown"."""
+    ``states`` (module docstring)? "sat", "unsat" or "unknown" (past ``timeout_ms`` or
+    ``rlimit`` units, :func:`~chunkproof.proofs.solving.try_limits`)."""
     listed = [[z3.IntVal(v) for v in s] for s in states]
     actions = [model.action(f"a{i}") for i in range(len(listed))]
     moves = [z3.Bool(f"moves{i}") for i in range(len(listed))]
@@ -71,7 +73,7 @@ def finite_reachable_violation(
     left.append(z3.And(model.init(unlisted), *[z3.Not(_equal(unlisted, s)) for s in listed]))
     violated = z3.Bool("violated")
     parts += [violated == z3.Or(*violations), z3.Or(violated, *left)]
-    answer, found = solving.solve_formula(z3.And(*parts), max(timeout_ms, 1), ATTEMPTS)
+    answer, found = solving.solve_formula(z3.And(*parts), max(timeout_ms, 1), ATTEMPTS, rlimit)
     if found is not None and z3.is_true(found.eval(violated, model_completion=True)):
         return "sat"
     return "unsat" if answer == "unsat" else "unknown"

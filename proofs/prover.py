@@ -19,9 +19,12 @@ For each cell and property, in order:
 
 Every PROVED verdict has its invariant written as an SMT-LIB certificate and re-checked by a
 fresh solver (initiation, consecution, safety) before it is reported. A solver timeout is
-UNKNOWN. A task proves in a scratch folder of the machine it runs on and returns its
-certificates' text, which :func:`prove_range` writes where the run keeps them: a worker on
-another machine needs no filesystem shared with the caller.
+UNKNOWN, and so is a query past its resource limit (``rlimit``, Z3's units: what ``--rlimit``
+sets); under one, the times above are turned into units
+(:func:`~chunkproof.proofs.solving.try_limits`) and the timeout is a guard only, so that no
+verdict depends on the machine's load. A task proves in a scratch folder of the machine it
+runs on and returns its certificates' text, which :func:`prove_range` writes where the run
+keeps them: a worker on another machine needs no filesystem shared with the caller.
 """
 
 from __future__ import annotations
@@ -78,12 +81,13 @@ def _certify(
     path: Path,
     header: str,
     timeout_ms: int,
+    rlimit: int | None = None,
 ) -> tuple[str, str]:
     """Write the invariant's certificate and re-check it with a fresh solver (removed when it
     does not hold): "unsat" when every obligation holds, "sat" when one fails, else "unknown";
     and what the re-check said."""
     cert = certificate.write(path, model, pid, invariant, header)
-    confirmed, results = certificate.confirm(path, timeout_ms)
+    confirmed, results = certificate.confirm(path, timeout_ms, rlimit)
     answer = "unsat" if confirmed else "sat" if "sat" in results.values() else "unknown"
     return answer, f"invariant {cert.invariant}; re-check {results}"
 
@@ -93,15 +97,21 @@ def _true(state: list[Any]) -> Any:
     return z3.BoolVal(True)
 
 
-def has_configuration(model: SymbolicModel, timeout_ms: int) -> str:
+def has_configuration(model: SymbolicModel, timeout_ms: int, rlimit: int | None = None) -> str:
     """sat when the cell holds a configuration, unsat when it holds none, else unknown."""
-    return solving.check_formula(model.constraint, timeout_ms)
+    return solving.check_formula(model.constraint, timeout_ms, rlimit)
 
 
 def prove_cell(
-    model: SymbolicModel, cell: Any, pid: str, timeout_ms: int, certificate_path: Path
+    model: SymbolicModel,
+    cell: Any,
+    pid: str,
+    timeout_ms: int,
+    certificate_path: Path,
+    rlimit: int | None = None,
 ) -> CellVerdict:
-    """The verdict of ``pid`` on one cell (module docstring)."""
+    """The verdict of ``pid`` on one cell (module docstring), each query within ``timeout_ms``
+    and ``rlimit`` units."""
     started = time.monotonic()
 
     def done(status: str, method: str, detail: str = "", path: Path | None = None) -> CellVerdict:
@@ -115,47 +125,49 @@ def prove_cell(
             str(path) if path else None,
         )
 
-    scope = has_configuration(model, timeout_ms)
+    scope = has_configuration(model, timeout_ms, rlimit)
     if scope == "unsat":
         return done(EMPTY, "scope", "no configuration in this cell")
     if scope != "sat":
         return done(UNKNOWN, "scope", "the solver could not decide whether the cell is empty")
     header = f"{pid} cell {cell}"
 
-    def induction(ms: int) -> tuple[str, str]:
-        return _certify(model, pid, _true, certificate_path, f"{header} (induction)", ms)
+    def induction(ms: int, units: int | None) -> tuple[str, str]:
+        return _certify(model, pid, _true, certificate_path, f"{header} (induction)", ms, units)
 
-    inductive, text = induction(min(timeout_ms, INDUCTION_FIRST_MS))
+    inductive, text = induction(*solving.try_limits(timeout_ms, rlimit, INDUCTION_FIRST_MS))
     if inductive == "unsat":
         return done(PROVED, "induction", text, certificate_path)
-    chc = reachable_violation(model, pid, True, timeout_ms)
+    chc = reachable_violation(model, pid, True, timeout_ms, rlimit)
     if chc.status == "sat":
         return done(VIOLATED, "spacer", f"{chc.attempts()}: a reachable state violates it")
     cover = chc.invariant if chc.status == "unsat" else None
     if cover is not None and not z3.is_true(z3.simplify(cover(model.state("s")))):
         answer, text = _certify(
-            model, pid, cover, certificate_path, f"{header} (spacer)", timeout_ms
+            model, pid, cover, certificate_path, f"{header} (spacer)", timeout_ms, rlimit
         )
         if answer == "unsat":
             return done(PROVED, "spacer", f"{chc.attempts()}; {text}", certificate_path)
         return done(UNKNOWN, "spacer", f"{chc.attempts()}: the invariant did not re-check: {text}")
     if inductive == "unknown":
-        inductive, text = induction(timeout_ms)
+        inductive, text = induction(timeout_ms, rlimit)
         if inductive == "unsat":
             return done(PROVED, "induction", text, certificate_path)
     if cover is not None:
         detail = f"{chc.attempts()}: the invariant is true, as tried above: {text}"
         return done(UNKNOWN, "spacer", detail)
     for depth in SHALLOW_DEPTHS:
-        if shallow_violation(model, pid, depth, SHALLOW_MS) == "sat":
+        shallow = solving.try_limits(timeout_ms, rlimit, SHALLOW_MS)
+        if shallow_violation(model, pid, depth, *shallow) == "sat":
             return done(VIOLATED, "bmc", f"a violation {depth} steps from an initial state")
     return done(UNKNOWN, "spacer", f"{chc.attempts()} gave up or ran out of time")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What every cell of one run shares: how to build a cell's model, the solver timeout and
-    the folder certificates go to (one file per cell and property, named by ``name``).
+    """What every cell of one run shares: how to build a cell's model, the solver timeout, the
+    folder certificates go to (one file per cell and property, named by ``name``) and the
+    solver's resource limit per query (``rlimit``; None: the timeout alone).
     Picklable when ``make_model`` and ``name`` are, so that workers of another machine can
     receive it."""
 
@@ -163,6 +175,7 @@ class Settings:
     name: Callable[[Any, str], str]
     timeout_ms: int
     certificates: Path
+    rlimit: int | None = None
 
 
 TaskMap = Callable[[Callable[..., Any], tuple[Any, ...], list[Any]], Iterable[Any]]
@@ -181,7 +194,8 @@ def prove_task(settings: Settings, task: tuple[Any, tuple[str, ...]]) -> list[Ce
     with tempfile.TemporaryDirectory(prefix="chunkproof-cell-") as scratch:
         for pid in pids:
             name = settings.name(cell, pid)
-            verdict = prove_cell(model, cell, pid, settings.timeout_ms, Path(scratch) / name)
+            path = Path(scratch) / name
+            verdict = prove_cell(model, cell, pid, settings.timeout_ms, path, settings.rlimit)
             if verdict.certificate is not None:
                 verdict.certificate_text = Path(verdict.certificate).read_text()
                 verdict.certificate = str(settings.certificates / name)

@@ -12,6 +12,10 @@ pipeline with the older arithmetic engine (``arith.solver=2``) 57, while decidin
 portfolio alternated with, was the slowest on both answers. Simulated on those times, this
 portfolio spends 139 s on them where the previous one spent 199 s and left 3 undecided
 (``bench/prove.py`` (e) prints the ratio of the two cell procedures).
+
+With a resource limit (``rlimit``: Z3's resource units, what ``--rlimit`` sets) the tries are
+cut by units instead of the clock (:func:`try_limits`), and the timeout is a guard only: the
+answer then does not depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -33,6 +37,31 @@ ATTEMPTS: Attempts = (
 )
 """(solver, random seed, milliseconds; 0 = the rest of the timeout), in order."""
 
+UNITS_PER_MS = 20_000
+"""Z3 resource units a try spends per millisecond, to turn a try's milliseconds into units
+under a resource limit (:func:`try_limits`). Measured on the portfolio's queries of the
+prover and conform in the tests (certificate obligations, scope, equivalence) on 2-core x86:
+11 to 18 thousand units per millisecond on the largest (2.6 to 3.4 million units each)."""
+
+
+def try_limits(timeout_ms: int, rlimit: int | None, ms: int) -> tuple[int, int | None]:
+    """(timeout, resource limit) of a try of ``ms`` milliseconds within a query bounded by
+    ``timeout_ms`` and ``rlimit``. Without ``rlimit`` the clock cuts the try: ``ms`` (at most
+    the timeout). With it, its share of units (``ms`` * :data:`UNITS_PER_MS`, at most
+    ``rlimit``) does, and the timeout is a guard only: whether the try answers does not depend
+    on the machine's load."""
+    if rlimit is None:
+        return min(ms, timeout_ms), None
+    return timeout_ms, min(rlimit, ms * UNITS_PER_MS)
+
+
+def limit(solver: Any, timeout_ms: int, rlimit: int | None) -> None:
+    """Bound ``solver``'s checks by ``timeout_ms`` and, when given, by ``rlimit`` units (past
+    either, the check is unknown)."""
+    solver.set("timeout", timeout_ms)
+    if rlimit is not None:
+        solver.set("rlimit", rlimit)
+
 
 def _solver(kind: str, seed: int, ctx: z3.Context | None) -> z3.Solver:
     """The pipeline (with the older arithmetic engine for :data:`OLD_ARITH`), or Z3's default
@@ -47,37 +76,42 @@ def _solver(kind: str, seed: int, ctx: z3.Context | None) -> z3.Solver:
     return solver
 
 
-def check_text(smtlib: str, timeout_ms: int) -> str:
+def check_text(smtlib: str, timeout_ms: int, rlimit: int | None = None) -> str:
     """sat, unsat or unknown for SMT-LIB assertions, parsed in a fresh context."""
     ctx = z3.Context()
-    return _portfolio(lambda s: s.from_string(smtlib), ctx, timeout_ms)[0]
+    return _portfolio(lambda s: s.from_string(smtlib), ctx, timeout_ms, None, rlimit)[0]
 
 
-def check_formula(formula: Any, timeout_ms: int) -> str:
+def check_formula(formula: Any, timeout_ms: int, rlimit: int | None = None) -> str:
     """sat, unsat or unknown for a formula of the main context."""
-    return solve_formula(formula, timeout_ms)[0]
+    return solve_formula(formula, timeout_ms, rlimit=rlimit)[0]
 
 
 def solve_formula(
-    formula: Any, timeout_ms: int, attempts: Attempts | None = None
+    formula: Any, timeout_ms: int, attempts: Attempts | None = None, rlimit: int | None = None
 ) -> tuple[str, z3.ModelRef | None]:
     """:func:`check_formula` (with ``attempts`` in place of :data:`ATTEMPTS` if given), and on
     sat the model of the solver that found it."""
-    answer, solver = _portfolio(lambda s: s.add(formula), None, timeout_ms, attempts)
+    answer, solver = _portfolio(lambda s: s.add(formula), None, timeout_ms, attempts, rlimit)
     return answer, solver.model() if answer == "sat" and solver is not None else None
 
 
 def _portfolio(
-    load: Any, ctx: z3.Context | None, timeout_ms: int, attempts: Attempts | None = None
+    load: Any,
+    ctx: z3.Context | None,
+    timeout_ms: int,
+    attempts: Attempts | None = None,
+    rlimit: int | None = None,
 ) -> tuple[str, z3.Solver | None]:
-    """The first answer of the attempts, and the solver that gave it."""
+    """The first answer of the attempts, and the solver that gave it; each try bounded by
+    :func:`try_limits` (the last, of 0 ms, by the time left and the whole ``rlimit``)."""
     deadline = time.monotonic() + timeout_ms / 1000
     for kind, seed, budget in ATTEMPTS if attempts is None else attempts:
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             break
         solver = _solver(kind, seed, ctx)
-        solver.set("timeout", min(budget, left) if budget else left)
+        limit(solver, *(try_limits(left, rlimit, budget) if budget else (left, rlimit)))
         load(solver)
         answer = str(solver.check())
         if answer in ("sat", "unsat"):

@@ -13,7 +13,8 @@ A map, from where a POLICY argument enters to what runs:
   :mod:`~chunkproof.source.functions` turns them into validated subset functions,
   :mod:`~chunkproof.source.methods` makes the split and the reservation stages on stand-ins
   for ``self`` and ``request``, :mod:`~chunkproof.source.schedule` reads the composition from
-  ``schedule()``, :mod:`~chunkproof.source.encoder` the encoder call (run by
+  ``schedule()`` and :mod:`~chunkproof.source.branches` lists every branch of it as modelled,
+  held fixed or not, :mod:`~chunkproof.source.encoder` the encoder call (run by
   :mod:`~chunkproof.source.imperative`, the subset extended with loops and data), and
   :mod:`~chunkproof.source.inputs` names every input the code reads that the model lacks.
 * :mod:`~chunkproof.source.encoder_run` drives a tree's real encoder code for the generated

@@ -44,6 +44,11 @@ would answer it at run time:
   on by name; any other use of ``*args`` or ``**kwargs`` is outside the policy subset. In code of
   the policy's own files, ``getattr(obj, "name"[, default])`` reads ``obj.name``: a stand-in has
   no optional attributes (a missing one is an input to give with ``--set``).
+* **Bases the cache lacks.** A release cache keeps only the files the model reads, not
+  ``vllm/v1/core/sched/async_scheduler.py``; on a cached release, vLLM's ``AsyncScheduler`` is
+  read as ``Scheduler`` plus the members it defines there (:data:`ASYNC_OVERRIDES`, read from
+  every release's wheel), which are unreadable: the policy summary says so, and reaching one
+  is an error. On a checkout the file is read as any other.
 * **Missing modules.** A name the reached code (or a base class) needs from a module that
   neither the policy's package nor the base tree has is collected; all of them are reported in
   one error naming each module and where it is imported.
@@ -58,9 +63,11 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+import json
+import operator
 import sys
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +93,35 @@ ClassKey = tuple[str, str]
 
 ROOT: ClassKey = (SCHEDULER_FILE, "Scheduler")
 """vLLM's ``Scheduler``: the root of the hierarchy (module docstring)."""
+
+ASYNC_MODULE = "vllm.v1.core.sched.async_scheduler"
+ASYNC_SCHEDULER: ClassKey = ("vllm/v1/core/sched/async_scheduler.py", "AsyncScheduler")
+ASYNC_OVERRIDES = {
+    "0.15.0": ("_update_after_schedule", "_update_request_with_output"),
+    **{
+        version: ("__init__", "_update_after_schedule", "_update_request_with_output")
+        for version in [
+            "0.17.0",
+            "0.23.0",
+            "0.24.0",
+            "0.25.0",
+            "0.26.0",
+            "0.27.0",
+            "0.28.0",
+            "0.29.0",
+            "0.30.0",
+            "0.31.0",
+            "0.32.0",
+        ]
+    },
+    "0.33.0": ("__init__", "_update_after_schedule"),
+    "0.34.0": ("__init__", "_update_after_schedule"),
+}
+"""The members vLLM's ``AsyncScheduler(Scheduler)`` defines, per release, read from each
+release's wheel (``vllm/v1/core/sched/async_scheduler.py``, which the release cache does not
+keep): its ``__init__`` sets attributes of the asynchronous output (placeholders, pipeline
+stagger) and the two others update requests after a step; the split, the reservation and
+``schedule()`` are ``Scheduler``'s (module docstring, "Bases the cache lacks")."""
 
 _KIND_DECORATORS = {
     "property": "property",
@@ -269,6 +305,8 @@ class ClassLoader:
         self.files: dict[str, bytes] = {}
         """Every user file read, by label (its bytes, for the policy's fingerprint)."""
         self.bound: dict[str, _UserModule] = {}
+        self.notes: list[str] = []
+        """What the summary must say about how the policy was read (a stand-in base)."""
         """The base tree's modules on the scheduler's import path, evaluated as glue."""
         self._bind_import_path()
 
@@ -357,6 +395,10 @@ class ClassLoader:
         """What ``from module import imported`` (or ``import module``) binds."""
         found = self.find_module(module, importer, level)
         where = f"{label}:{line}"
+        if found is None and not level and imported is not None:
+            known = self.release_class(module, imported)
+            if known is not None:
+                return known
         if found is None:
             top = module.partition(".")[0]
             if not level and top in sys.stdlib_module_names:
@@ -408,6 +450,9 @@ class ClassLoader:
     def module_attribute(self, module: str, name: str, where: str) -> Any:
         """``module.name`` for a module value."""
         found = self.find_module(module)
+        known = self.release_class(module, name) if found is None else None
+        if known is not None:
+            return known
         if found is None:
             if module.partition(".")[0] in sys.stdlib_module_names:
                 full = f"{module}.{name}"
@@ -419,6 +464,32 @@ class ClassLoader:
             env = self.user_module(found[1], found[2]).env
             return env.get(name, Opaque(f"{where}: {module} defines no {name!r}"))
         return self.tree_name(found[1], name, where)
+
+    def release_class(self, module: str, name: str) -> ClassValue | None:
+        """vLLM's ``AsyncScheduler`` on a cached release that lacks its file: ``Scheduler``
+        with the members :data:`ASYNC_OVERRIDES` lists for that release, each unreadable (an
+        error if the policy reaches one); ``None`` for any other name or release."""
+        version = _cached_version(self.sources.base)
+        if (module, name) != (ASYNC_MODULE, ASYNC_SCHEDULER[1]) or version not in ASYNC_OVERRIDES:
+            return None
+        if ASYNC_SCHEDULER not in self.classes:
+            self.tree_name(SCHEDULER_FILE, ROOT[1], SCHEDULER_FILE)
+            node = ast.parse(f"class {name}({ROOT[1]}):\n    pass\n").body[0]
+            assert isinstance(node, ast.ClassDef)
+            self.classes[ASYNC_SCHEDULER] = node
+            self.class_bases[ASYNC_SCHEDULER] = [ClassValue(ROOT)]
+            self.dicts[ASYNC_SCHEDULER] = {
+                member: Opaque(
+                    f"defined in {ASYNC_SCHEDULER[0]}, which the release cache does not keep"
+                )
+                for member in ASYNC_OVERRIDES[version]
+            }
+            self.notes.append(
+                f"{name} read as Scheduler (in vLLM {version} it defines only "
+                f"{', '.join(ASYNC_OVERRIDES[version])}, none of which the model reads)"
+            )
+            self._mros.clear()
+        return ClassValue(ASYNC_SCHEDULER)
 
     def label(self, fv: FunctionValue) -> str:
         if fv.user:
@@ -509,6 +580,39 @@ class ClassLoader:
         """``Class.name = value`` at import."""
         self.class_dict(key)[name] = value
         self.patched.append((key, name, where))
+
+    def scheduler_patches(
+        self, patches: list[tuple[ClassKey, str, str]]
+    ) -> list[tuple[ClassKey, str, str]]:
+        """The ``patches`` (of :attr:`patched`) applied to a scheduler class, one whose MRO
+        holds vLLM's ``Scheduler``: a module that also patches an engine class, or any other,
+        is the scheduler's patch (module docstring)."""
+        return [patch for patch in patches if self._is_scheduler(patch[0])]
+
+    def _is_scheduler(self, key: ClassKey) -> bool:
+        """Whether ``ROOT`` is in ``key``'s MRO; a module another class's bases need and no
+        tree has is not the policy's (:attr:`missing` is left as it was)."""
+        missing = dict(self.missing)
+        try:
+            return ROOT in self.mro(key)
+        finally:
+            self.missing = missing
+
+    def check_init_flags(self, key: ClassKey, modelled: frozenset[str]) -> None:
+        """An ``__init__`` of the policy's own files along ``key``'s MRO (a subclass's, or one
+        patched onto a class) that sets an attribute the model holds (``modelled``: the
+        stand-in ``self``'s, such as ``need_mamba_block_aligned_split`` or a configuration
+        input) is one error naming it: chunkproof runs no ``__init__``, and would otherwise
+        check the class with the model's value in its place (SPEC X4)."""
+        for cls in self.mro(key):
+            init = self.class_dict(cls).get("__init__")
+            if not isinstance(init, FunctionValue) or not init.user or not init.node.args.args:
+                continue
+            me = init.node.args.args[0].arg
+            for node in ast.walk(init.node):
+                name = _set_attribute(node, me)
+                if name in modelled:
+                    raise PolicyError(_init_flag_error(self.label(init), node, name))
 
     def subclasses_of(self, module: _UserModule, root: ClassKey) -> list[ClassKey]:
         """The classes module ``module`` defines whose MRO contains ``root``."""
@@ -840,6 +944,61 @@ class ClassLoader:
             digest.update(hashlib.sha256(label.encode()).digest())
             digest.update(hashlib.sha256(data).digest())
         return digest.hexdigest()
+
+
+def _set_attribute(node: ast.AST, me: str) -> str | None:
+    """The attribute of ``me`` that ``node`` sets (``me.x = ...``, ``setattr(me, "x", ...)``)."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == me
+    ):
+        return node.attr
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "setattr"
+        and len(node.args) >= 2
+        and _is_name(node.args[0], me)
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
+        return node.args[1].value
+    return None
+
+
+SPLIT_FLAG = "need_mamba_block_aligned_split"
+"""The flag ``schedule()`` tests before it calls the split (true in align mode)."""
+
+
+def _init_flag_error(label: str, node: ast.AST, name: str) -> str:
+    """The error for an ``__init__`` that sets a modelled attribute (:meth:`ClassLoader.
+    check_init_flags`), with what to do instead."""
+    where = f"{label}:{getattr(node, 'lineno', 0)}: __init__ sets self.{name}"
+    if name == SPLIT_FLAG:
+        return (
+            f"{where}, the flag schedule() tests before it calls the split; chunkproof runs no "
+            "__init__ and checks the split in align mode, where the flag is true (where it is "
+            "false the split never runs and there is nothing to check): check the class without "
+            "that assignment"
+        )
+    return (
+        f"{where}, which the model holds as an input of the configuration (or a fixed flag); "
+        "chunkproof runs no __init__ and would check the class with the model's value in its "
+        "place: drop the assignment, and give the value through the range options instead "
+        "(e.g. --lookahead for num_prefill_lookahead)"
+    )
+
+
+def _cached_version(base: Path) -> str | None:
+    """The release a cache entry holds (its ``manifest.json``), or ``None`` for another tree."""
+    try:
+        manifest = json.loads((base / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    version = manifest.get("version") if isinstance(manifest, dict) else None
+    return version if isinstance(version, str) else None
 
 
 def _location(where: str) -> tuple[str, int]:
@@ -1385,7 +1544,61 @@ class _Glue:
             inner = self.expr(node.operand, scope, closure)
             if isinstance(inner, Constant):
                 return Constant(not inner.value)
+        if isinstance(node, ast.BoolOp):
+            return self.bool_op(node, scope, closure)
+        if isinstance(node, ast.Compare):
+            return self.compare(node, scope, closure)
         return Opaque(f"{ast.unparse(node)[:60]} ({self.where(node)})")
+
+    def bool_op(
+        self, node: ast.BoolOp, scope: dict[str, Any], closure: Mapping[str, Any] | None
+    ) -> Any:
+        """``a and b`` / ``a or b`` of constants, short-circuited as Python does (an operand
+        glue cannot know makes the whole unknown unless an earlier constant decides it)."""
+        is_and = isinstance(node.op, ast.And)
+        value: Any = None
+        for operand in node.values:
+            value = self.expr(operand, scope, closure)
+            if not isinstance(value, Constant):
+                return Opaque(f"{ast.unparse(node)[:60]} ({self.where(node)})")
+            if bool(value.value) is not is_and:
+                return value
+        return value
+
+    def compare(
+        self, node: ast.Compare, scope: dict[str, Any], closure: Mapping[str, Any] | None
+    ) -> Any:
+        """A comparison of constants (``PLATFORM == "device"``, ``VERSION >= 2``), as Python
+        evaluates it; anything else is unknown."""
+        values = [self.expr(operand, scope, closure) for operand in [node.left, *node.comparators]]
+        unknown = Opaque(f"{ast.unparse(node)[:60]} ({self.where(node)})")
+        if not all(isinstance(v, Constant) and _plain_constant(v.value) for v in values):
+            return unknown
+        plain = [v.value for v in values]
+        for op, left, right in zip(node.ops, plain, plain[1:], strict=False):
+            compare = _CONSTANT_COMPARISONS.get(type(op))
+            if compare is None:
+                return unknown
+            try:
+                holds = compare(left, right)
+            except TypeError:
+                return unknown  # Python raises here: the module would not import
+            if not holds:
+                return Constant(False)
+        return Constant(True)
+
+
+_CONSTANT_COMPARISONS: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+}
+"""The comparisons glue evaluates on constants (None, bool, int, str)."""
 
 
 def _with_kind(fv: FunctionValue, kind: str) -> FunctionValue:

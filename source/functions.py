@@ -122,7 +122,8 @@ def _member(node: ast.FunctionDef, label: str, namespace: dict[str, Any]) -> Mem
 
 def _check_names(func: SubsetFunction) -> None:
     """Every global name the function reads resolves to something the subset can use: a
-    helper, ``min``/``max``, ``True``/``False``/``None``; others are errors naming the line."""
+    helper, ``min``/``max``, ``float`` (whose only values in the subset are the infinities),
+    ``True``/``False``/``None``; others are errors naming the line."""
     nodes = list(_evaluated(func.node))
     local = {a.arg for a in func.node.args.args}
     local |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -141,11 +142,15 @@ def _check_names(func: SubsetFunction) -> None:
             raise SubsetError(
                 f"{value.reason}; only functions of the source tree are in the subset"
             )
-        if value is None and node.id not in ("min", "max", "True", "False", "None"):
+        if value is None and node.id not in _BUILTIN_NAMES:
             raise SubsetError(
                 f"{func.where(node)}: {func.name} uses {node.id!r}, which is not a function "
                 "of the source tree"
             )
+
+
+_BUILTIN_NAMES = frozenset({"min", "max", "float", "True", "False", "None"})
+"""The builtins the policy subset knows (:mod:`chunkproof.model.subset`)."""
 
 
 def _evaluated(node: ast.AST) -> list[ast.AST]:

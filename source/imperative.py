@@ -72,6 +72,7 @@ from chunkproof.model.subset import (
     SubsetFunction,
     Value,
     _Frame,
+    starred_arguments,
 )
 
 MAX_ITERATIONS = 4096
@@ -277,10 +278,12 @@ def validate(func: SubsetFunction) -> None:
             f"{func.where(node)}: {func.name}: decorators and */** parameters are outside the "
             "subset"
         )
+    starred = starred_arguments(node)
     stack: list[ast.AST] = list(ast.iter_child_nodes(node))
     while stack:
         child = stack.pop()
-        _check(func, child)
+        if id(child) not in starred:
+            _check(func, child)
         if isinstance(child, ast.Raise):
             continue
         if isinstance(child, ast.Assert):
@@ -392,8 +395,11 @@ class ImperativeInterpreter(Interpreter):
     def call_value(self, target: Value, args: list[Value], active: Value, where: str) -> Value:
         """Call ``target`` (a member bound to an object, a closure, a subset function)."""
         if isinstance(target, BoundMember):
+            given = target.member.kind == "returns"  # a --set call value: any arguments
             bound = [] if target.member.kind == "staticmethod" else [target.obj]
-            return self.call(target.member.function, [*bound, *args], {}, active)
+            return self.call(
+                target.member.function, bound if given else [*bound, *args], {}, active
+            )
         if isinstance(target, Closure):
             return self._lambda(target, args, active)
         if isinstance(target, SubsetFunction):
@@ -977,7 +983,7 @@ class ImperativeInterpreter(Interpreter):
             target = self._expr(func, node.func, env, active)
         elif isinstance(node.func, ast.Name):
             name = node.func.id
-            if name in ("min", "max") and name not in env and name not in func.namespace:
+            if name in ("min", "max", "float") and name not in env and name not in func.namespace:
                 return super()._call(func, node, env, active)
             target = self._name(func, node.func, name, env)
         else:
@@ -985,17 +991,16 @@ class ImperativeInterpreter(Interpreter):
         if isinstance(target, StdlibName) and target.name == "any" and len(node.args) == 1:
             values = self._expr(func, node.args[0], env, active)
             return self._any(func, node, values, active)
-        args = [self._expr(func, a, env, active) for a in node.args]
-        kwargs = {k.arg: self._expr(func, k.value, env, active) for k in node.keywords if k.arg}
+        if isinstance(target, BoundMember):
+            return self.bound_call(func, node, target, env, active)
+        args = self._arguments(func, node, env, active)
+        kwargs = self._keywords(func, node, env, active)
         if isinstance(target, Method) and isinstance(target.owner, Logger):
             return None
         if isinstance(target, Method):
             return self._method(func, node, target, args, kwargs, active)
         if isinstance(target, StdlibName):
             return self._builtin(func, node, target.name, args, kwargs, active)
-        if isinstance(target, BoundMember):
-            bound = [] if target.member.kind == "staticmethod" else [target.obj]
-            return self.call(target.member.function, [*bound, *args], kwargs, active)
         if isinstance(target, SubsetFunction):
             return self.call(target, args, kwargs, active)
         if isinstance(target, Closure) and not kwargs:

@@ -49,6 +49,10 @@ KV_CACHE_FILES = (
 )
 """The files compiled, in order: each may import what the files before it define."""
 COORDINATOR_FILE = "vllm/v1/core/kv_cache_coordinator.py"
+REQUEST_FILE = "vllm/v1/request.py"
+REQUEST_METHODS = ("get_max_cache_hit_length", "get_prefix_cache_hit_limit")
+"""The methods of the tree's ``Request`` the cache code calls (0.34 on), compiled alone from
+:data:`REQUEST_FILE` and bound to the stub request (:func:`kv_request`)."""
 HASH_DIGITS = 10
 """A block hash here is the end position of the tokens it covers, as ``HASH_DIGITS`` ASCII
 digits: chained hashes name their prefix, and a hash merged from several (0.15's block-size
@@ -390,7 +394,27 @@ def compiled_kv_tree(root: Path) -> KvTree:
         for name, value in namespace.items():
             if not name.startswith("__") and not isinstance(value, MissingName):
                 provided.setdefault(name, value)
+    tree.files[REQUEST_FILE] = _request_methods(root / REQUEST_FILE)
     return tree
+
+
+def _request_methods(path: Path) -> dict[str, Any]:
+    """The :data:`REQUEST_METHODS` the tree's ``Request`` defines, each compiled alone (they
+    read only the request's own attributes); none for a tree without them."""
+    if not path.exists():
+        return {}
+    found = [
+        member
+        for node in _parsed(path).body
+        if isinstance(node, ast.ClassDef) and node.name == "Request"
+        for member in node.body
+        if isinstance(member, ast.FunctionDef) and member.name in REQUEST_METHODS
+    ]
+    methods: dict[str, Any] = {}
+    for member in found:
+        one = ast.fix_missing_locations(ast.Module([stripped(member, member=True)], []))
+        exec(compile(one, str(path), "exec"), methods)
+    return {name: methods[name] for name in REQUEST_METHODS if name in methods}
 
 
 def call_with(function: Any, **offered: Any) -> Any:
@@ -463,11 +487,13 @@ def fine_hits(coordinator: Any) -> bool:
     return bool(getattr(coordinator, "enable_partial_hash_hits", False))
 
 
-def kv_request(cfg: KvConfig, request_id: str) -> KvStub:
+def kv_request(cfg: KvConfig, request_id: str, tree: KvTree | None = None) -> KvStub:
     """A request of ``cfg``'s prompt: its block hashes are those of every hash block whose
-    L_h following tokens exist."""
+    L_h following tokens exist. It reads the prefix cache (no skip, no prompt logprobs); the
+    tree's own :data:`REQUEST_METHODS` are bound to it, and its hit limit is what the tree's
+    ``get_prefix_cache_hit_limit`` gives such a request."""
     hashed = range(cfg.hash_block, cfg.prompt - cfg.hash_lookahead + 1, cfg.hash_block)
-    return KvStub(
+    request = KvStub(
         "request",
         num_tokens=cfg.prompt,
         num_prompt_tokens=cfg.prompt,
@@ -476,6 +502,21 @@ def kv_request(cfg: KvConfig, request_id: str) -> KvStub:
         request_id=request_id,
         num_preemptions=0,
     )
+    methods = tree.files.get(REQUEST_FILE, {}) if tree is not None else {}
+    for name, function in methods.items():
+        request.__dict__[name] = function.__get__(request)
+    if "get_prefix_cache_hit_limit" in methods:
+        request.__dict__.update(
+            pooling_params=None,
+            sampling_params=KvStub(
+                "sampling_params",
+                skip_reading_prefix_cache=False,
+                prompt_logprobs=None,
+                prompt_logprob_token_ids=None,
+            ),
+        )
+        request.__dict__["prefix_cache_hit_limit"] = request.get_prefix_cache_hit_limit()
+    return request
 
 
 def every_hash_end(cfg: KvConfig) -> set[int]:
@@ -500,7 +541,7 @@ def resend_hit(
         create_kv_cache_blocks=lambda blocks: blocks,
         empty_kv_cache_blocks=None,
     )
-    hit: int = manager_class.get_computed_blocks(manager, kv_request(cfg, "resend"))[1]
+    hit: int = manager_class.get_computed_blocks(manager, kv_request(cfg, "resend", tree))[1]
     return hit
 
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,14 +109,19 @@ Overrides = tuple[tuple[str, object], ...]
 
 def parse_overrides(items: list[str]) -> Overrides:
     """``["self.scheduler_config.x=3", "self.a.f()=256", "request.y=True", ...]`` ->
-    overrides: an attribute path of ``self`` or ``request``, or (a trailing ``()``) the value a
-    call of a method of a stand-in without arguments returns; values are ints, True, False,
-    None, or a quoted string. How the code uses each value is checked when the policy is built
-    (:func:`chunkproof.source.inputs.check_overrides`)."""
+    overrides: an attribute path of ``self`` or ``request``, or (a trailing call) the value a
+    call of a method of a stand-in returns; values are ints, True, False, None, or a quoted
+    string. How the code uses each value is checked when the policy is built
+    (:func:`chunkproof.source.inputs.check_overrides`).
+
+    A call is matched by the method's name, whatever its arguments: ``self.a.f(p, t)=4``,
+    ``self.a.f(...)=4`` and ``self.a.f()=4`` all make every call of ``self.a.f`` return 4
+    (recorded as ``self.a.f()``); the text between the parentheses is the user's note and
+    must be well-formed call arguments."""
     constants: dict[str, object] = {"True": True, "False": False, "None": None}
     parsed = []
     for item in items:
-        path, sep, text = item.partition("=")
+        path, sep, text = _split_override(item)
         parts = path.removesuffix("()").split(".")
         if (
             not sep
@@ -137,6 +143,22 @@ def parse_overrides(items: list[str]) -> Overrides:
             raise PolicyError(message) from None
         parsed.append((path, value))
     return tuple(parsed)
+
+
+_CALL_OVERRIDE = re.compile(r"^(?P<path>[^=(]*)\((?P<args>.*)\)\s*=(?P<value>.*)$", re.DOTALL)
+
+
+def _split_override(item: str) -> tuple[str, str, str]:
+    """``PATH=VALUE`` as ``(path, "=", value)``; a call ``PATH(ARGS)=VALUE`` as
+    ``(PATH(), "=", value)`` when ``ARGS`` are well-formed call arguments (or ``...``)."""
+    call = _CALL_OVERRIDE.match(item)
+    if call is None:
+        return item.partition("=")
+    try:
+        ast.parse(f"f({call['args']})", mode="eval")
+    except SyntaxError:
+        return item.partition("=")
+    return f"{call['path'].strip()}()", "=", call["value"]
 
 
 def standins(
@@ -215,14 +237,16 @@ def _tree(
 
 
 def _returning(path: str, calls: dict[str, Any], cls: SourceClass | None) -> SourceClass:
-    """``cls`` plus a method per ``--set PATH.name()=VALUE`` that returns the value."""
+    """``cls`` plus a member per ``--set PATH.name()=VALUE`` that returns the value, whatever
+    the call's arguments (kind ``returns``: :meth:`~chunkproof.model.subset.Interpreter.
+    bound_call`)."""
     members = dict(cls.members) if cls else {}
     for name, value in calls.items():
         if name in members:
             raise PolicyError(f"--set {path}.{name}()={value}: {name} is a method of the source")
         node = ast.parse(f"def {name}(self):\n    return {value!r}\n").body[0]
         assert isinstance(node, ast.FunctionDef)
-        members[name] = Member("method", SubsetFunction(name, node, "--set", {}))
+        members[name] = Member("returns", SubsetFunction(name, node, "--set", {}))
     return SourceClass(cls.name if cls else path, members)
 
 

@@ -48,9 +48,10 @@ from chunkproof.model.builtin import LATEST, builtin_policies, get_builtin, poli
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError, PolicyError, SubsetError
 from chunkproof.model.files import read_text
-from chunkproof.model.policy import Policy, Stage
+from chunkproof.model.policy import Policy, Stage, UserSource
 from chunkproof.model.step import VIEW_FIELDS
 from chunkproof.model.subset import SubsetFunction
+from chunkproof.source.branches import review
 from chunkproof.source.classes import (
     ROOT,
     ClassKey,
@@ -127,6 +128,12 @@ class Target:
     lone: bool = False
     """A ``scheduler.py`` outside any vLLM tree, given without ``--base``: read on the newest
     release's tree (SPEC X2)."""
+
+
+def names_tree(text: str) -> bool:
+    """Whether POLICY ``text`` names a whole tree (``vllm``, ``vllm==...``, a checkout), which
+    ``--base`` cannot apply to."""
+    return text == INSTALLED or text.startswith(RELEASE_PREFIX) or Path(text).is_dir()
 
 
 def names_source(text: str) -> bool:
@@ -292,10 +299,11 @@ def _policy_class(loader: ClassLoader, target: Target) -> ClassKey:
             from chunkproof.source.classes import _Glue
 
             _Glue(loader, module).call(value, [], value.node)
-            return _patched_class(loader, loader.patched[before:], f"{label}:{target.member}")
+            patches = loader.scheduler_patches(loader.patched[before:])
+            return _patched_class(loader, patches, f"{label}:{target.member}")
         raise PolicyError(f"{label}: {target.member} is neither a class nor a patch function")
-    if loader.patched:
-        return _patched_class(loader, loader.patched, label)
+    if loader.scheduler_patches(loader.patched):
+        return _patched_class(loader, loader.scheduler_patches(loader.patched), label)
     derived = loader.subclasses_of(module, ROOT)
     if len(derived) == 1:
         return derived[0]
@@ -358,6 +366,7 @@ def _build(
     if loader.missing and key[0] in loader.user:
         loader.note_missing_imports(loader.user[key[0]])
     loader.check_missing()
+    loader.check_init_flags(key, _provided())
     split = loader.lookup(key, SPLIT_METHOD)
     if not isinstance(split, FunctionValue):
         raise PolicyError(
@@ -456,7 +465,7 @@ def _build(
         assert composition is not None
         name = composition.name
         acceptance = _acceptance(target.version, composition, methods)
-        fixed = composition.fixed()
+        fixed = composition.fixed() + _cache_rules_note(target.version)
         how = (
             f"composition {name}, read from {_owner(composition)}.schedule() "
             f"({composition.label}:{composition.line})"
@@ -464,6 +473,7 @@ def _build(
         if composition.extras():
             how += f": {composition.describe()}"
     reserves = any(s.name == "reservation" for s in stages)
+    branches, since = ((), None) if composition is None else review(composition, target.version)
     return Policy(
         name=target.name,
         summary=_summary(loader, target, key, split, reserve if reserves else None, sha, how),
@@ -476,7 +486,51 @@ def _build(
         source_sha256=sha,
         options=_options(compose, overrides, class_name, base),
         fixed=fixed,
+        user_source=_user_source(loader, key, target),
+        branches=branches,
+        branches_since=since,
         loop_rules=None if composition is None else composition.loop_rules(),
+    )
+
+
+def _user_source(loader: ClassLoader, key: ClassKey, target: Target) -> UserSource | None:
+    """The user's file whose methods class ``key`` runs (:class:`~chunkproof.model.policy.
+    UserSource`): every member its MRO resolves to a ``def`` of the policy file."""
+    sources = target.sources
+    if sources.policy_file is None:
+        if sources.scheduler is None:
+            return None
+        return UserSource(str(sources.scheduler), replaces_scheduler=True)
+    rel = sources.policy_rel()
+    names = dict.fromkeys(name for cls in loader.mro(key) for name in loader.class_dict(cls))
+    methods: list[tuple[str, int]] = []
+    unsupported: list[str] = []
+    for name in names:
+        value = loader.lookup(key, name)
+        if not isinstance(value, FunctionValue) or not value.user:
+            continue
+        where = f"{loader.label(value)}:{value.node.lineno}"
+        if value.rel != rel:
+            unsupported.append(f"{name} is defined in another file ({where})")
+        elif value.closure is not None:
+            unsupported.append(f"{name} is defined inside a function ({where})")
+        else:
+            methods.append((name, value.node.lineno))
+    return UserSource(str(sources.policy_file), False, tuple(methods), tuple(unsupported))
+
+
+def _cache_rules_note(version: str | None) -> tuple[str, ...]:
+    """What a tree newer than every built-in release (or of no known version) is held to:
+    the newest release's cache rules (SPEC KV1), which its own code may not follow."""
+    newest = get_builtin(LATEST).releases[0]
+    parts = (version or "").split(".")
+    if all(p.isdigit() for p in parts) and [int(p) for p in parts] <= [
+        int(p) for p in newest.split(".")
+    ]:
+        return ()
+    return (
+        f"the prefix cache's lookup and retention of vLLM {newest} (SPEC KV1), not checked "
+        f"against this tree's ({version or 'no version'})",
     )
 
 
@@ -738,7 +792,8 @@ def _summary(
     methods = f"split {_function_label(loader, split)}"
     if reserve is not None:
         methods += f", reservation {_function_label(loader, reserve)}"
-    return f"{where} (sha256 {sha[:12]}): {methods}; {how}"
+    notes = "".join(f"; {note}" for note in loader.notes)
+    return f"{where} (sha256 {sha[:12]}): {methods}{notes}; {how}"
 
 
 def _function_label(loader: ClassLoader, fv: FunctionValue) -> str:

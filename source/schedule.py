@@ -101,6 +101,8 @@ INACTIVE = {
     "_try_schedule_encoder_inputs at the place schedule() calls it (SPEC X5)",
     **{kind: FIXED_INPUTS[key] for kind, key in FIXED_BY.items()},
     "nochunk": "the no-chunked-prefill exit: align mode requires chunked prefill",
+    "nochunk-zero": "the no-chunked-prefill zero of a request the encoder cache would split: "
+    "align mode requires chunked prefill",
     "c-adjust": "the replay adjustment of c: 0 for Mamba models (C8)",
 }
 """Stages outside the model's assumptions, and why (module docstring, point 4)."""
@@ -210,6 +212,7 @@ class Composition:
             if e.kind in FIXED_BY
         ]
         read = {n.id for n in ast.walk(self.schedule.node) if isinstance(n, ast.Name)}
+        read |= {n.attr for n in ast.walk(self.schedule.node) if isinstance(n, ast.Attribute)}
         keys += sorted(read & FIXED_INPUTS.keys())
         return tuple(FIXED_INPUTS[key] for key in dict.fromkeys(keys))
 
@@ -597,6 +600,7 @@ class _Walker:
     def store(self, s: ast.stmt, guards: tuple[tuple[ast.expr, bool], ...]) -> None:
         value = s.value if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) else None
         guard_names = set().union(*(_names(t) for t, _ in guards)) if guards else set()
+        loading = any(held and "load_kv_async" in _names(t) for t, held in guards)
         if isinstance(s, ast.Assign) and isinstance(s.targets[0], (ast.Tuple, ast.List)):
             method = _self_method(value) or ""
             kind = "encoder" if method == ENCODER_METHOD else "extra"
@@ -616,11 +620,7 @@ class _Walker:
             ):
                 self.started = True
                 self.add("init", s, guards)
-            elif (
-                isinstance(value, ast.Constant)
-                and value.value == 0
-                and ("load_kv_async" in guard_names)
-            ):
+            elif isinstance(value, ast.Constant) and value.value == 0 and loading:
                 self.started = True
                 self.add("async-init", s, guards)
             return
@@ -645,10 +645,14 @@ class _Walker:
             "num_tokens" in names and isinstance(value, ast.BinOp) and N not in names
         ):
             self.add("init", s, guards)
-        elif (
-            isinstance(value, ast.Constant) and value.value == 0 and "load_kv_async" in guard_names
-        ):
+        elif isinstance(value, ast.Constant) and value.value == 0 and loading:
             self.add("async-init", s, guards)
+        elif (
+            isinstance(value, ast.Constant)
+            and value.value == 0
+            and "enable_chunked_prefill" in guard_names
+        ):
+            self.add("nochunk-zero", s, guards)
         elif (
             isinstance(value, ast.Constant)
             and value.value == 1
@@ -762,6 +766,8 @@ def _token(event: Event) -> str:
         return f"pad-test=>{event.action}"
     if kind == "nochunk":
         return f"nochunk=>{event.action}"
+    if kind == "nochunk-zero":
+        return "nochunk0"
     if kind == "budget":
         value = event.node.value if isinstance(event.node, ast.Assign) else None
         names = _names(value) if value is not None else set()
@@ -806,6 +812,7 @@ _W_C6 = (
 )
 _W_C8 = _W_C6.replace("init0 > init", "init0 > c-adjust > init")
 _W_C9 = _W_C8.replace("resv > 0=>break", "resv > 0=>skip")
+_W_C9_34 = _W_C9.replace("resv > 0=>skip", "resv > nochunk0 > 0=>skip")
 
 VARIANTS: tuple[tuple[str, str, str, str], ...] = (
     ("C1", "static", _RUN_OLD, _W_C1),
@@ -818,10 +825,12 @@ VARIANTS: tuple[tuple[str, str, str, str], ...] = (
     ("C7", "static", _RUN_NEW, _W_C6),
     ("C8", "lone", _RUN_NEW, _W_C8),
     ("C9", "lone", _RUN_NEW, _W_C9),
+    ("C9", "lone", _RUN_NEW, _W_C9_34),
 )
 """The chains of the C-variants (history note section 6), in the notation of
 :meth:`Loop.signature`: (name, threshold, running loop, waiting loop). C6 and C7 differ only
-inside the decode padding's condition."""
+inside the decode padding's condition. 0.34's C9 adds a zero after the reservation that only
+chunked prefill off reaches (``nochunk0``), which align mode refuses, so its chain is C9's."""
 
 
 def _variant(composition: Composition, version: str | None) -> str:
@@ -1358,11 +1367,7 @@ def effective_schedule(loader: ClassLoader, key: Any) -> FunctionValue | None:
         delegated = _delegated(loader, value, label)
         if _candidate_loops(value.node):
             if delegated is not None:
-                raise PolicyError(
-                    f"{label}:{value.node.lineno}: schedule() both runs its own scheduling loops "
-                    "and calls another schedule(); chunkproof reads one composition (use "
-                    "--compose Cn to choose a built-in one)"
-                )
+                raise PolicyError(_two_schedules(loader, value, delegated, label))
             return value
         if delegated is None:
             raise PolicyError(
@@ -1372,6 +1377,36 @@ def effective_schedule(loader: ClassLoader, key: Any) -> FunctionValue | None:
             )
         value = delegated
     return value if isinstance(value, FunctionValue) else None
+
+
+def _two_schedules(
+    loader: ClassLoader, own: FunctionValue, delegated: FunctionValue, label: str
+) -> str:
+    """The error for a ``schedule()`` that runs its own scheduling loops and also calls
+    another ``schedule()`` (a pre-pass, then the base's): which of the two a request meets is
+    decided at run time by state the model does not have (the queues, the pre-pass's own
+    tests), so neither composition is the one every request runs; ``--compose`` checks the
+    class's split and reservation in a built-in composition instead."""
+    loops = ", ".join(str(loop.lineno) for loop in _candidate_loops(own.node))
+    call = next(
+        (
+            node.lineno
+            for node in ast.walk(own.node)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            in ("schedule", delegated.node.name)
+        ),
+        own.node.lineno,
+    )
+    owner = delegated.owner[1] + "." if delegated.owner else ""
+    return (
+        f"{label}:{own.node.lineno}: schedule() runs its own scheduling loops (line "
+        f"{loops}) and also calls {owner}schedule() (line {call}); which of them schedules a "
+        "request depends on run-time state chunkproof does not model, so it reads neither "
+        "composition: give --compose Cn to check the class's split and reservation in a "
+        "built-in composition (this schedule() is then not read)"
+    )
 
 
 def _delegated(loader: ClassLoader, fv: FunctionValue, label: str) -> FunctionValue | None:

@@ -200,7 +200,7 @@ RELEASE_P6: dict[str, Callable[..., bool]] = {
     "0.15-0.29": skips_resend_v15,
     "0.30-0.31": skips_resend_v30,
     "0.32": skips_resend_v32,
-    "0.33": skips_resend,
+    "0.33-0.34": skips_resend,
 }
 """P6 per release group of :func:`chunkproof.spec.slots.kv_rules` (SPEC KV1)."""
 

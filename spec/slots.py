@@ -251,7 +251,7 @@ class KvRules:
 RULES_V15 = KvRules("0.15-0.29", resend_position_v15, keeps_v29, grid_tail=False)
 RULES_V30 = KvRules("0.30-0.31", resend_position_v15, keeps)
 RULES_V32 = KvRules("0.32", resend_position_v32, keeps)
-LATEST_RULES = KvRules("0.33", resend_position, keeps)
+LATEST_RULES = KvRules("0.33-0.34", resend_position, keeps)
 
 
 def kv_rules(version: str | None) -> KvRules:

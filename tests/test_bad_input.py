@@ -304,6 +304,22 @@ def test_a_number_in_other_digits_or_too_long_is_one_line(
     _one_line_exit_2(cli(*argv), words)
 
 
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["prove", "vllm-0.33", "--rlimit", "0"], "at least 1"),
+        (["check", "vllm-0.33", "--rlimit", "-5"], "at least 1"),
+        (["conform", "vllm-0.33", "--against", "vllm-0.32", "--rlimit", "1e6"], "not an integer"),
+        (["compare", "vllm-0.33", "vllm-0.32", "--rlimit", str(2**32)], "at most 4294967295"),
+        (["prove", "vllm-0.33", "--rlimit", HUGE], "5000 digits"),
+    ],
+)
+def test_a_bad_rlimit_is_one_line(cli: Cli, argv: list[str], words: str) -> None:
+    """``--rlimit`` takes Z3 resource units from 1 to 2**32 - 1 (Z3 reads the limit in 32
+    bits: 2**32 would wrap to no limit at all)."""
+    _one_line_exit_2(cli(*argv), words)
+
+
 # -- work refused before it starts --------------------------------------------------------------
 
 

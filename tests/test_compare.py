@@ -496,7 +496,7 @@ def test_the_known_livelock_shows_both_chunk_sequences(cli: Cli, tmp_path: Path)
 
 
 def test_identical_policies_differ_nowhere(cli: Cli, tmp_path: Path) -> None:
-    code, doc = _compare(cli, tmp_path, "vllm-latest", "vllm-0.33", *SMALL, "--property", "P1")
+    code, doc = _compare(cli, tmp_path, "vllm-latest", "vllm-0.34", *SMALL, "--property", "P1")
     assert code == EXIT_OK  # both fail P1 alike: B brings nothing new
     (row,) = doc["verdicts"]
     assert row["change"] == UNCHANGED and not row["regression"]
@@ -509,7 +509,7 @@ def test_identical_policies_differ_nowhere(cli: Cli, tmp_path: Path) -> None:
     assert doc["cost"]["a"] == doc["cost"]["b"]
     # equal folder names: A's and B's counterexamples go to separate folders
     paths = {row["a"]["counterexample"], row["b"]["counterexample"]}
-    assert paths == {str(tmp_path / "out" / f"{side}-vllm-0.33" / "P1.json") for side in "AB"}
+    assert paths == {str(tmp_path / "out" / f"{side}-vllm-0.34" / "P1.json") for side in "AB"}
 
 
 GRID = _space(block="2,4", lookahead="0-3", prompt="1-10", max_sched="1,3,4,6", drop="both")
@@ -880,3 +880,17 @@ def test_a_crash_is_that_sides_p0_never_a_pass_of_another_property(
     assert "P0" in smallest["a"]["fails_properties"] and smallest["b"]["fails"]
     text = cli("compare", a, b, *grid, "--out", str(tmp_path / "text"), "--jobs", "1").out
     assert "A breaks P0 there (its crash, not a pass of P1)" in text
+
+
+@pytest.mark.fidelity
+def test_base_applies_to_the_side_that_is_a_policy_file(cli: Cli, tmp_path: Path) -> None:
+    """``compare vllm==0.33.0 patch.py --base vllm==0.33.0``: the release is its own tree, the
+    patch module sits on the base; ``--base`` with no policy file on either side is one line."""
+    patch = str(Path(__file__).parent / "fixtures" / "forks" / "window_patch.py")
+    ranges = ["--block", "4", "--lookahead", "0-2", "--prompt", "1-12", "--max-sched", "1-6"]
+    argv = ["compare", "vllm==0.33.0", patch, "--base", "vllm==0.33.0", "--no-prove", *ranges]
+    run = cli(*argv, "--out", str(tmp_path), "--json")
+    rows = {row["property"]: row["change"] for row in run.json()["verdicts"]}
+    assert (rows["P1"], rows["P5"]) == (FIXED, INTRODUCED)
+    both = cli("compare", "vllm==0.33.0", "vllm==0.32.0", "--base", "vllm==0.33.0")
+    assert both.code == 2 and "neither 'vllm==0.33.0' nor 'vllm==0.32.0' is one" in both.err

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from cli_helpers import Cli
+from solver_limits import SOLVER_ARGS
 
 from chunkproof.source.extraction import SCHEDULER_FILE
 from chunkproof.source.loading import resolve_policy
@@ -40,7 +41,7 @@ RANGES = ["--block", "4,8", "--lookahead", "0-3", "--drop", "both", "--prompt", 
 RANGES += ["--max-sched", "1-10"]
 """The explorer's range for every comparison (a few seconds per run)."""
 CONFORM = ["--block", "4,8", "--lookahead", "0-3", "--prompt", "1-12", "--max-sched", "1-8"]
-CONFORM += ["--timeout", "120"]
+CONFORM += SOLVER_ARGS
 
 
 def verdicts(cli: Cli, policy: str, *options: str, out: Path) -> list[dict[str, Any]]:
@@ -145,7 +146,8 @@ def test_set_values_are_checked_for_type(flag: str, message: str, cli: Cli) -> N
 
 def test_a_base_the_tree_lacks_is_one_error_naming_every_module(tmp_path: Path, cli: Cli) -> None:
     """A subclass of AsyncScheduler that also uses a helper of its platform package, on a
-    release cache without async_scheduler.py: one error naming both modules. On a tree that
+    release cache without async_scheduler.py: one error naming the platform's module (the
+    cache's AsyncScheduler reads as Scheduler, tests/test_fork_constructs.py). On a tree that
     has the base (here a copy of the release with an AsyncScheduler written for this test),
     the policy loads and inherits its split."""
     policy = tmp_path / "platform_scheduler.py"
@@ -158,8 +160,8 @@ def test_a_base_the_tree_lacks_is_one_error_naming_every_module(tmp_path: Path, 
     )
     run = cli("trace", str(policy), *BASE, "--block", "16", "--prompt", "49", "--budget", "16")
     assert (run.code, run.err.count("\n")) == (2, 1)
-    assert "needs 2 modules" in run.err
-    assert f"vllm.v1.core.sched.async_scheduler (imported at {policy}:1)" in run.err
+    assert "needs 1 module " in run.err
+    assert "vllm.v1.core.sched.async_scheduler" not in run.err
     assert f"vllm_platform.sizes (imported at {policy}:2)" in run.err
     root = shutil.copytree(release_root("0.33.0"), tmp_path / "tree")
     (root / "vllm/v1/core/sched/async_scheduler.py").write_text(

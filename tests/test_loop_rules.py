@@ -260,7 +260,8 @@ def test_a_continue_that_stays_is_refused(tmp_path: Path, cli: Cli, loop: str, b
         step_loop_rules(policy)
     run = cli("system", str(path), "--block", "4", "--prompt", "3-5", "--max-sched", "4")
     assert run.code == 2 and run.err.count("\n") == 1 and f"the {loop} loop" in run.err, run.err
-    assert cli("explore", str(path), "--block", "4", "--prompt", "3-5").code in (0, 1)
+    out = ["--out", str(tmp_path / "out")]
+    assert cli("explore", str(path), "--block", "4", "--prompt", "3-5", *out).code in (0, 1)
 
 
 @pytest.mark.parametrize(

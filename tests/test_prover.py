@@ -25,6 +25,7 @@ import z3
 from cli_helpers import Cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from solver_limits import GUARD_MS, RLIMIT, SOLVER_ARGS
 
 from chunkproof.checker.engines import minimise
 from chunkproof.checker.engines.least_counterexample import least_counterexamples
@@ -815,7 +816,7 @@ def test_induction_cut_short_is_rechecked_once_with_the_whole_timeout(
     holds, else UNKNOWN with no certificate left (Spacer's true is never taken on its word)."""
     confirmed: list[int] = []
 
-    def answers(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
+    def answers(path: Path, timeout_ms: int, rlimit: int | None) -> tuple[bool, dict[str, str]]:
         confirmed.append(timeout_ms)
         safety = second if len(confirmed) == 2 else "unknown"
         if safety != "unsat":
@@ -849,7 +850,7 @@ def test_a_failed_induction_is_not_rechecked(
     the certificate is not re-checked again, and the shallow search decides."""
     confirmed: list[int] = []
 
-    def failed(path: Path, timeout_ms: int) -> tuple[bool, dict[str, str]]:
+    def failed(path: Path, timeout_ms: int, rlimit: int | None) -> tuple[bool, dict[str, str]]:
         confirmed.append(timeout_ms)
         path.unlink()
         return False, {"initiation": "unsat", "consecution": "unsat", "safety": "sat"}
@@ -925,6 +926,85 @@ def test_tiny_timeout_is_unknown_not_violated(tmp_path: Path) -> None:
     if verdict.status == PROVED:  # only with a certificate that re-checks
         assert verdict.certificate is not None
         assert certificate.holds(certificate.recheck(Path(verdict.certificate), TIMEOUT_MS))
+
+
+TINY_RLIMIT = 1
+"""Z3 resource units no query of the prover decides within."""
+
+
+@pytest.mark.parametrize(
+    ("name", "texts", "pid"),
+    [(*INDUCTION,), (*SPACER,), (*LIVELOCK, "P1")],
+    ids=["induction", "spacer", "violated"],
+)
+def test_a_tiny_rlimit_is_unknown_never_proved(
+    cli: Cli, tmp_path: Path, name: str, texts: dict[str, str], pid: str
+) -> None:
+    """``--rlimit`` bounds every query of the prover by Z3's resource count, whatever the
+    clock (the timeout here is ten minutes): with a tiny one the cell PROVED by induction, the
+    one Spacer proves and the violated one are UNKNOWN, exit 3, with no certificate left; with
+    the tests' limit the same runs decide."""
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in texts.items()]
+    argv = ["prove", name, *flags, "--property", pid, "--json", "--jobs", "1"]
+    guard = ["--timeout", str(GUARD_MS // 1000)]
+    tiny = cli(*argv, "--rlimit", str(TINY_RLIMIT), *guard, "--out", str(tmp_path / "tiny"))
+    assert tiny.code == EXIT_UNKNOWN, tiny.err
+    (verdict,) = tiny.json()["verdicts"]
+    assert verdict["status"] == UNKNOWN
+    assert not list((tmp_path / "tiny").rglob("*.smt2"))
+    enough = cli(*argv, *SOLVER_ARGS, "--out", str(tmp_path / "enough"))
+    (verdict,) = enough.json()["verdicts"]
+    assert verdict["status"] == (VIOLATED if name == LIVELOCK[0] else PROVED), enough.err
+
+
+def test_a_tiny_rlimit_leaves_conform_unknown(cli: Cli) -> None:
+    """conform's queries under a tiny ``--rlimit``: UNKNOWN (exit 3), never EQUAL; the same
+    run with the tests' limit is EQUAL."""
+    argv = ["conform", "vllm-0.33", "--against", "vllm-0.33", "--block", "4", "--prompt", "1-9"]
+    argv += ["--max-sched", "1-4", "--json"]
+    guard = ["--timeout", str(GUARD_MS // 1000)]
+    tiny = cli(*argv, "--rlimit", str(TINY_RLIMIT), *guard)
+    assert (tiny.code, tiny.json()["status"]) == (EXIT_UNKNOWN, "UNKNOWN"), tiny.err
+    enough = cli(*argv, *SOLVER_ARGS)
+    assert (enough.code, enough.json()["status"]) == (EXIT_OK, "EQUAL"), enough.err
+
+
+def test_the_rlimit_bounds_every_spacer_try_and_the_last_gets_all_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under ``rlimit`` each seed's units are at most it, and the seed SEEDS leaves unlimited
+    gets the whole of it: a tiny limit leaves Spacer undecided at once however long the
+    timeout, and a sufficient one decides."""
+    name, texts, pid = SPACER
+    model = _model(name, texts)
+    units: list[int] = []
+    real = chc._attempt
+
+    def recorded(*args: Any) -> Any:
+        units.append(args[4])
+        return real(*args)
+
+    monkeypatch.setattr(chc, "_attempt", recorded)
+    monkeypatch.setattr(chc, "SEEDS", ((5, 1_000), (6, 0)))
+    result = chc.reachable_violation(model, pid, True, GUARD_MS, TINY_RLIMIT)
+    assert (result.status, result.seeds, units) == ("unknown", (5, 6), [1, 1])
+    units.clear()
+    result = chc.reachable_violation(model, pid, True, GUARD_MS, RLIMIT)
+    assert (result.status, units) == ("unsat", [1_000, RLIMIT])
+
+
+def test_a_portfolio_try_is_cut_by_units_under_an_rlimit() -> None:
+    """Without ``rlimit`` a try's milliseconds cut it (at most the timeout); with one, its
+    share of units does (at most the rlimit) and the timeout is the guard; a query no try
+    decides within a tiny limit is unknown, whatever the timeout."""
+    assert solving.try_limits(10_000, None, 500) == (500, None)
+    assert solving.try_limits(300, None, 500) == (300, None)
+    assert solving.try_limits(10_000, 10**9, 500) == (10_000, 500 * solving.UNITS_PER_MS)
+    assert solving.try_limits(10_000, 7, 500) == (10_000, 7)
+    x, y = z3.Ints("x y")
+    hard = z3.And(x * x * x + y * y * y == 1_729_007, x > 0, y > 0)
+    assert solving.check_formula(hard, GUARD_MS, TINY_RLIMIT) == "unknown"
+    assert solving.check_formula(z3.And(x > 3, x < 5), GUARD_MS, RLIMIT) == "sat"
 
 
 def _verdict(status: str) -> Verdict:

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from cli_helpers import Cli
+from solver_limits import SOLVER_ARGS
 from test_fidelity import Release, compiled_step
 from vllm_copies import copy_release
 
@@ -115,7 +116,7 @@ def _flags() -> list[str]:
 
 
 def _verdicts(cli: Cli, command: str, root: Path, out: Path) -> dict[str, dict[str, Any]]:
-    extra = ["--timeout", "300"] if command == "prove" else []
+    extra = SOLVER_ARGS if command == "prove" else []
     run = cli(command, str(root), *_flags(), *extra, "--json", "--out", str(out))
     assert run.code in (0, 1), run.err
     return {v["property"]: v for v in run.json()["verdicts"]}

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from cli_helpers import Cli
+from solver_limits import SOLVER_ARGS
 from vllm_copies import (
     READS_SCHEDULER_STATE,
     RESUMED_ONE_TOKEN_AT_A_TIME,
@@ -31,7 +32,7 @@ from chunkproof.source.loading import resolve_policy
 from chunkproof.source.methods import standin_attributes
 
 TRACE = ["--block", "16", "--lookahead", "3", "--prompt", "49", "--budget", "16"]
-QUICK = ["--timeout", "120"]
+QUICK = SOLVER_ARGS
 """Generous per-query solver time: a loaded machine must not turn EQUAL into UNKNOWN."""
 SMALL = [
     *("--block", "4,8", "--split-block", "B,B/2", "--lookahead", "0-3", "--drop", "both"),

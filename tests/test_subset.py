@@ -574,7 +574,7 @@ OUTSIDE = [
     ("two loops", "    return min((a for a in (1,) for b in (2,)), default=0)\n", 2, "single"),
     ("del", "    del n\n    return 0\n", 2, "Delete"),
     ("yield", "    x = yield n\n    return n\n", 2, "Yield"),
-    ("starred call", "    return min(*(n, 1))\n", 2, "Starred"),
+    ("starred display", "    x = (*(n, 1),)\n    return n\n", 2, "Starred"),
     ("set", "    x = {n}\n    return n\n", 2, "Set"),
     ("bytes", "    x = b'a'\n    return n\n", 2, "b'a'"),
 ]  # fmt: skip

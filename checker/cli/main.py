@@ -52,6 +52,7 @@ from chunkproof.checker.reports.figure import check_picture_suffix
 from chunkproof.checker.reports.output import RunFolder, run_folder
 from chunkproof.checker.reports.progress import Progress
 from chunkproof.checker.reports.report import (
+    branch_lines,
     combine,
     exit_status,
     fixed_line,
@@ -91,7 +92,7 @@ from chunkproof.model.step import Step, stage_order
 from chunkproof.model.trajectory import Trajectory, run
 from chunkproof.source.loading import recorded_policy, resolve_policy, source_flags_given
 from chunkproof.source.methods import parse_overrides
-from chunkproof.source.policy import names_class, names_source
+from chunkproof.source.policy import names_class, names_source, names_tree
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
@@ -128,6 +129,28 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 
 _positive = _at_least(1)
 _natural = _at_least(0)
+
+RLIMIT_MAX = 2**32 - 1
+"""The largest ``--rlimit``: Z3 reads a resource limit as a 32-bit count (a larger one wraps
+around, 2**32 to no limit at all)."""
+
+
+def _rlimit(text: str) -> int:
+    """An argparse type: ``--rlimit``, Z3 resource units per solver query, 1 to
+    :data:`RLIMIT_MAX`."""
+    value = _positive(text)
+    if value > RLIMIT_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {RLIMIT_MAX} (Z3 counts in 32 bits)")
+    return value
+
+
+def _add_rlimit(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rlimit",
+        type=_rlimit,
+        help="Z3 resource units per solver query (default none: --timeout alone); past it a "
+        "query is unknown, whatever the machine's load",
+    )
 
 
 def _executor(text: str) -> str:
@@ -217,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_run_options(p)
         if name != "explore":
             p.add_argument("--timeout", type=_positive, default=20, help="seconds per query")
+            _add_rlimit(p)
 
     p = sub.add_parser("replay", help="re-run a counterexample file")
     p.add_argument("file", type=Path, metavar="FILE")
@@ -378,9 +402,9 @@ def _policy(text: str, args: argparse.Namespace) -> Policy:
 
 
 def _policy_pair(first: str, second: str, args: argparse.Namespace) -> tuple[Policy, Policy]:
-    """conform's and compare's two policies: ``--compose``, ``--set``, ``--class`` and
-    ``--base`` apply to whichever of them is real vLLM source, and are an error when neither
-    is."""
+    """conform's and compare's two policies: ``--compose``, ``--set`` and ``--class`` apply
+    to whichever of them is real vLLM source, ``--base`` to whichever is a policy file (a
+    release or a checkout is its own tree), and each is an error when neither is."""
     compose, overrides = args.compose, parse_overrides(args.overrides)
     class_name, base = args.class_name, args.base
     sources = [names_source(text) or names_class(text) for text in (first, second)]
@@ -389,13 +413,19 @@ def _policy_pair(first: str, second: str, args: argparse.Namespace) -> tuple[Pol
         raise ChunkproofError(
             f"{given[0]} applies to real vLLM source, and neither {first!r} nor {second!r} is"
         )
+    texts = (first, second)
+    files = [source and not names_tree(text) for text, source in zip(texts, sources, strict=True)]
+    if base is not None and not any(files):
+        raise ChunkproofError(
+            f"--base applies to a policy file, and neither {first!r} nor {second!r} is one"
+        )
 
-    def resolve(text: str, source: bool) -> Policy:
+    def resolve(text: str, source: bool, file: bool) -> Policy:
         if not source:
             return resolve_policy(text)
-        return resolve_policy(text, compose, overrides, class_name, base)
+        return resolve_policy(text, compose, overrides, class_name, base if file else None)
 
-    return resolve(first, sources[0]), resolve(second, sources[1])
+    return resolve(first, sources[0], files[0]), resolve(second, sources[1], files[1])
 
 
 # -- trace --------------------------------------------------------------------------------------
@@ -602,7 +632,7 @@ def _run_identity(args: argparse.Namespace) -> str:
 
 
 def _proof_run(args: argparse.Namespace, executor: Executor, minimise: bool) -> ProofRun:
-    return ProofRun(args.window, args.timeout * 1000, executor, minimise)
+    return ProofRun(args.window, args.timeout * 1000, executor, minimise, args.rlimit)
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
@@ -706,6 +736,8 @@ def _report(
         return exit_status(verdicts)
     print(f"chunkproof {args.command} {policy.name} ({policy.summary})")
     print(fixed_line(policy.fixed))
+    for line in branch_lines(policy):
+        print(line)
     if explored is not None:
         info = engines["explored"]
         configs = info["configs"]
@@ -777,6 +809,7 @@ def _add_conform_parser(sub: Any) -> None:
     p.add_argument("--against", required=True, metavar="POLICY", help="the other policy")
     add_range_flags(p)
     p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
+    _add_rlimit(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -786,7 +819,7 @@ def _cmd_conform(args: argparse.Namespace) -> int:
     production = _prover_space(args, a, b, defaults=False)
     grid = _explorer_space(args, a, b)
     progress = Progress(f"conform {a.name} against {b.name}", enabled=not args.json)
-    result = conform(a, b, production, grid, args.timeout * 1000, progress.tick)
+    result = conform(a, b, production, grid, args.timeout * 1000, progress.tick, args.rlimit)
     progress.close()
     over = {
         "z3": {"cells": result.cells, **production.describe()},
@@ -835,6 +868,7 @@ def _add_compare_parser(sub: Any) -> None:
     _add_properties(p)
     _add_run_options(p)
     p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
+    _add_rlimit(p)
     p.add_argument(
         "--no-prove",
         action="store_true",

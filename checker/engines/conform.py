@@ -80,15 +80,17 @@ def conform(
     grid: Space,
     timeout_ms: int,
     tick: Callable[[int, int], None] | None = None,
+    rlimit: int | None = None,
 ) -> Conformance:
-    """The grid first (cheap, concrete), then Z3 on every cell until a difference is found."""
+    """The grid first (cheap, concrete), then Z3 on every cell until a difference is found,
+    each cell's query within ``timeout_ms`` and ``rlimit`` units."""
     configs, difference = grid_difference(a, b, grid)
     found = cells(production)
     unknown: list[Cell] = []
     for done, cell in enumerate(found, 1):
         if difference is not None:
             break
-        status, difference = cell_difference(a, b, cell, production.budget, timeout_ms)
+        status, difference = cell_difference(a, b, cell, production.budget, timeout_ms, rlimit)
         if status == UNKNOWN:
             unknown.append(cell)
         if tick is not None:
@@ -100,12 +102,17 @@ def conform(
 
 
 def cell_difference(
-    a: Policy, b: Policy, cell: Cell, budget: tuple[int, int] | None, timeout_ms: int
+    a: Policy,
+    b: Policy,
+    cell: Cell,
+    budget: tuple[int, int] | None,
+    timeout_ms: int,
+    rlimit: int | None = None,
 ) -> tuple[str, Difference | None]:
     """Z3 on one cell: (EQUAL, None) if no input both accept separates the steps, (DIFFERENT,
-    the input) if one does, (UNKNOWN, None) on a timeout. Decided by the solver portfolio
-    (:mod:`chunkproof.proofs.solving`): one solver with one seed ran past a 120 s timeout on a
-    cell the portfolio decides in seconds."""
+    the input) if one does, (UNKNOWN, None) on a timeout or past ``rlimit`` units. Decided by
+    the solver portfolio (:mod:`chunkproof.proofs.solving`): one solver with one seed ran past
+    a 120 s timeout on a cell the portfolio decides in seconds."""
     ma, mb = SymbolicRequest(a, cell, budget), SymbolicRequest(b, cell, budget)
     state, action = ma.state("c"), ma.action("b")
     c, b_ = state[0], action[0]
@@ -117,7 +124,7 @@ def cell_difference(
     query = z3.And(
         ma.constraint, mb.constraint, ma.guard(state, action), mb.guard(state, action), differ
     )
-    answer, model = solving.solve_formula(query, timeout_ms)
+    answer, model = solving.solve_formula(query, timeout_ms, rlimit=rlimit)
     if answer == "unsat":
         return EQUAL, None
     if model is None:

@@ -51,6 +51,7 @@ RESULT_OPTIONS = (
     "window",
     "no_prove",
     "timeout",
+    "rlimit",
     "compose",
     "overrides",
     "out",

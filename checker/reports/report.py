@@ -10,6 +10,7 @@ is. A range with no configuration in scope is never PROVED (EMPTY, exit status 2
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -160,6 +161,7 @@ def verdicts_document(
         "policy": policy.name,
         "verdicts": [v.to_dict() for v in verdicts],
         "fixed": list(policy.fixed),
+        **branches_document(policy),
         **extra,
     }
 
@@ -167,6 +169,47 @@ def verdicts_document(
 def fixed_line(fixed: Sequence[str], label: str = "fixed") -> str:
     """The report line naming every input the model fixes."""
     return f"{label}: {'; '.join(fixed) if fixed else 'nothing beyond the range'}"
+
+
+def branch_lines(policy: Policy) -> list[str]:
+    """For a policy read from source, its ``schedule()``'s branches that set a chunk, move
+    requests or end a loop (SPEC X3): how many the model runs, holds fixed or leaves out,
+    then each one changed since the release compared with and each one not modelled."""
+    if not policy.branches:
+        return []
+    counts = Counter(b.status for b in policy.branches)
+    tally = ", ".join(f"{counts[s]} {s}" for s in ("modelled", "held fixed", "not modelled"))
+    lines = [
+        f"schedule(): {len(policy.branches)} branches set a chunk, move requests or end a "
+        f"loop: {tally}"
+    ]
+    changed = [b for b in policy.branches if b.changed]
+    if policy.branches_since is not None:
+        lines.append(f"  new or changed since vLLM {policy.branches_since}: {len(changed)}")
+        lines += [f"    {b.describe()}" for b in changed]
+    missing = [b for b in policy.branches if b.status == "not modelled" and not b.changed]
+    if missing:
+        lines.append(f"  not modelled: {len(missing)}")
+        lines += [f"    {b.describe()}" for b in missing]
+    return lines
+
+
+def branches_document(policy: Policy) -> dict[str, Any]:
+    """:func:`branch_lines` for ``--json``: the release compared with and every branch."""
+    if not policy.branches:
+        return {}
+    rows = [
+        {
+            "line": b.line,
+            "test": b.test,
+            "effects": list(b.effects),
+            "status": b.status,
+            "why": b.why,
+            "changed": b.changed,
+        }
+        for b in policy.branches
+    ]
+    return {"schedule_branches": {"since": policy.branches_since, "branches": rows}}
 
 
 def render_table(verdicts: list[Verdict]) -> str:

@@ -25,7 +25,7 @@ from types import FunctionType, ModuleType
 from typing import Any, TypeGuard
 
 from chunkproof.model.config import Config, encoder_capacity, encoder_compute_budget
-from chunkproof.model.errors import ChunkproofError
+from chunkproof.model.errors import ChunkproofError, PolicyError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import (
     Step,
@@ -37,6 +37,7 @@ from chunkproof.model.step import (
 )
 from chunkproof.model.trace_file import TraceFile
 from chunkproof.source import extraction
+from chunkproof.source.extraction import SCHEDULER_FILE
 from chunkproof.source.methods import standin_attributes
 from chunkproof.source.policy import recorded_options
 
@@ -124,11 +125,40 @@ def real_methods(
     (with ``more_imports``): chunkproof's functions (:func:`copied_functions`) and the source
     loader."""
     loader_imports, loader = _loader_source()
-    return copied_functions(policy, predicates) | {
-        "source_variable": SOURCE_VARIABLE,
-        "imports": import_lines([*_OWN_IMPORTS, *loader_imports, *more_imports]),
-        "loader": loader,
-    }
+    return (
+        copied_functions(policy, predicates)
+        | user_files(policy)
+        | {
+            "source_variable": SOURCE_VARIABLE,
+            "imports": import_lines([*_OWN_IMPORTS, *loader_imports, *more_imports]),
+            "loader": loader,
+        }
+    )
+
+
+USER_FOLDER = "chunkproof_user"
+"""Where a user's patch module or subclass module is laid over the source tree."""
+
+
+def user_files(policy: Policy) -> Values:
+    """The user's own file the policy runs methods of (SPEC X2), carried verbatim and laid over
+    the tree the test reads: a lone ``scheduler.py`` in place of the tree's, a patch module or
+    subclass module beside it with the members it replaces. A method the file cannot carry
+    (defined inside a function, or in another file) is a one-line error."""
+    user = policy.user_source
+    if user is None:
+        return {"user_files": "{}", "user_methods": "{}"}
+    text = Path(user.path).read_text(encoding="utf-8")
+    if user.replaces_scheduler:
+        return {"user_files": repr({SCHEDULER_FILE: text}), "user_methods": "{}"}
+    if user.unsupported:
+        raise PolicyError(
+            f"repro: {user.unsupported[0]}, which a repro cannot carry: "
+            "`chunkproof replay FILE` re-runs the counterexample instead"
+        )
+    rel = f"{USER_FOLDER}/{Path(user.path).name}"
+    methods = {name: (rel, line) for name, line in user.methods}
+    return {"user_files": repr({rel: text}), "user_methods": repr(methods)}
 
 
 def copied_functions(policy: Policy, predicates: FunctionList) -> Values:
@@ -447,12 +477,21 @@ REAL_REST = (
     RAISED
     + '''
 
+USER_FILES: dict[str, str] = $user_files
+"""The policy's own file (a lone scheduler.py, a patch module, a subclass's module), carried
+verbatim and laid over the source tree: release-relative path -> text."""
+
+USER_METHODS: dict[str, tuple[str, int]] = $user_methods
+"""The members of Scheduler that file replaces: name -> (its path, the line of its def)."""
+
+
 @pytest.fixture(scope="module")
 def vllm() -> Extracted:
-    """The real methods of the vLLM source tree, compiled from its text."""
+    """The real methods of the vLLM source tree, with the policy's own file laid over it,
+    compiled from their text."""
     root = vllm_source_root()
     try:
-        return extract(DirectoryTree(root))
+        return extract(OverlayTree(DirectoryTree(root), USER_FILES), overrides=USER_METHODS)
     except SourceError as exc:
         pytest.fail(f"cannot read the scheduler methods from {root}: {exc}", pytrace=False)
 

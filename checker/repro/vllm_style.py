@@ -121,7 +121,8 @@ _TEMPLATE = Template(PRELUDE + TEST + UNSAFE + RAISED + STUB)
 
 def vllm_repro_source(cx: Counterexample, source_name: str) -> str:
     """The text of the short pytest file for ``cx`` (module docstring); a counterexample with
-    encoder items, or of P6, is a one-line error."""
+    encoder items, of P6, or of a policy with its own file (a patch, a subclass: the short
+    form imports vLLM's unpatched ``Scheduler``) is a one-line error."""
     if cx.config.items:
         raise ChunkproofError(
             "--style vllm: a request with encoder items needs the tree's encoder cache; "
@@ -132,8 +133,14 @@ def vllm_repro_source(cx: Counterexample, source_name: str) -> str:
             "--style vllm: P6 is judged at the tree's own KV cache lookup and retention, "
             "which the short form cannot run; use --style standalone"
         )
+    policy = recorded_policy(cx)
+    if policy.user_source is not None:
+        raise ChunkproofError(
+            f"--style vllm: the test imports vLLM's Scheduler, not {policy.user_source.path}'s "
+            "methods; use --style standalone, which carries that file"
+        )
     values = trace_values(cx, source_name)
-    functions = copied_functions(recorded_policy(cx), predicates(cx))
+    functions = copied_functions(policy, predicates(cx))
     head = {"docstring": _docstring(cx, source_name), "imports": import_lines(IMPORTS)}
     return _TEMPLATE.substitute(values | functions | head)
 

@@ -214,13 +214,14 @@ def name_window(verdicts: list[Verdict], window: str) -> list[Verdict]:
 @dataclass(frozen=True)
 class ProofRun:
     """How the prover runs: P5's form, the timeout per query, where its cells run (an executor,
-    or the size of the local pool), and whether violated cells get their minimal
-    counterexample."""
+    or the size of the local pool), whether violated cells get their minimal counterexample,
+    and Z3's resource limit per query (``--rlimit``; None: the timeout alone)."""
 
     window: str
     timeout_ms: int
     jobs: int | Executor
     minimise: bool
+    rlimit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -279,7 +280,8 @@ def prove_space(
     stem = policy.file_stem
     certificates = out.certificates(stem) if out is not None else _scratch()
     make = CellModel(policy, space.budget, run.window)
-    settings = prover.Settings(make, CertificateName(space.grids), run.timeout_ms, certificates)
+    name = CertificateName(space.grids)
+    settings = prover.Settings(make, name, run.timeout_ms, certificates, run.rlimit)
     results = prover.prove_range(settings, found, pids, as_executor(run.jobs).map, tick)
     proved_at = time.monotonic()
     empty_cells = {id(v.cell) for v in results if v.status == prover.EMPTY}

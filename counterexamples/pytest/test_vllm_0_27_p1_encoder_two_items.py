@@ -303,12 +303,21 @@ def raised(method: str, exc: Exception) -> str:
     return f"{method} raises {type(exc).__name__}{where}{message}"
 
 
+USER_FILES: dict[str, str] = {}
+"""The policy's own file (a lone scheduler.py, a patch module, a subclass's module), carried
+verbatim and laid over the source tree: release-relative path -> text."""
+
+USER_METHODS: dict[str, tuple[str, int]] = {}
+"""The members of Scheduler that file replaces: name -> (its path, the line of its def)."""
+
+
 @pytest.fixture(scope="module")
 def vllm() -> Extracted:
-    """The real methods of the vLLM source tree, compiled from its text."""
+    """The real methods of the vLLM source tree, with the policy's own file laid over it,
+    compiled from their text."""
     root = vllm_source_root()
     try:
-        return extract(DirectoryTree(root))
+        return extract(OverlayTree(DirectoryTree(root), USER_FILES), overrides=USER_METHODS)
     except SourceError as exc:
         pytest.fail(f"cannot read the scheduler methods from {root}: {exc}", pytrace=False)
 
@@ -510,18 +519,27 @@ def standin_tree(
     inner: type[StandIn] = StandIn,
 ) -> StandIn:
     """A stand-in of type ``kind`` from dotted attribute paths: ``{"cache_config.block_size":
-    16}`` gives ``x.cache_config.block_size == 16``, every inner object an ``inner``."""
+    16}`` gives ``x.cache_config.block_size == 16``, every inner object an ``inner``; a path
+    ending in a call (``model_config.get_mamba_chunk_size()``) is a method that returns the
+    value whatever its arguments (``--set PATH()=VALUE``)."""
     nested: dict[str, dict[str, object]] = {}
     direct: dict[str, object] = {}
     for path, value in flat.items():
         head, dot, tail = path.partition(".")
-        if dot:
+        if dot and not head.endswith(")"):
             nested.setdefault(head, {})[tail] = value
+        elif path.endswith("()"):
+            direct[path[:-2]] = _returning(value)
         else:
             direct[head] = value
     for head, attributes in nested.items():
         direct[head] = standin_tree(f"{label}.{head}", attributes, inner, inner)
     return kind(label, **direct)
+
+
+def _returning(value: object) -> Any:
+    """A method that returns ``value`` whatever it is called with."""
+    return lambda *args, **kwargs: value
 
 
 class SourceTree(Protocol):
@@ -561,6 +579,21 @@ class DirectoryTree:
     def label(self, rel: str) -> str:
         """The file's path."""
         return str(self._path(rel))
+
+
+@dataclass(frozen=True)
+class OverlayTree:
+    """``base`` with ``files`` (release-relative path -> text) laid over it: a user's own file
+    (a patch module, a subclass, a lone ``scheduler.py``) read beside a release tree."""
+
+    base: SourceTree
+    files: dict[str, str]
+
+    def read(self, rel: str) -> str | None:
+        return self.files[rel] if rel in self.files else self.base.read(rel)
+
+    def label(self, rel: str) -> str:
+        return rel if rel in self.files else self.base.label(rel)
 
 
 def package_root(scheduler_py: Path) -> Path:
@@ -603,9 +636,15 @@ class Extracted:
     functions: tuple[Compiled, ...] = field(repr=False)
 
 
-def extract(tree: SourceTree, base: type[StandIn] = StandIn) -> Extracted:
-    """The split, the reservation and all they reach in ``tree``, compiled (module docstring)."""
-    return Collector(tree).compile(base)
+def extract(
+    tree: SourceTree,
+    base: type[StandIn] = StandIn,
+    overrides: dict[str, tuple[str, int]] | None = None,
+) -> Extracted:
+    """The split, the reservation and all they reach in ``tree``, compiled (module docstring).
+    ``overrides`` gives members of class ``Scheduler`` another definition, as a patch module
+    or a subclass does: method name -> (the file of the tree, the line of its ``def``)."""
+    return Collector(tree, overrides or {}).compile(base)
 
 
 @dataclass
@@ -634,35 +673,69 @@ class Link:
     name: str = ""
     stdlib: tuple[str, str | None, str, int] | None = None
     """(module, imported name or None, file label, line)."""
+    original: str = ""
+    """A member of class ``Scheduler`` as ``scheduler.py`` defines it, before a patch or a
+    subclass replaces it (``_original = Scheduler.member`` in the user's file)."""
 
     def resolve(self, namespaces: dict[str, dict[str, Any]]) -> object:
         if self.stdlib is not None:
             return _stdlib_object(*self.stdlib)
+        if self.original:
+            return namespaces[SCHEDULER_FILE][_ORIGINAL_PREFIX + self.original]
         return namespaces[self.rel][self.name]
+
+
+_ORIGINAL_PREFIX = "_chunkproof_original_"
+"""The name a member's unpatched definition is compiled under in ``scheduler.py``'s
+namespace (:attr:`Link.original`)."""
 
 
 class Collector:
     """Finds, strips and compiles the functions the two methods reach (module docstring)."""
 
-    def __init__(self, tree: SourceTree) -> None:
+    def __init__(
+        self, tree: SourceTree, overrides: dict[str, tuple[str, int]] | None = None
+    ) -> None:
         self.tree = tree
         self.modules: dict[str, _Module] = {}
         self.needed: dict[str, dict[str, ast.FunctionDef]] = {}
         self.links: dict[str, dict[str, Link]] = {}
         self.members: dict[str, ast.FunctionDef] = {}
+        self.overridden: dict[str, tuple[str, ast.FunctionDef]] = {}
+        """Members defined elsewhere (``overrides``): name -> (module, its ``def``)."""
+        self.originals: dict[str, ast.FunctionDef] = {}
+        """Unpatched members a user's file reaches (:attr:`Link.original`), compiled as plain
+        functions of ``scheduler.py``."""
         scheduler = self._module(SCHEDULER_FILE)
         self.class_def = _scheduler_class(scheduler)
         available = {f.name: f for f in self.class_def.body if isinstance(f, ast.FunctionDef)}
+        for name, (rel, line) in (overrides or {}).items():
+            available[name] = self._override(name, rel, line)
         self.available = available
         """Every method defined in the body of class ``Scheduler``, by name."""
         if SPLIT_METHOD not in available:
             raise SourceError(f"{scheduler.label}: class Scheduler has no method {SPLIT_METHOD}")
-        self.takes_uncached_prefix = _split_signature(available[SPLIT_METHOD], scheduler.label)
+        self.takes_uncached_prefix = _split_signature(
+            available[SPLIT_METHOD], self._module(self._home(SPLIT_METHOD)).label
+        )
         if RESERVE_METHOD in available:
-            _check_arity(available[RESERVE_METHOD], 4, scheduler.label)
+            _check_arity(
+                available[RESERVE_METHOD], 4, self._module(self._home(RESERVE_METHOD)).label
+            )
         for name in (SPLIT_METHOD, RESERVE_METHOD):
             if name in available:
                 self._need_member(scheduler, available, name)
+
+    def _override(self, name: str, rel: str, line: int) -> ast.FunctionDef:
+        """The ``def`` at ``line`` of ``rel`` that stands for member ``name``: a module
+        function (a patch) or a method of a class there (a subclass), never one inside a
+        function."""
+        module = self._module(rel)
+        for node in _defs_outside_functions(module.tree.body):
+            if node.lineno == line:
+                self.overridden[name] = (rel, node)
+                return node
+        raise SourceError(f"{module.label}:{line}: no def of {name} outside a function")
 
     def _module(self, rel: str) -> _Module:
         """Parse ``rel`` once (a syntax error is a one-line SourceError with file:line)."""
@@ -684,10 +757,54 @@ class Collector:
         if name in self.members:
             return
         method = stripped(available[name], member=True)
+        home = self._module(self._home(name))
+        if name in self.overridden:
+            method = self._without_super(home, method)
         self.members[name] = method
         for used in _self_attributes(method) & available.keys():
             self._need_member(scheduler, available, used)
-        self._link_globals(scheduler, method)
+        self._link_globals(home, method)
+
+    def _without_super(self, module: _Module, method: ast.FunctionDef) -> ast.FunctionDef:
+        """A subclass's method with each ``super().member(...)`` a call of ``scheduler.py``'s
+        own ``member`` (:attr:`Link.original`): it is compiled as a plain function, which
+        has no ``super()``; any other use of ``super`` is a SourceError."""
+        if not method.args.args:
+            raise SourceError(f"{module.label}:{method.lineno}: {method.name} takes no self")
+        calls = _SuperCalls(method.args.args[0].arg)
+        rewritten = calls.visit(method)
+        assert isinstance(rewritten, ast.FunctionDef)
+        if "super" in global_names(rewritten):
+            raise SourceError(
+                f"{module.label}:{method.lineno}: {method.name} uses super() other than to "
+                "call a member of Scheduler"
+            )
+        links = self.links.setdefault(module.rel, {})
+        for member in calls.members:
+            if self._need_original(member):
+                links[_ORIGINAL_PREFIX + member] = Link(original=member)
+        return rewritten
+
+    def _need_original(self, member: str) -> bool:
+        """Collect ``scheduler.py``'s own ``member`` of class ``Scheduler`` (unpatched) as a
+        plain function; False if the class defines none."""
+        own = {f.name: f for f in self.class_def.body if isinstance(f, ast.FunctionDef)}
+        if member not in own:
+            return False
+        if member not in self.originals:
+            original = stripped(own[member], member=False)
+            original.name = _ORIGINAL_PREFIX + member
+            self.originals[member] = original
+            scheduler = self._module(SCHEDULER_FILE)
+            for used in _self_attributes(original) & self.available.keys():
+                self._need_member(scheduler, self.available, used)
+            self._link_globals(scheduler, original)
+        return True
+
+    def _home(self, member: str) -> str:
+        """The file a member of class ``Scheduler`` is defined in (``overrides``, or
+        ``scheduler.py``)."""
+        return self.overridden[member][0] if member in self.overridden else SCHEDULER_FILE
 
     def _need(self, module: _Module, name: str) -> None:
         """Add top-level function ``name`` of ``module`` and, transitively, its helpers."""
@@ -722,11 +839,33 @@ class Collector:
                 continue
             if name in module.functions or name in module.imports:
                 links[name] = self._resolve(module, name, _line_of(function, name))
+            elif (original := self._original_member(module, name)) is not None:
+                links[name] = Link(original=original)
             elif not hasattr(builtins, name):
                 raise SourceError(
                     f"{module.label}:{_line_of(function, name)}: {function.name} "
                     f"uses {name!r}, which is neither a function nor an import"
                 )
+
+    def _original_member(self, module: _Module, name: str) -> str | None:
+        """The member ``name`` holds when ``module`` assigns ``name = Scheduler.member`` at
+        top level (``Scheduler`` imported from ``scheduler.py``), collected unpatched."""
+        for node in module.tree.body:
+            if not (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == name
+                and isinstance(node.value, ast.Attribute)
+                and isinstance(node.value.value, ast.Name)
+            ):
+                continue
+            source, imported, _ = module.imports.get(node.value.value.id, ("", None, 0))
+            if self._find(source) != SCHEDULER_FILE or imported != self.class_def.name:
+                return None
+            member = node.value.attr
+            return member if self._need_original(member) else None
+        return None
 
     def _resolve(self, module: _Module, name: str, line: int) -> Link:
         """What ``name`` means in ``module``: a function there, or what its import names."""
@@ -770,20 +909,31 @@ class Collector:
         class_def.bases = [ast.Name(_STANDIN_BASE, ast.Load())]
         class_def.keywords = []
         class_def.decorator_list = []
-        class_def.body = list(self.members.values())
+        own = {n: m for n, m in self.members.items() if n not in self.overridden}
+        class_def.body = list(own.values()) or [ast.Pass()]
         _exec([class_def], self.modules[SCHEDULER_FILE].label, scheduler)
+        result: type[StandIn] = scheduler[self.class_def.name]
+        for name in self.members.keys() & self.overridden.keys():
+            rel, node = self._home(name), self.members[name]
+            _exec([node], self.modules[rel].label, namespaces[rel])
+            setattr(result, name, namespaces[rel][node.name])
+        if self.originals:
+            _exec(list(self.originals.values()), self.modules[SCHEDULER_FILE].label, scheduler)
         for rel, links in self.links.items():
             for name, link in links.items():
                 namespaces[rel][name] = link.resolve(namespaces)
-        result: type[StandIn] = scheduler[self.class_def.name]
         compiled = [
             Compiled(namespaces[rel][name], node, self.modules[rel].label, namespaces[rel])
             for rel, needed in self.needed.items()
             for name, node in needed.items()
         ]
-        label = self.modules[SCHEDULER_FILE].label
         compiled += [
-            Compiled(vars(result)[name], node, label, scheduler)
+            Compiled(
+                vars(result)[name],
+                node,
+                self.modules[self._home(name)].label,
+                namespaces[self._home(name)],
+            )
             for name, node in self.members.items()
         ]
         return Extracted(
@@ -812,13 +962,54 @@ def _split_signature(method: ast.FunctionDef, label: str) -> bool:
 
 
 def _check_arity(method: ast.FunctionDef, count: int, label: str) -> None:
-    """A method must take exactly ``count`` positional parameters, as the call sites pass."""
+    """A method must take exactly ``count`` positional parameters, as the call sites pass
+    (``*args`` and ``**kwargs`` then take nothing; a keyword-only one needs a default)."""
     params = [a.arg for a in method.args.args]
-    if len(params) != count or method.args.vararg or method.args.kwonlyargs:
+    required = [d is None for d in method.args.kw_defaults]
+    if len(params) != count or any(required):
         raise SourceError(
             f"{label}:{method.lineno}: {method.name} has an unexpected signature "
             f"({', '.join(params)})"
         )
+
+
+class _SuperCalls(ast.NodeTransformer):
+    """``super().member(args)`` -> ``_chunkproof_original_member(self, args)``; the members
+    called are kept in :attr:`members`."""
+
+    def __init__(self, first: str) -> None:
+        self.first = first
+        self.members: set[str] = set()
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        called = node.func
+        if (
+            isinstance(called, ast.Attribute)
+            and isinstance(called.value, ast.Call)
+            and isinstance(called.value.func, ast.Name)
+            and called.value.func.id == "super"
+            and not called.value.args
+        ):
+            self.members.add(called.attr)
+            alias = ast.Name(_ORIGINAL_PREFIX + called.attr, ast.Load())
+            direct = ast.Call(alias, [ast.Name(self.first, ast.Load()), *node.args], node.keywords)
+            return ast.copy_location(direct, node)
+        return node
+
+
+def _defs_outside_functions(body: list[ast.stmt]) -> list[ast.FunctionDef]:
+    """Every ``def`` of ``body`` at module level or in a class body, at any depth of
+    classes (and ``if`` blocks), none inside a function."""
+    found: list[ast.FunctionDef] = []
+    for node in body:
+        if isinstance(node, ast.FunctionDef):
+            found.append(node)
+        elif isinstance(node, ast.ClassDef):
+            found += _defs_outside_functions(node.body)
+        elif isinstance(node, ast.If | ast.Try):
+            found += _defs_outside_functions([*node.body, *node.orelse])
+    return found
 
 
 def _top_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
