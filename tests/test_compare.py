@@ -894,3 +894,23 @@ def test_base_applies_to_the_side_that_is_a_policy_file(cli: Cli, tmp_path: Path
     assert (rows["P1"], rows["P5"]) == (FIXED, INTRODUCED)
     both = cli("compare", "vllm==0.33.0", "vllm==0.32.0", "--base", "vllm==0.33.0")
     assert both.code == 2 and "neither 'vllm==0.33.0' nor 'vllm==0.32.0' is one" in both.err
+
+
+@pytest.mark.fidelity
+def test_a_markdown_report_has_no_local_paths(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report of a policy file names it relative to the report, the release cache under
+    ``~``, and its compare command keeps ``--base`` (so it runs where the report is read)."""
+    patch = tmp_path / "window_patch.py"
+    patch.write_text((Path(__file__).parent / "fixtures" / "forks" / "window_patch.py").read_text())
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports").mkdir()
+    ranges = ["--block", "4", "--lookahead", "0-2", "--prompt", "1-12", "--max-sched", "1-6"]
+    argv = ["compare", "vllm==0.33.0", "window_patch.py", "--base", "vllm==0.33.0", *ranges]
+    run = cli(*argv, "--no-prove", "--markdown", "reports/pr.md")
+    assert run.code == 1, run.err
+    text = (tmp_path / "reports" / "pr.md").read_text()
+    assert str(tmp_path) not in text and str(Path.home()) not in text
+    assert "`../window_patch.py`" in text and "From the folder `..`" in text
+    assert "--base vllm==0.33.0" in text.split("### Reproduce", 1)[1]

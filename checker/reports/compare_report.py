@@ -5,6 +5,7 @@ terminal, and markdown ready to paste as a pull-request comment. All three show 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import textwrap
 from collections.abc import Iterator
@@ -54,11 +55,17 @@ RESULT_OPTIONS = (
     "rlimit",
     "compose",
     "overrides",
+    "class_name",
+    "base",
     "out",
 )
 """The options of ``compare`` (argparse names) that decide its result or where its files go."""
 
-_FLAGS = {"overrides": "--set", **{f"range_{item.name}": item.flag for item in INPUTS}}
+_FLAGS = {
+    "overrides": "--set",
+    "class_name": "--class",
+    **{f"range_{item.name}": item.flag for item in INPUTS},
+}
 
 
 def compare_command(args: argparse.Namespace, defaults: argparse.Namespace) -> str:
@@ -646,6 +653,24 @@ def _markdown_ranges(comparison: Comparison) -> list[str]:
     ]
 
 
+def portable_paths(text: str, report_folder: Path, run_folder: Path) -> str:
+    """``text`` with its absolute paths made readable elsewhere: a path under the folder the
+    run was made from becomes relative to the report's folder (so the commands run from
+    there), one under the home folder starts with ``~``. The commands' relative paths are
+    relative to the run's folder, which the report then names when it is not its own."""
+    home = str(Path.home())
+    run = os.path.relpath(run_folder, report_folder)
+    prefix = "" if run == "." else f"{run}/"
+    text = text.replace(f"{run_folder}/", prefix)
+    if home not in ("", "/"):
+        text = text.replace(f"{home}/", "~/")
+    if prefix:
+        text = text.replace(
+            "### Reproduce\n", f"### Reproduce\n\nFrom the folder `{run}` (next to this report):\n"
+        )
+    return text
+
+
 def render_markdown(comparison: Comparison) -> str:
     """The report as a pull-request comment."""
     a, b = comparison.a.policy, comparison.b.policy
@@ -768,8 +793,10 @@ def _markdown_behaviour(comparison: Comparison) -> list[str]:
 
 
 def write_markdown(comparison: Comparison, path: Path) -> None:
-    """Write the markdown report; an unwritable path is bad input."""
+    """Write the markdown report with its paths relative to itself (:func:`portable_paths`);
+    an unwritable path is bad input."""
+    text = portable_paths(render_markdown(comparison), path.resolve().parent, Path.cwd())
     try:
-        path.write_text(render_markdown(comparison))
+        path.write_text(text)
     except OSError as exc:
         raise ChunkproofError(f"--markdown {path}: cannot write ({exc.strerror})") from None
