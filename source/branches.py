@@ -14,9 +14,10 @@ of a new release also needs the rest: each ``if`` or ``while`` of ``schedule()``
   named with that value;
 * **not modelled**: anything else, which a verdict does not cover.
 
-A branch's fingerprint is a hash of its kind, test and effects (no line numbers, no vLLM text
-is stored), so the branches a release adds over the previous one are found from a table of
-fingerprints per release (:data:`FINGERPRINTS_FILE`, written by :func:`fingerprint_table`).
+A branch's fingerprint is a hash of its kind, test, effects and own body (no line numbers,
+no vLLM text is stored), so the branches a release adds or changes over the previous one are
+found from a table of fingerprints per release (:data:`FINGERPRINTS_FILE`, written by
+:func:`write_fingerprint_table`, checked against every release by the fidelity tests).
 """
 
 from __future__ import annotations
@@ -287,7 +288,7 @@ def review(
 def release_fingerprints(version: str) -> list[str]:
     """The fingerprints of release ``version``'s own ``schedule()`` branches, read from its
     cached source (fetched once)."""
-    from chunkproof.source.policy import source_composition
+    from chunkproof.source.policy import source_composition  # it imports this module
 
     composition = source_composition(f"vllm=={version}")
     assert composition is not None, version
