@@ -30,6 +30,8 @@ from chunkproof.spec.slots import (
     resend_position_v15,
     resend_position_v32,
     tail_position,
+    tail_position_v26,
+    tail_position_v31,
 )
 
 
@@ -109,16 +111,33 @@ def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
 
 
 def misaligned(cfg: Config, c: int, e: int) -> bool:
+    """P4 for chunk [c, e) under the cache rules of 0.32 on (SPEC KV1: the partial tail at
+    ck33(N, h, drop, L_h)): :func:`misaligned_at`."""
+    return misaligned_at(cfg, c, e, tail_position(cfg))
+
+
+def misaligned_v26(cfg: Config, c: int, e: int) -> bool:
+    """P4 under the cache rules of 0.15-0.30 (the partial tail at h*floor(N/h); before 0.26
+    there are no partial hits): :func:`misaligned_at`."""
+    return misaligned_at(cfg, c, e, tail_position_v26(cfg))
+
+
+def misaligned_v31(cfg: Config, c: int, e: int) -> bool:
+    """P4 under the cache rules of 0.31 (the partial tail less h under the drop)."""
+    return misaligned_at(cfg, c, e, tail_position_v31(cfg))
+
+
+def misaligned_at(cfg: Config, c: int, e: int, tail: int) -> bool:
     """P4 for chunk [c, e) with e > c: an end before E off the Mamba grid B, unless it is a
     sub-block advance (B > m) that keeps P3, or a position the cache keys soundly off the
-    grid: the prompt's partial tail T under partial hits, and the junction J with the exact
-    shared-prefix checkpoint (slot note 3 R2, 4.1: "every non-final chunk end must be on the
-    grid, or equal the partial-tail boundary"). Encoder-forced ends (exemption b) need the
-    step's stage values: the callers exempt them (:func:`chunkproof.spec.request.
-    encoder_forced`)."""
+    grid: the prompt's partial tail ``tail`` (the release's T, SPEC KV1) under partial hits,
+    and the junction J with the exact shared-prefix checkpoint (slot note 3 R2, 4.1: "every
+    non-final chunk end must be on the grid, or equal the partial-tail boundary").
+    Encoder-forced ends (exemption b) need the step's stage values: the callers exempt them
+    (:func:`chunkproof.spec.request.encoder_forced`)."""
     if e <= c or e >= prefill_end(cfg) or e % cfg.block == 0:
         return False
-    if cfg.partial_hits and e == tail_position(cfg):
+    if cfg.partial_hits and e == tail:
         return False
     if cfg.exact_junction and e == cfg.junction and e <= cfg.prompt:
         return False
@@ -198,18 +217,28 @@ policy's own: :func:`edge_properties`)."""
 
 RELEASE_P6: dict[str, Callable[..., bool]] = {
     "0.15-0.29": skips_resend_v15,
-    "0.30-0.31": skips_resend_v30,
+    "0.30": skips_resend_v30,
+    "0.31": skips_resend_v30,
     "0.32": skips_resend_v32,
     "0.33-0.34": skips_resend,
 }
 """P6 per release group of :func:`chunkproof.spec.slots.kv_rules` (SPEC KV1)."""
 
+RELEASE_P4: dict[str, Callable[..., bool]] = {
+    "0.15-0.29": misaligned_v26,
+    "0.30": misaligned_v26,
+    "0.31": misaligned_v31,
+    "0.32": misaligned,
+    "0.33-0.34": misaligned,
+}
+"""P4 per release group: the partial tail the release's cache keys soundly off the grid."""
+
 
 def edge_properties(policy: Policy) -> dict[str, Callable[..., bool]]:
-    """:data:`EDGE_PROPERTIES` with P6 under the cache rules of ``policy``'s release
-    (:attr:`~chunkproof.model.policy.Policy.kv_release`)."""
+    """:data:`EDGE_PROPERTIES` with P4 and P6 under the cache rules of ``policy``'s release
+    (:attr:`~chunkproof.model.policy.Policy.kv_release`): its partial tail and its R*."""
     rules = kv_rules(policy.kv_release)
-    return {**EDGE_PROPERTIES, "P6": RELEASE_P6[rules.releases]}
+    return {**EDGE_PROPERTIES, "P4": RELEASE_P4[rules.releases], "P6": RELEASE_P6[rules.releases]}
 
 
 WINDOW_PROPERTIES: dict[str, Callable[..., bool]] = {

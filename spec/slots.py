@@ -114,10 +114,23 @@ def prompt_checkpoint(cfg: Config) -> int:
 
 
 def tail_position(cfg: Config) -> int:
-    """T := ckpos(N, h, drop) (slot note 6 rule 1). The real 0.33.0 manager keys it when the
-    cacheable count reaches it whether or not hits are fine (checked against it: with h = B the
-    position is on the block grid)."""
+    """T := ckpos(N, h, drop) (slot note 6 rule 1), 0.32 on. The real 0.33.0 manager keys it
+    when the cacheable count reaches it whether or not hits are fine (checked against it: with
+    h = B the position is on the block grid)."""
     return ck33(cfg.prompt, cfg.hash_block, eagle_drop(cfg), cfg.hash_lookahead)
+
+
+def tail_position_v26(cfg: Config) -> int:
+    """T of 0.26-0.30 (SPEC KV1): h*floor(N/h), the drop aside (checked against each release's
+    ``cache_partial_block`` calls)."""
+    return fl(cfg.prompt, cfg.hash_block)
+
+
+def tail_position_v31(cfg: Config) -> int:
+    """T of 0.31 (SPEC KV1): h*floor(N/h), less h under the drop."""
+    if eagle_drop(cfg):
+        return max(fl(cfg.prompt, cfg.hash_block) - cfg.hash_block, 0)
+    return fl(cfg.prompt, cfg.hash_block)
 
 
 def cacheable(cfg: Config, end: int) -> int:
@@ -242,14 +255,17 @@ class KvRules:
     releases: str
     resend: Callable[[Any], int]
     keeps: Callable[[Any, int], bool]
+    tail: Callable[[Any], int] = tail_position
+    """Where the prompt's partial tail T is keyed (rule 7)."""
     grid_tail: bool = True
-    """Whether the prompt's tail T is keyed by its own copy (rule 7) on the block grid and
-    without fine hits too (0.33); before 0.30 only a tail off the grid with h < B is
-    (``_cache_partial_tail_block``), so a tail on the grid is rule 5's, under the mask."""
+    """Whether T is keyed by its own copy (rule 7) on the block grid and without fine hits too
+    (0.32 on); up to 0.31 only a tail off the grid with h < B is (``cache_partial_block``), so
+    a tail on the grid is rule 5's, under the mask."""
 
 
-RULES_V15 = KvRules("0.15-0.29", resend_position_v15, keeps_v29, grid_tail=False)
-RULES_V30 = KvRules("0.30-0.31", resend_position_v15, keeps)
+RULES_V15 = KvRules("0.15-0.29", resend_position_v15, keeps_v29, tail_position_v26, False)
+RULES_V30 = KvRules("0.30", resend_position_v15, keeps, tail_position_v26, False)
+RULES_V31 = KvRules("0.31", resend_position_v15, keeps, tail_position_v31, False)
 RULES_V32 = KvRules("0.32", resend_position_v32, keeps)
 LATEST_RULES = KvRules("0.33-0.34", resend_position, keeps)
 
@@ -263,8 +279,10 @@ def kv_rules(version: str | None) -> KvRules:
     minor = int(parts[1])
     if minor <= 29:
         return RULES_V15
-    if minor <= 31:
+    if minor == 30:
         return RULES_V30
+    if minor == 31:
+        return RULES_V31
     if minor == 32:
         return RULES_V32
     return LATEST_RULES
@@ -436,7 +454,7 @@ def oracle(
             if rekeyed(setup, checkpoint):  # rule 6
                 live[checkpoint] = checkpoint
         elif end <= setup.prompt and _tail_key(setup, start, end, count, rules):  # rule 7
-            live[count if count == tail_position(setup) else end] = end
+            live[count if count == rules.tail(setup) else end] = end
         frontier = count // setup.block  # rule 8
     return _report(setup, live, violations, rules.resend(setup))
 
@@ -445,7 +463,7 @@ def _tail_key(setup: Any, start: int, end: int, count: int, rules: KvRules) -> b
     """Rule 7 (R2): the chunk keys the prompt's tail T when its cacheable count reaches T
     exactly (fine hits or not: the real manager does), or, with fine hits and the exact
     shared-prefix checkpoint S on, the junction J it ends on (start < J <= N)."""
-    tail = tail_position(setup)
+    tail = rules.tail(setup)
     own_copy = rules.grid_tail or (setup.partial_hits and tail % setup.block != 0)
     if tail > 0 and count == tail and end == tail and own_copy:
         return True

@@ -72,9 +72,10 @@ def brute_force(policy: Policy, cfg: Config, window: str) -> Truth:
             stack.append(s.end)
             violated["P3"] |= props.crosses_block_end(cfg, c, s.end)
             forced = encoder_forced(s.order, stage_values(s))  # SPEC P4 exemption (b)
-            violated["P4"] |= props.misaligned(cfg, c, s.end) and not forced
+            edge = props.edge_properties(policy)
+            violated["P4"] |= edge["P4"](cfg, c, s.end) and not forced
             violated["P5"] |= props.WINDOW_PROPERTIES[window](cfg, c, s.n, s.end)
-            violated["P6"] |= props.edge_properties(policy)["P6"](cfg, c, s.end)
+            violated["P6"] |= edge["P6"](cfg, c, s.end)
     stuck = tuple(b for b in range(low, high + 1) if not run(policy, cfg, [b]).finished)
     progress = None if violated["P1"] else max(max(zero, default=0) + 1, low)
     return Truth(violated, progress, stuck)

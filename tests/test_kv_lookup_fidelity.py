@@ -26,7 +26,7 @@ from chunkproof.model.errors import ConfigError
 from chunkproof.source import kv_run
 from chunkproof.source.kv_run import KvTree, compiled_kv_tree, every_hash_end
 from chunkproof.source.releases import release_root
-from chunkproof.spec.slots import cacheable, eagle_drop, kv_rules, oracle
+from chunkproof.spec.slots import cacheable, eagle_drop, kv_rules, oracle, tail_position
 
 pytestmark = pytest.mark.fidelity
 
@@ -249,3 +249,30 @@ def test_tree_resend_is_the_release_rules(version: str) -> None:
         if real != model:
             wrong.append(f"{cfg.describe()}: real {real}, model {model}")
     assert not wrong, f"{len(wrong)} of {CASES // 3}: " + "; ".join(wrong[:8])
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_partial_tail_is_keyed_where_the_release_keys_it(version: str) -> None:
+    """Rule 7: a prompt cached up to ``computed`` in one call keys a partial tail off the block
+    grid on the Mamba group (``cache_partial_block``) exactly at the release's T
+    (``kv_rules(version).tail``: h*floor(N/h) in 0.26-0.30, less h under the drop in 0.31,
+    ck33(N, h, drop, L_h) from 0.32) when ``computed`` is T with fine hits, and nowhere else
+    off the grid. On the grid, up to 0.31 none (T is then a block, under the mask); from 0.32
+    (``grid_tail``) only T itself, by its own copy (what triggers that copy is not checked)."""
+    rng = random.Random(f"{SEED}-tail-{version}")
+    rules = kv_rules(version)
+    wrong = []
+    for _ in range(CASES):
+        cfg = draw_config(rng, version)
+        tail = rules.tail(cfg)
+        for computed in sorted({tail, tail_position(cfg), cfg.prompt, cfg.prompt - 1} - {0}):
+            coord = coordinator(version, cfg)
+            kv_run.registered(coord, cfg, computed)
+            partial = coord.block_pool.tails.get(kv_run.MAMBA_GROUP, set())
+            off_grid = {claim for claim in partial if claim % cfg.block}
+            on_grid = partial - off_grid
+            at_tail = cfg.partial_hits and tail % cfg.block != 0 and computed == tail
+            expected = {tail} if at_tail else set()
+            if off_grid != expected or not on_grid <= ({tail} if rules.grid_tail else set()):
+                wrong.append(f"{cfg.describe()} to {computed}: T={tail}, keyed {sorted(partial)}")
+    assert not wrong, f"{len(wrong)} cases: " + "; ".join(wrong[:8])

@@ -137,7 +137,7 @@ def predicates(cx: Counterexample) -> FunctionList:
     if pid == "P6":
         return [props.misses_resend]
     if pid in props.EDGE_PROPERTIES:
-        return [props.EDGE_PROPERTIES[pid]]
+        return [props.edge_properties(recorded_policy(cx))[pid]]  # P4: the release's tail
     if pid == "P5":
         return [props.WINDOW_PROPERTIES[cx.window()]]
     raise ChunkproofError(f"no repro for property {pid}")

@@ -356,16 +356,23 @@ def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
 
 # from chunkproof.spec.properties
 def misaligned(cfg: Config, c: int, e: int) -> bool:
+    """P4 for chunk [c, e) under the cache rules of 0.32 on (SPEC KV1: the partial tail at
+    ck33(N, h, drop, L_h)): :func:`misaligned_at`."""
+    return misaligned_at(cfg, c, e, tail_position(cfg))
+
+
+# from chunkproof.spec.properties
+def misaligned_at(cfg: Config, c: int, e: int, tail: int) -> bool:
     """P4 for chunk [c, e) with e > c: an end before E off the Mamba grid B, unless it is a
     sub-block advance (B > m) that keeps P3, or a position the cache keys soundly off the
-    grid: the prompt's partial tail T under partial hits, and the junction J with the exact
-    shared-prefix checkpoint (slot note 3 R2, 4.1: "every non-final chunk end must be on the
-    grid, or equal the partial-tail boundary"). Encoder-forced ends (exemption b) need the
-    step's stage values: the callers exempt them (:func:`chunkproof.spec.request.
-    encoder_forced`)."""
+    grid: the prompt's partial tail ``tail`` (the release's T, SPEC KV1) under partial hits,
+    and the junction J with the exact shared-prefix checkpoint (slot note 3 R2, 4.1: "every
+    non-final chunk end must be on the grid, or equal the partial-tail boundary").
+    Encoder-forced ends (exemption b) need the step's stage values: the callers exempt them
+    (:func:`chunkproof.spec.request.encoder_forced`)."""
     if e <= c or e >= prefill_end(cfg) or e % cfg.block == 0:
         return False
-    if cfg.partial_hits and e == tail_position(cfg):
+    if cfg.partial_hits and e == tail:
         return False
     if cfg.exact_junction and e == cfg.junction and e <= cfg.prompt:
         return False
@@ -469,7 +476,7 @@ def segment_keeps(cfg: Config, column: int) -> bool:
 
 # from chunkproof.spec.slots
 def tail_position(cfg: Config) -> int:
-    """T := ckpos(N, h, drop) (slot note 6 rule 1). The real 0.33.0 manager keys it when the
-    cacheable count reaches it whether or not hits are fine (checked against it: with h = B the
-    position is on the block grid)."""
+    """T := ckpos(N, h, drop) (slot note 6 rule 1), 0.32 on. The real 0.33.0 manager keys it
+    when the cacheable count reaches it whether or not hits are fine (checked against it: with
+    h = B the position is on the block grid)."""
     return ck33(cfg.prompt, cfg.hash_block, eagle_drop(cfg), cfg.hash_lookahead)
