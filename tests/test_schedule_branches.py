@@ -97,3 +97,12 @@ def test_a_pull_request_is_compared_with_its_own_release(tmp_path: Path, cli: Cl
     assert "1 not modelled" in lines[start - 1]
     new = lines[start + 1]
     assert "not modelled" in new and "drain_running: moves requests" in new
+
+
+def test_system_lists_the_branches_too(tmp_path: Path, cli: Cli) -> None:
+    """The scheduler step's report, where queue changes matter most, names them as well."""
+    run = cli("system", "vllm==0.34.0", "--out", str(tmp_path))
+    assert run.code == 1, run.err
+    assert "  new or changed since vLLM 0.33.0: 10" in run.out.splitlines()
+    document = cli("system", "vllm==0.34.0", "--out", str(tmp_path), "--json").json()
+    assert len(document["schedule_branches"]["branches"]) == 50

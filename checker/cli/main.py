@@ -53,6 +53,7 @@ from chunkproof.checker.reports.output import RunFolder, run_folder
 from chunkproof.checker.reports.progress import Progress
 from chunkproof.checker.reports.report import (
     branch_lines,
+    branches_document,
     combine,
     exit_status,
     fixed_line,
@@ -1086,6 +1087,7 @@ def _system_document(
             for v in verdicts
         ],
         "fixed": fixed_inputs(policy),
+        **branches_document(policy),
         **extra,
         **_source(policy),
         "files": [str(p) for p in out.written],
@@ -1093,11 +1095,13 @@ def _system_document(
 
 
 def _system_header(policy: Policy, mode: str, space: Space, info: dict[str, Any]) -> None:
-    """The first lines of ``system``'s report: the policy, the range, the fixed inputs and the
-    loop rules."""
+    """The first lines of ``system``'s report: the policy, the range, the fixed inputs, the
+    branches of ``schedule()`` (for a policy read from source) and the loop rules."""
     print(f"chunkproof system {policy.name}{mode} ({policy.summary})")
     print(f"range (each configuration one request): {_range_words(space.describe())}")
     print(fixed_line(fixed_inputs(policy)))
+    for line in branch_lines(policy):
+        print(line)
     print(f"loops: {info['loops']}")
 
 
