@@ -1030,3 +1030,22 @@ def test_exit_status(statuses: tuple[str, ...], code: int) -> None:
     """SPEC CLI: 1 if a property is violated, else 3 if one is unknown, else 2 if no verdict
     covers a configuration, else 0."""
     assert exit_status([_verdict(s) for s in statuses]) == code
+
+
+def test_conform_spreads_its_cells_and_keeps_their_order(cli: Cli, tmp_path: Path) -> None:
+    """conform's Z3 cells on two workers: the same verdict as on one, and a difference only
+    the production range holds (T = 4097, past the grid) is found in either case."""
+    module = tmp_path / "splits.py"
+    module.write_text(
+        "def whole(cfg, c, n):\n    return n\n\n\n"
+        "def odd(cfg, c, n):\n    if cfg.tokens == 4097 and n > 1:\n        return n - 1\n"
+        "    return n\n"
+    )
+    argv = ["conform", f"{module}:whole", "--against", f"{module}:odd"]
+    argv += ["--block", "16,64", "--lookahead", "0-1", "--json", *SOLVER_ARGS]
+    found = [cli(*argv, "--jobs", jobs) for jobs in ("1", "2")]
+    for run in found:
+        document = run.json()
+        assert (run.code, document["status"]) == (1, "DIFFERENT"), run.err
+        assert document["difference"]["config"]["tokens"] == 4097
+    assert found[0].json()["range"] == found[1].json()["range"]

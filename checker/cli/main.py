@@ -812,6 +812,12 @@ def _add_conform_parser(sub: Any) -> None:
     p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
     _add_rlimit(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument(
+        "--jobs",
+        type=_positive,
+        default=os.cpu_count() or 1,
+        help="worker processes for the Z3 cells (default and cap: the CPUs this process may use)",
+    )
 
 
 def _cmd_conform(args: argparse.Namespace) -> int:
@@ -820,7 +826,9 @@ def _cmd_conform(args: argparse.Namespace) -> int:
     production = _prover_space(args, a, b, defaults=False)
     grid = _explorer_space(args, a, b)
     progress = Progress(f"conform {a.name} against {b.name}", enabled=not args.json)
-    result = conform(a, b, production, grid, args.timeout * 1000, progress.tick, args.rlimit)
+    result = conform(
+        a, b, production, grid, args.timeout * 1000, progress.tick, args.rlimit, args.jobs
+    )
     progress.close()
     over = {
         "z3": {"cells": result.cells, **production.describe()},

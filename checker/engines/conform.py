@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import z3
 
+from chunkproof.checker.engines.executor import Executor, as_executor
 from chunkproof.checker.engines.search import categories
 from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
@@ -81,20 +82,25 @@ def conform(
     timeout_ms: int,
     tick: Callable[[int, int], None] | None = None,
     rlimit: int | None = None,
+    jobs: int | Executor = 1,
 ) -> Conformance:
     """The grid first (cheap, concrete), then Z3 on every cell until a difference is found,
-    each cell's query within ``timeout_ms`` and ``rlimit`` units."""
+    each cell's query within ``timeout_ms`` and ``rlimit`` units, the cells spread over
+    ``jobs`` workers and taken in cell order (the first difference is the same whatever
+    ``jobs``)."""
     configs, difference = grid_difference(a, b, grid)
     found = cells(production)
+    todo = found if difference is None else []
     unknown: list[Cell] = []
-    for done, cell in enumerate(found, 1):
-        if difference is not None:
-            break
-        status, difference = cell_difference(a, b, cell, production.budget, timeout_ms, rlimit)
+    shared = (a, b, production.budget, timeout_ms, rlimit)
+    answers = as_executor(jobs).map(cell_difference, shared, todo)
+    for done, (cell, (status, difference)) in enumerate(zip(todo, answers, strict=True), 1):
         if status == UNKNOWN:
             unknown.append(cell)
         if tick is not None:
             tick(done, len(found))
+        if difference is not None:
+            break
     status = EQUAL if difference is None and not unknown else UNKNOWN
     if difference is not None:
         status = DIFFERENT
@@ -104,10 +110,10 @@ def conform(
 def cell_difference(
     a: Policy,
     b: Policy,
-    cell: Cell,
     budget: tuple[int, int] | None,
     timeout_ms: int,
-    rlimit: int | None = None,
+    rlimit: int | None,
+    cell: Cell,
 ) -> tuple[str, Difference | None]:
     """Z3 on one cell: (EQUAL, None) if no input both accept separates the steps, (DIFFERENT,
     the input) if one does, (UNKNOWN, None) on a timeout or past ``rlimit`` units. Decided by
