@@ -163,8 +163,8 @@ class Policy:
     options: tuple[str, ...] = ()
     """Command-line options that rebuild this policy from its name (``--compose``, ``--set``)."""
     fixed: tuple[str, ...] = tuple(FIXED_INPUTS.values())
-    """What the model fixes of the code it stands for (:data:`FIXED_INPUTS`): all of them for
-    a built-in composition, those its ``schedule()`` reads for one read from source."""
+    """What the model fixes of the code it stands for (:data:`FIXED_INPUTS`): those its
+    ``schedule()`` reads, its release's for a built-in (all of them by default)."""
     user_source: UserSource | None = None
     """The user's file whose methods the policy runs, for a repro to carry (``None``: a
     release, a checkout or a built-in)."""
