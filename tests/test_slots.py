@@ -581,3 +581,16 @@ def test_the_tail_at_its_least_position_is_keyed() -> None:
     assert tail_position(cfg) == 1
     report = oracle(cfg, [1, 2])
     assert (report.live, report.resend_hit) == ({1: 1, 2: 2}, 1)
+
+
+def test_a_release_before_0_32_keys_its_tail_off_the_grid() -> None:
+    """Rule 7 under 0.28's rules (T = h*floor(N/h), no own copy on the grid; SPEC KV1, checked
+    against the real managers by the fidelity tests): a tail one past a block boundary (T = 5
+    and T = 9, B = 4) is keyed by the chunk ending there (rule 5 keys block ends only)."""
+    rules = kv_rules("0.28.0")
+    off_grid = Config(block=4, prompt=5, max_sched=8, hash_block=1, partial_hits=True)
+    assert rules.tail(off_grid) == 5 and not rules.grid_tail
+    assert oracle(off_grid, [4, 5], rules=rules).live.get(5) == 5
+    later = Config(block=4, prompt=9, max_sched=8, hash_block=1, partial_hits=True)
+    assert rules.tail(later) == 9
+    assert oracle(later, [8, 9], rules=rules).live.get(9) == 9
