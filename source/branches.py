@@ -252,14 +252,15 @@ def fingerprint_table() -> dict[str, list[str]]:
 
 def previous_release(version: str | None, table: dict[str, list[str]]) -> str | None:
     """The newest release in ``table`` before ``version`` (``X.Y.Z``), if any."""
-    key = _version_key(version)
+    key = version_key(version)
     if key is None:
         return None
-    earlier = [v for v in table if (_version_key(v) or ()) < key]
-    return max(earlier, key=lambda v: _version_key(v) or ()) if earlier else None
+    earlier = [v for v in table if (version_key(v) or ()) < key]
+    return max(earlier, key=lambda v: version_key(v) or ()) if earlier else None
 
 
-def _version_key(version: str | None) -> tuple[int, ...] | None:
+def version_key(version: str | None) -> tuple[int, ...] | None:
+    """``X.Y.Z`` as a tuple to order releases by; ``None`` for no version or another form."""
     parts = (version or "").split(".")
     return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else None
 

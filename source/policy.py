@@ -51,7 +51,7 @@ from chunkproof.model.files import read_text
 from chunkproof.model.policy import Policy, Stage, UserSource
 from chunkproof.model.step import VIEW_FIELDS
 from chunkproof.model.subset import SubsetFunction
-from chunkproof.source.branches import review
+from chunkproof.source.branches import review, version_key
 from chunkproof.source.classes import (
     ROOT,
     ClassKey,
@@ -207,7 +207,7 @@ def _target(text: str, class_name: str | None, base: str | None) -> Target:
         if class_name:
             raise PolicyError(f"{text} names the class already; drop --class {class_name}")
         return _user_target(f"{path}:{member}", path, base, member)
-    if text.startswith(RELEASE_PREFIX) or text == INSTALLED or Path(text).is_dir():
+    if names_tree(text):
         if base is not None:
             raise PolicyError(f"--base applies to a policy file, not to {text}")
         located = locate(text)
@@ -523,10 +523,8 @@ def _cache_rules_note(version: str | None) -> tuple[str, ...]:
     """What a tree newer than every built-in release (or of no known version) is held to:
     the newest release's cache rules (SPEC KV1), which its own code may not follow."""
     newest = get_builtin(LATEST).releases[0]
-    parts = (version or "").split(".")
-    if all(p.isdigit() for p in parts) and [int(p) for p in parts] <= [
-        int(p) for p in newest.split(".")
-    ]:
+    known = version_key(version)
+    if known is not None and known <= (version_key(newest) or ()):
         return ()
     return (
         f"the prefix cache's lookup and retention of vLLM {newest} (SPEC KV1), not checked "
