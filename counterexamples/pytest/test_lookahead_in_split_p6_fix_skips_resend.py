@@ -1490,13 +1490,14 @@ def _parsed(path: Path) -> ast.Module:
 
 
 @cache
-def compiled_kv_tree(root: Path) -> KvTree:
-    """The :data:`KV_CACHE_FILES` of the tree at ``root`` compiled (module docstring); each
-    file's definitions are provided to the files after it."""
+def compiled_kv_tree(root: Path, pool: type = RecordingPool) -> KvTree:
+    """The :data:`KV_CACHE_FILES` of the tree at ``root`` compiled (module docstring), with
+    ``BlockPool`` bound to ``pool``; each file's definitions are provided to the files after
+    it, and a spec class a file defines but could not run is the stub of that name."""
     tree = KvTree(root, {}, {})
     provided: dict[str, Any] = {
         **spec_classes(),
-        "BlockPool": RecordingPool,
+        "BlockPool": pool,
         "KVCacheSpecRegistry": KvRegistry(tree),
         "init_logger": lambda *args: MissingName("logger"),
     }
@@ -1514,6 +1515,8 @@ def compiled_kv_tree(root: Path) -> KvTree:
                 exec(compile(one, str(path), "exec"), namespace)
             except Exception as exc:  # a statement that cannot run here (module docstring)
                 tree.skipped.setdefault(rel, []).append(f"{node.lineno}: {type(exc).__name__}")
+        for name, value in spec_classes().items():
+            namespace.setdefault(name, value)
         tree.files[rel] = namespace
         for name, value in namespace.items():
             if not name.startswith("__") and not isinstance(value, MissingName):
@@ -1550,15 +1553,14 @@ def call_with(function: Any, **offered: Any) -> Any:
 # -- the tree's cache, set up for one request ----------------------------------------------
 
 
-def kv_coordinator(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> Any:
-    """The tree's coordinator for ``cfg`` as the scheduler builds it: attention block G (the
-    split block), Mamba block B ("align" mode), hash block H, scheduler block B_s, retention
-    interval R (read from the environment variable by 0.24-0.28, which is set here, and from
-    the cache config by 0.29+), the scheduler's ``use_eagle`` (the effective drop: 0.33
-    clears it under hash lookahead), the attention group (the draft layers') EAGLE-flagged
-    when the drop D is configured. Like the scheduler's ``KVCacheManager`` it passes no
-    ``allow_partial_hash_hits`` (0.30+), so the tree decides its fine-grained hits alone. The
-    tree's retention validator raises ``ValueError`` on an interval it refuses."""
+def kv_cache_config(
+    tree: KvTree, cfg: KvConfig, num_blocks: int = 1 << 20, speculative_blocks: int = 0
+) -> KvStub:
+    """The cache config the scheduler's manager is built over for ``cfg``: attention block G
+    (the split block), EAGLE-flagged when the drop D is configured, Mamba block B ("align"
+    mode, ``speculative_blocks`` blocks for speculative tokens, no prefill checkpoint blocks),
+    ``num_blocks`` blocks, retention interval R (read from the environment variable by
+    0.24-0.28, which is set here, and from the cache config by 0.29+)."""
     retention = None if cfg.retention < 0 else cfg.retention
     tree.files[COORDINATOR_FILE]["envs"] = KvStub(
         "envs", VLLM_PREFIX_CACHE_RETENTION_INTERVAL=retention
@@ -1569,7 +1571,7 @@ def kv_coordinator(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> Any:
     mamba = MambaSpec(
         block_size=cfg.block,
         mamba_cache_mode="align",
-        num_speculative_blocks=0,
+        num_speculative_blocks=speculative_blocks,
         prefix_cacheable=True,
         dcp_sharded=False,
         num_prefill_checkpoint_blocks=0,
@@ -1578,17 +1580,25 @@ def kv_coordinator(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> Any:
         KvStub("group", kv_cache_spec=attention, is_eagle_group=cfg.drop, role=None),
         KvStub("group", kv_cache_spec=mamba, is_eagle_group=False, role=None),
     ]
-    config = KvStub(
+    return KvStub(
         "kv_cache_config",
         kv_cache_groups=groups,
-        num_blocks=1 << 20,
+        num_blocks=num_blocks,
         prefix_cache_retention_interval=retention,
         needs_kv_cache_zeroing=False,
         has_mamba_layers=True,
     )
+
+
+def kv_coordinator(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> Any:
+    """The tree's coordinator for ``cfg`` as the scheduler builds it (:func:`kv_cache_config`),
+    hash block H, scheduler block B_s, the scheduler's ``use_eagle`` (the effective drop: 0.33
+    clears it under hash lookahead). Like the scheduler's ``KVCacheManager`` it passes no
+    ``allow_partial_hash_hits`` (0.30+), so the tree decides its fine-grained hits alone. The
+    tree's retention validator raises ``ValueError`` on an interval it refuses."""
     return call_with(
         tree["get_kv_cache_coordinator"],
-        kv_cache_config=config,
+        kv_cache_config=kv_cache_config(tree, cfg),
         max_model_len=1 << 20,
         max_in_flight_tokens=1 << 16,
         max_num_batched_tokens=1 << 16,

@@ -1,0 +1,195 @@
+"""A vLLM tree's own KV block allocation for one request, compiled from its source text
+(SPEC KV2): how many blocks of a finite pool each chunk of a prefill takes, per KV cache group,
+and which chunk the pool refuses.
+
+Standard library only beside :mod:`chunkproof.source.kv_run`, whose compiler it reuses with
+``BlockPool`` bound to :class:`CountingPool`; like it, chunkproof never calls it on a user's
+tree: the allocation fidelity tests run it on the cached releases. The manager is the tree's
+own ``KVCacheManager``, built by its ``__init__`` over the groups chunkproof's model has (a
+full-attention group of block G and a Mamba "align" group of block B, one pool shared by both
+as vLLM's hybrid models share it) and asked, chunk by chunk, exactly as the scheduler asks it:
+``allocate_slots(request, n, num_lookahead_tokens=...)``, the request ``WAITING`` at its first
+chunk and ``RUNNING`` after (:func:`tree_allocations`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chunkproof.source.kv_run import (
+    REQUEST_FILE,
+    CachedBlock,
+    KvConfig,
+    KvTree,
+    RecordingPool,
+    call_with,
+    compiled_kv_tree,
+    kv_cache_config,
+    kv_request,
+)
+
+MANAGER_FILE = "vllm/v1/core/kv_cache_manager.py"
+
+
+class PoolBlock(CachedBlock):
+    """A block of :class:`CountingPool`: block 0 is the null block."""
+
+    def __init__(self, block_id: int) -> None:
+        super().__init__(-1, -1)
+        self.block_id = block_id
+        self.is_null = block_id == 0
+        self.ref_cnt = 1
+
+
+class CountingPool(RecordingPool):
+    """``BlockPool`` of ``num_gpu_blocks`` blocks, block 0 the null block as in vLLM's pool (so
+    ``num_gpu_blocks - 1`` are free at first): it hands out fresh blocks and counts the free
+    ones. Nothing is cached before the request, so no lookup hits; what the cache code keys is
+    recorded as :class:`RecordingPool` records it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.num_gpu_blocks: int = kwargs.get("num_gpu_blocks", args[0] if args else 0)
+        self.null_block = PoolBlock(0)
+        self.free: int = self.num_gpu_blocks - 1
+        self.issued = 0
+
+    def get_num_free_blocks(self) -> int:
+        return self.free
+
+    def get_new_blocks(self, num_blocks: int) -> list[PoolBlock]:
+        if num_blocks > self.free:
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        self.free -= num_blocks
+        first = self.issued + 1
+        self.issued += num_blocks
+        return [PoolBlock(i) for i in range(first, first + num_blocks)]
+
+    def free_blocks(self, blocks: Sequence[PoolBlock], **order: Any) -> None:
+        """Drop a reference to each of ``blocks``; one no request holds is free again (a
+        cached one too: vLLM's pool counts an evictable block free). 0.23 also says where in
+        the free queue, which does not matter here."""
+        for block in blocks:
+            if not block.is_null:
+                block.ref_cnt -= 1
+                self.free += block.ref_cnt == 0
+
+    def is_block_writable(self, block: PoolBlock) -> bool:
+        return not block.is_null and block.ref_cnt == 1 and block.block_hash is None
+
+    def move_block_hashes(self, src_block: PoolBlock, dst_block: PoolBlock) -> None:
+        """The cache entry of ``src_block`` now names ``dst_block`` (its private copy)."""
+        dst_block.block_hash, src_block.block_hash = src_block.block_hash, None
+        dst_block.block_hash_num_tokens = src_block.block_hash_num_tokens
+
+    def touch(self, blocks: Any) -> None:
+        """Nothing to do: no block is shared (a lone request)."""
+
+    def get_cached_block(self, key: Any, group_ids: Sequence[int]) -> None:
+        return None
+
+
+class KVCacheBlocks:
+    """The manager's return value (vLLM's is a dataclass; decorators are not compiled)."""
+
+    def __init__(self, blocks: Any) -> None:
+        self.blocks = blocks
+
+
+class RequestStatus:
+    """``vllm.v1.request.RequestStatus``, by the names the cache code compares."""
+
+    WAITING = "WAITING"
+    RUNNING = "RUNNING"
+    PREEMPTED = "PREEMPTED"
+
+
+@dataclass(frozen=True)
+class TreeAllocation:
+    """One ``allocate_slots`` call: whether the pool granted it, the free blocks after it, and
+    the blocks (not null) the request holds per group after it (attention, Mamba)."""
+
+    granted: bool
+    free: int
+    held: tuple[int, ...]
+
+
+def allocation_tree(root: Path) -> KvTree:
+    """The tree's cache files compiled over :class:`CountingPool`, with the manager's
+    ``KVCacheBlocks``, the request statuses and 0.34's ``untracked_list`` provided."""
+    tree = compiled_kv_tree(root, CountingPool)
+    tree.files[MANAGER_FILE]["KVCacheBlocks"] = KVCacheBlocks
+    for name, namespace in tree.files.items():
+        if name != REQUEST_FILE:
+            namespace["RequestStatus"] = RequestStatus
+            if "untracked_list" in namespace:  # 0.34: a list the collector does not track
+                namespace["untracked_list"] = list
+    return tree
+
+
+def kv_manager(
+    tree: KvTree, cfg: KvConfig, use_eagle: bool, num_blocks: int, max_model_len: int
+) -> Any:
+    """The tree's ``KVCacheManager`` for ``cfg`` over a pool of ``num_blocks`` blocks (and
+    ``max_model_len``): the
+    groups of :func:`~chunkproof.source.kv_run.kv_cache_config`, the Mamba group's
+    ``num_speculative_blocks`` the speculative tokens k = L (vLLM's Mamba layers set it to
+    ``num_speculative_tokens``), watermark 0."""
+    return call_with(
+        tree["KVCacheManager"],
+        kv_cache_config=kv_cache_config(tree, cfg, num_blocks, cfg.lookahead),
+        max_model_len=max_model_len,
+        max_in_flight_tokens=1 << 16,
+        use_eagle=use_eagle,
+        enable_caching=True,
+        scheduler_block_size=cfg.sched_block,
+        hash_block_size=cfg.hash_block,
+        num_hash_lookahead_tokens=cfg.hash_lookahead,
+        num_prefill_lookahead=cfg.lookahead,
+        watermark=0.0,
+    )
+
+
+def tree_allocations(
+    root: Path,
+    cfg: KvConfig,
+    use_eagle: bool,
+    chunks: Sequence[int],
+    num_blocks: int,
+    max_model_len: int = 1 << 20,
+) -> list[TreeAllocation]:
+    """The tree's ``allocate_slots`` for a fresh request of ``cfg``'s prompt scheduled in
+    ``chunks`` from c = 0, over a pool of ``num_blocks`` blocks and ``max_model_len``: one
+    :class:`TreeAllocation` per call, up to the first the pool refuses. The lookahead slots
+    are the scheduler's ``num_lookahead_tokens``: L when ``use_eagle`` (EAGLE and MTP
+    drafts), else 0."""
+    tree = allocation_tree(root)
+    manager = kv_manager(tree, cfg, use_eagle, num_blocks, max_model_len)
+    request = kv_request(cfg, "r", tree)
+    request.__dict__.update(
+        num_computed_tokens=0,
+        status=RequestStatus.WAITING,
+        num_in_flight_tokens=0,
+        num_output_tokens=0,
+        shared_prefix_boundary=0,
+        spec_token_ids=[],
+        num_stale_output_tokens=0,
+    )
+    lookahead = cfg.lookahead if use_eagle else 0
+    calls: list[TreeAllocation] = []
+    for chunk in chunks:
+        granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=lookahead)
+        held = tuple(
+            sum(1 for block in group.req_to_blocks.get("r", ()) if not block.is_null)
+            for group in manager.coordinator.single_type_managers
+        )
+        calls.append(TreeAllocation(granted is not None, manager.block_pool.free, held))
+        if granted is None:
+            break
+        request.__dict__.update(
+            num_computed_tokens=request.num_computed_tokens + chunk, status=RequestStatus.RUNNING
+        )
+    return calls

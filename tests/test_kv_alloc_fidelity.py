@@ -1,0 +1,93 @@
+"""Fidelity of the block pool a lone prefill draws on (SPEC KV2), against each release's own
+``KVCacheManager.allocate_slots``.
+
+For every cached release, the release's KV cache files are compiled over a counting block pool
+(:mod:`chunkproof.source.kv_alloc_run`; release code is trusted in tests) and a fresh request
+is scheduled in the chunks the release's own split gives it under random budgets. At every
+chunk the model's rules (:func:`chunkproof.spec.kv_blocks.lone_allocations`) must give the
+release's grant, free blocks and blocks held per group, over pools from too small to ample.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_kv_lookup_fidelity import RELEASES, draw_config, minor_of
+
+from chunkproof.model.arith import cdiv
+from chunkproof.model.builtin import policy_for_release
+from chunkproof.model.config import Config
+from chunkproof.model.policy import Policy
+from chunkproof.model.step import eagle_family, step
+from chunkproof.source.kv_alloc_run import tree_allocations
+from chunkproof.source.releases import release_root
+from chunkproof.spec.kv_blocks import lone_allocations, startup_minimum
+
+pytestmark = pytest.mark.fidelity
+
+SEED = 20_261_205
+CASES = 120
+
+
+def scheduled_chunks(policy: Policy, cfg: Config, rng: random.Random) -> list[int] | None:
+    """The chunks the release's stages give a prefill from c = 0 under random budgets (a
+    budget whose step gives 0 or raises is drawn again); ``None`` if none finishes."""
+    computed, chunks = 0, list[int]()
+    for _ in range(40 * cfg.prompt):
+        if computed >= cfg.prompt:
+            return chunks
+        got = step(policy, cfg, computed, rng.randint(1, cfg.max_sched))
+        if got.crash is None and got.chunk > 0:
+            chunks.append(got.chunk)
+            computed += got.chunk
+    return None
+
+
+def on_mamba_blocks(cfg: Config, chunks: list[int]) -> bool:
+    """Whether every chunk but the last ends on a Mamba block boundary (KV2's scope)."""
+    return all(sum(chunks[: i + 1]) % cfg.block == 0 for i in range(len(chunks) - 1))
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_lone_prefill_allocations_are_the_release(version: str) -> None:
+    """Chunk by chunk, the release's ``allocate_slots`` grants exactly where the model says,
+    leaves the free blocks it says and holds the attention and Mamba blocks it says
+    (KV2 rules 1-3), for pools from one block short of the request's first chunk upward."""
+    rng = random.Random(f"{SEED}-alloc-{version}")
+    policy = policy_for_release(version)
+    root = release_root(version)
+    wrong, refused, checked = [], 0, 0
+    while checked < CASES:
+        cfg = draw_config(rng, version)
+        cfg = cfg.replace(max_sched=rng.randint(1, 3 * cfg.block))
+        chunks = scheduled_chunks(policy, cfg, rng)
+        if chunks is None or not on_mamba_blocks(cfg, chunks):
+            continue
+        checked += 1
+        use_eagle = eagle_family(cfg, 0)
+        max_model_len = rng.choice((cfg.prompt, cfg.prompt + rng.randint(1, 8)))
+        whole = cdiv(max_model_len, cfg.split_block) + cfg.lookahead + 3
+        pool = rng.randint(2, whole)
+        real = tree_allocations(root, cfg, use_eagle, chunks, pool, max_model_len)
+        model = lone_allocations(cfg, chunks, use_eagle, pool, max_model_len)
+        refused += not real[-1].granted
+        got = [(a.granted, a.free, a.held) for a in real]
+        want = [(a.granted, a.free, a.held) for a in model]
+        if got != want:
+            wrong.append(f"{cfg.describe()} chunks={chunks} N={pool}: real {got}, model {want}")
+    assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
+    assert 0 < refused < CASES, refused  # both outcomes are exercised
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_startup_minimum_serves_a_longest_request_from_0_29(version: str) -> None:
+    """KV2 rule 4 on the release's code: in a pool of the fewest blocks its start-up check
+    accepts for max_model_len = P, a prompt of P tokens scheduled in Mamba blocks is refused
+    its last chunk up to 0.28 (0.23-0.28 count the null block among the request's blocks;
+    0.15 and 0.17 check one group only) and served whole from 0.29."""
+    cfg = Config(block=8, split_block=8, hash_block=8, prompt=32, max_sched=64, lookahead=1)
+    minimum = startup_minimum(minor_of(version), cfg, cfg.prompt)
+    real = tree_allocations(release_root(version), cfg, True, [8, 8, 8, 8], minimum, cfg.prompt)
+    served = len(real) == 4 and real[-1].granted
+    assert served == (minor_of(version) >= 29), [(a.granted, a.held) for a in real]
