@@ -9,7 +9,8 @@ own ``KVCacheManager``, built by its ``__init__`` over the groups chunkproof's m
 full-attention group of block G and a Mamba "align" group of block B, one pool shared by both
 as vLLM's hybrid models share it) and asked, chunk by chunk, exactly as the scheduler asks it:
 ``allocate_slots(request, n, num_lookahead_tokens=...)``, the request ``WAITING`` at its first
-chunk and ``RUNNING`` after (:func:`tree_allocations`).
+chunk and ``RUNNING`` after, each call a step that starts and ends as ``schedule()`` has it
+(:func:`end_step`; :func:`tree_allocations`).
 """
 
 from __future__ import annotations
@@ -85,8 +86,12 @@ class CountingPool(RecordingPool):
         dst_block.block_hash, src_block.block_hash = src_block.block_hash, None
         dst_block.block_hash_num_tokens = src_block.block_hash_num_tokens
 
-    def touch(self, blocks: Any) -> None:
-        """Nothing to do: no block is shared (a lone request)."""
+    def touch(self, blocks: Sequence[PoolBlock]) -> None:
+        """Take a reference to each of ``blocks`` (a hit): a free one is free no longer."""
+        for block in blocks:
+            if not block.is_null:
+                self.free -= block.ref_cnt == 0
+                block.ref_cnt += 1
 
     def get_cached_block(self, key: Any, group_ids: Sequence[int]) -> None:
         return None
@@ -153,6 +158,19 @@ def kv_manager(
     )
 
 
+def end_step(manager: Any) -> None:
+    """What ``schedule()`` does with the manager after its loops (0.26 on): it drains the
+    boundary-state hand-offs (0.29 on) and the copy-on-write copies, and returns the blocks
+    the copies retained to the pool; with synchronous scheduling the copies have run before
+    the next step, so they are returned at once (``_free_cow_retained_blocks``)."""
+    if hasattr(manager, "take_boundary_state_offloads"):
+        manager.take_boundary_state_offloads()
+    if hasattr(manager, "take_kv_cache_block_copies"):
+        copies, retained = manager.take_kv_cache_block_copies()
+        if copies:
+            manager.block_pool.free_blocks(retained)
+
+
 def tree_allocations(
     root: Path,
     cfg: KvConfig,
@@ -163,9 +181,10 @@ def tree_allocations(
 ) -> list[TreeAllocation]:
     """The tree's ``allocate_slots`` for a fresh request of ``cfg``'s prompt scheduled in
     ``chunks`` from c = 0, over a pool of ``num_blocks`` blocks and ``max_model_len``: one
-    :class:`TreeAllocation` per call, up to the first the pool refuses. The lookahead slots
-    are the scheduler's ``num_lookahead_tokens``: L when ``use_eagle`` (EAGLE and MTP
-    drafts), else 0."""
+    :class:`TreeAllocation` per call, up to the first the pool refuses. ``use_eagle`` is the
+    manager's flag (the effective EAGLE drop, as :func:`~chunkproof.source.kv_run.kv_coordinator`
+    is given it); the lookahead slots are the scheduler's ``num_lookahead_tokens``, the k = L
+    draft tokens (0 without a drafter)."""
     tree = allocation_tree(root)
     manager = kv_manager(tree, cfg, use_eagle, num_blocks, max_model_len)
     request = kv_request(cfg, "r", tree)
@@ -178,10 +197,12 @@ def tree_allocations(
         spec_token_ids=[],
         num_stale_output_tokens=0,
     )
-    lookahead = cfg.lookahead if use_eagle else 0
     calls: list[TreeAllocation] = []
     for chunk in chunks:
-        granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=lookahead)
+        if hasattr(manager, "new_step_starts"):
+            manager.new_step_starts()
+        granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=cfg.lookahead)
+        end_step(manager)
         held = tuple(
             sum(1 for block in group.req_to_blocks.get("r", ()) if not block.is_null)
             for group in manager.coordinator.single_type_managers

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from chunkproof.model.arith import cdiv
 from chunkproof.model.config import Config
+from chunkproof.model.errors import ConfigError
+from chunkproof.spec.slots import kv_rules
 
 
 @dataclass(frozen=True)
@@ -31,16 +33,12 @@ class Allocation:
     held: tuple[int, int]
 
 
-def lookahead_slots(cfg: Config, use_eagle: bool) -> int:
-    """The scheduler's ``num_lookahead_tokens`` (KV2 rule 1): the k = L draft tokens of an
-    EAGLE or MTP drafter (``use_eagle``), else 0."""
-    return cfg.lookahead if use_eagle else 0
-
-
-def attention_blocks(cfg: Config, end: int, use_eagle: bool, max_model_len: int) -> int:
+def attention_blocks(cfg: Config, end: int, max_model_len: int) -> int:
     """KV2 rule 1: after a chunk ending at ``end`` the attention group holds a block of G for
-    every token up to the end plus the lookahead slots, capped at ``max_model_len``."""
-    return cdiv(min(end + lookahead_slots(cfg, use_eagle), max_model_len), cfg.split_block)
+    every token up to the end plus the lookahead slots, capped at ``max_model_len``. The slots
+    are the scheduler's ``num_lookahead_tokens``: the k = L draft tokens (0 without a
+    drafter)."""
+    return cdiv(min(end + cfg.lookahead, max_model_len), cfg.split_block)
 
 
 def speculative_blocks(cfg: Config) -> int:
@@ -58,18 +56,42 @@ def mamba_new_blocks(cfg: Config, start: int, end: int) -> int:
     return int(cdiv(end, cfg.block) > cdiv(start, cfg.block))
 
 
+def tail_copy_blocks(cfg: Config, version_minor: int, start: int) -> int:
+    """KV2 rule 2b: the blocks a chunk starting at ``start`` asks beyond rules 1-2 for the
+    copy-on-write of the prompt's tail state. The chunk before it ended at the tail T (rule 7,
+    :func:`~chunkproof.spec.slots.kv_rules`) off the Mamba grid, so the Mamba group keyed that
+    state in the block the next chunk overwrites, and copies it first (0.26 on). 0.26-0.30 ask
+    2 blocks for it and 0.31 on ask 1; either way one block is taken and the step returns it
+    to the pool at its end (a cached block counts as free)."""
+    if version_minor < 26 or start <= 0 or start % cfg.block == 0:
+        return 0
+    if start != kv_rules(f"0.{version_minor}").tail(cfg):
+        return 0
+    return 2 if version_minor <= 30 else 1
+
+
+def pool_modelled(version_minor: int, cfg: Config) -> bool:
+    """Whether rules 1-3 cover ``cfg`` under the release: not 0.17-0.25 with speculative
+    blocks (S >= 1), whose Mamba group frees on c - S tokens, so that an old state block can
+    stay held a chunk longer depending on the chunk before the last; that needs more state
+    than c and is not modelled."""
+    return not (17 <= version_minor <= 25 and speculative_blocks(cfg) >= 1)
+
+
 def lone_allocations(
     cfg: Config,
     chunks: Sequence[int],
-    use_eagle: bool,
     num_blocks: int,
     max_model_len: int,
+    version_minor: int,
 ) -> list[Allocation]:
     """KV2 rules 1-3 along ``chunks`` from c = 0 over a pool of ``num_blocks`` blocks: an
     :class:`Allocation` per chunk, up to the first the pool refuses. Before each later chunk
     the Mamba state block of two chunks back is freed (``remove_skipped_blocks``), so the
     request holds S + 1 Mamba blocks when it asks; the pool grants iff the blocks asked are at
     most the free ones (no watermark: nothing else is scheduled)."""
+    if not pool_modelled(version_minor, cfg):
+        raise ConfigError(f"the pool model does not cover 0.{version_minor} with L >= 1")
     held_attention = 0
     held_mamba = 0
     calls: list[Allocation] = []
@@ -79,13 +101,14 @@ def lone_allocations(
         if start > 0:
             held_mamba = speculative_blocks(cfg) + 1
         free = num_blocks - 1 - held_attention - held_mamba
-        attention = attention_blocks(cfg, end, use_eagle, max_model_len)
-        asked = attention - held_attention + mamba_new_blocks(cfg, start, end)
+        attention = attention_blocks(cfg, end, max_model_len)
+        mamba = mamba_new_blocks(cfg, start, end)
+        asked = attention - held_attention + mamba + tail_copy_blocks(cfg, version_minor, start)
         granted = asked <= free
         if granted:
-            held_mamba += mamba_new_blocks(cfg, start, end)
+            free -= attention - held_attention + mamba
+            held_mamba += mamba
             held_attention = attention
-            free -= asked
         calls.append(Allocation(asked, granted, free, (held_attention, held_mamba)))
         if not granted:
             break

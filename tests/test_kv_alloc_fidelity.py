@@ -19,10 +19,11 @@ from chunkproof.model.arith import cdiv
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
-from chunkproof.model.step import eagle_family, step
+from chunkproof.model.step import step
 from chunkproof.source.kv_alloc_run import tree_allocations
 from chunkproof.source.releases import release_root
-from chunkproof.spec.kv_blocks import lone_allocations, startup_minimum
+from chunkproof.spec.kv_blocks import lone_allocations, pool_modelled, startup_minimum
+from chunkproof.spec.slots import eagle_drop
 
 pytestmark = pytest.mark.fidelity
 
@@ -53,7 +54,8 @@ def on_mamba_blocks(cfg: Config, chunks: list[int]) -> bool:
 def test_lone_prefill_allocations_are_the_release(version: str) -> None:
     """Chunk by chunk, the release's ``allocate_slots`` grants exactly where the model says,
     leaves the free blocks it says and holds the attention and Mamba blocks it says
-    (KV2 rules 1-3), for pools from one block short of the request's first chunk upward."""
+    (KV2 rules 1-3), for pools from 2 blocks to more than the request needs, on every
+    configuration the rules cover (:func:`~chunkproof.spec.kv_blocks.pool_modelled`)."""
     rng = random.Random(f"{SEED}-alloc-{version}")
     policy = policy_for_release(version)
     root = release_root(version)
@@ -61,16 +63,17 @@ def test_lone_prefill_allocations_are_the_release(version: str) -> None:
     while checked < CASES:
         cfg = draw_config(rng, version)
         cfg = cfg.replace(max_sched=rng.randint(1, 3 * cfg.block))
+        if not pool_modelled(minor_of(version), cfg):
+            continue
         chunks = scheduled_chunks(policy, cfg, rng)
-        if chunks is None or not on_mamba_blocks(cfg, chunks):
+        if chunks is None:
             continue
         checked += 1
-        use_eagle = eagle_family(cfg, 0)
         max_model_len = rng.choice((cfg.prompt, cfg.prompt + rng.randint(1, 8)))
         whole = cdiv(max_model_len, cfg.split_block) + cfg.lookahead + 3
         pool = rng.randint(2, whole)
-        real = tree_allocations(root, cfg, use_eagle, chunks, pool, max_model_len)
-        model = lone_allocations(cfg, chunks, use_eagle, pool, max_model_len)
+        real = tree_allocations(root, cfg, eagle_drop(cfg), chunks, pool, max_model_len)
+        model = lone_allocations(cfg, chunks, pool, max_model_len, minor_of(version))
         refused += not real[-1].granted
         got = [(a.granted, a.free, a.held) for a in real]
         want = [(a.granted, a.free, a.held) for a in model]
@@ -88,6 +91,6 @@ def test_the_startup_minimum_serves_a_longest_request_from_0_29(version: str) ->
     0.15 and 0.17 check one group only) and served whole from 0.29."""
     cfg = Config(block=8, split_block=8, hash_block=8, prompt=32, max_sched=64, lookahead=1)
     minimum = startup_minimum(minor_of(version), cfg, cfg.prompt)
-    real = tree_allocations(release_root(version), cfg, True, [8, 8, 8, 8], minimum, cfg.prompt)
+    real = tree_allocations(release_root(version), cfg, False, [8, 8, 8, 8], minimum, cfg.prompt)
     served = len(real) == 4 and real[-1].granted
     assert served == (minor_of(version) >= 29), [(a.granted, a.held) for a in real]
