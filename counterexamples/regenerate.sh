@@ -2,9 +2,9 @@
 # Regenerate the curated counterexamples from the explorer (and, for several requests, from
 # `chunkproof system`), and the pytest repro of each (pytest/test_POLICY_NAME.py): the short
 # form a vLLM PR would add (`repro --style vllm`: vLLM's own Scheduler methods on a stub self)
-# where it serves, one request without encoder items whose property is not P6 (P6 needs the
-# tree's own KV cache lookup); else the standalone form, which reads the methods from a source
-# tree. `chunkproof repro FILE --pytest OUT` writes the standalone form of
+# where it serves, one request without encoder items whose property is not P6 or P8 (they need
+# the tree's own KV cache lookup or block allocation); else the standalone form, which reads the
+# methods from a source tree. `chunkproof repro FILE --pytest OUT` writes the standalone form of
 # any of them on demand.
 # Each line names the ranges; the explorer minimises inside them (smallest T, then B, L, M, then
 # trace length). The ranges are small so that each line takes seconds; every file must replay
@@ -29,7 +29,7 @@ style() {  # style FILE: vllm for one request without encoder items and not P6, 
   python3 -c 'import json, sys
 data = json.load(open(sys.argv[1]))
 single = "config" in data and not data["config"].get("items")
-print("vllm" if single and data["property"] != "P6" else "standalone")' "$1"
+print("vllm" if single and data["property"] not in ("P6", "P8") else "standalone")' "$1"
 }
 
 pick_system() {  # pick_system NAME POLICY PROPERTY [RANGES...]: several requests, one step
@@ -90,6 +90,13 @@ pick p3-poisoned-slot-eagle vllm-0.17 P3 "${CLASSIC[@]}"
 pick p1-encoder-two-items vllm-0.27 P1 --block 4 --lookahead 0 --drop off --prompt 16 --max-sched 6 --items 1+4,6+4
 # vllm-0.28 (V5): a prompt of exactly k blocks in one chunk loses the resend state (#50235).
 pick p6-lost-resend-state vllm-0.28 P6 "${CLASSIC[@]}"
+# vllm-0.33 (SPEC KV2, P8): the chunk after the prompt's tail T = 6, keyed off the Mamba grid
+# (h = G = 2 < B = 8), asks for a copy-on-write block the start-up sizer does not count. In the
+# smallest pool 0.33 starts with for max_model_len = 9, the running request preempts itself.
+pick p8-tail-copy-beyond-startup-pool vllm-0.33 P8 --block 8 --split-block B/4 --lookahead 1 --drop on --prompt 1-12 --max-sched 1-4
+# vllm-0.28 (P8): 0.23-0.28's start-up check counts the null block as the request's, so a
+# prompt of max_model_len = 9 tokens (B = 8) is refused its last token's blocks.
+pick p8-null-block-startup-pool vllm-0.28 P8 --block 8 --lookahead 0 --drop off --prompt 1-12 --max-sched 1-2
 # lookahead-in-split: the proposed fix finishes over lambda, so R* is not cached.
 pick p6-fix-skips-resend lookahead-in-split P6 "${CLASSIC[@]}"
 # lookahead-in-split: in the sub-block regime a block end inside the window survives even the

@@ -10,7 +10,7 @@ full-attention group of block G and a Mamba "align" group of block B, one pool s
 as vLLM's hybrid models share it) and asked, chunk by chunk, exactly as the scheduler asks it:
 ``allocate_slots(request, n, num_lookahead_tokens=...)``, the request ``WAITING`` at its first
 chunk and ``RUNNING`` after, each call a step that starts and ends as ``schedule()`` has it
-(:func:`end_step`; :func:`tree_allocations`).
+(:func:`end_step`; :class:`TreeAllocator`).
 """
 
 from __future__ import annotations
@@ -171,6 +171,56 @@ def end_step(manager: Any) -> None:
             manager.block_pool.free_blocks(retained)
 
 
+class TreeAllocator:
+    """A fresh request of ``cfg``'s prompt under the tree's own ``KVCacheManager`` over a pool
+    of ``num_blocks`` blocks and ``max_model_len``, scheduled chunk by chunk from c = 0
+    (:meth:`allocate`). ``use_eagle`` is the manager's flag (the effective EAGLE drop, as
+    :func:`~chunkproof.source.kv_run.kv_coordinator` is given it); the lookahead slots are the
+    scheduler's ``num_lookahead_tokens``, the k = L draft tokens (0 without a drafter)."""
+
+    def __init__(
+        self,
+        root: Path,
+        cfg: KvConfig,
+        use_eagle: bool,
+        num_blocks: int,
+        max_model_len: int = 1 << 20,
+    ) -> None:
+        tree = allocation_tree(root)
+        self.cfg = cfg
+        self.manager = kv_manager(tree, cfg, use_eagle, num_blocks, max_model_len)
+        self.request = kv_request(cfg, "r", tree)
+        self.request.__dict__.update(
+            num_computed_tokens=0,
+            status=RequestStatus.WAITING,
+            num_in_flight_tokens=0,
+            num_output_tokens=0,
+            shared_prefix_boundary=0,
+            spec_token_ids=[],
+            num_stale_output_tokens=0,
+        )
+
+    def allocate(self, chunk: int) -> TreeAllocation:
+        """One step that schedules ``chunk`` tokens of the request: ``allocate_slots`` between
+        the step's start and end (:func:`end_step`); a granted chunk is computed, and the
+        request is running from then on."""
+        manager, request = self.manager, self.request
+        if hasattr(manager, "new_step_starts"):
+            manager.new_step_starts()
+        granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=self.cfg.lookahead)
+        end_step(manager)
+        held = tuple(
+            sum(1 for block in group.req_to_blocks.get("r", ()) if not block.is_null)
+            for group in manager.coordinator.single_type_managers
+        )
+        if granted is not None:
+            request.__dict__.update(
+                num_computed_tokens=request.num_computed_tokens + chunk,
+                status=RequestStatus.RUNNING,
+            )
+        return TreeAllocation(granted is not None, manager.block_pool.free, held)
+
+
 def tree_allocations(
     root: Path,
     cfg: KvConfig,
@@ -179,38 +229,12 @@ def tree_allocations(
     num_blocks: int,
     max_model_len: int = 1 << 20,
 ) -> list[TreeAllocation]:
-    """The tree's ``allocate_slots`` for a fresh request of ``cfg``'s prompt scheduled in
-    ``chunks`` from c = 0, over a pool of ``num_blocks`` blocks and ``max_model_len``: one
-    :class:`TreeAllocation` per call, up to the first the pool refuses. ``use_eagle`` is the
-    manager's flag (the effective EAGLE drop, as :func:`~chunkproof.source.kv_run.kv_coordinator`
-    is given it); the lookahead slots are the scheduler's ``num_lookahead_tokens``, the k = L
-    draft tokens (0 without a drafter)."""
-    tree = allocation_tree(root)
-    manager = kv_manager(tree, cfg, use_eagle, num_blocks, max_model_len)
-    request = kv_request(cfg, "r", tree)
-    request.__dict__.update(
-        num_computed_tokens=0,
-        status=RequestStatus.WAITING,
-        num_in_flight_tokens=0,
-        num_output_tokens=0,
-        shared_prefix_boundary=0,
-        spec_token_ids=[],
-        num_stale_output_tokens=0,
-    )
+    """:class:`TreeAllocator` along ``chunks``: one :class:`TreeAllocation` per call, up to the
+    first the pool refuses."""
+    allocator = TreeAllocator(root, cfg, use_eagle, num_blocks, max_model_len)
     calls: list[TreeAllocation] = []
     for chunk in chunks:
-        if hasattr(manager, "new_step_starts"):
-            manager.new_step_starts()
-        granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=cfg.lookahead)
-        end_step(manager)
-        held = tuple(
-            sum(1 for block in group.req_to_blocks.get("r", ()) if not block.is_null)
-            for group in manager.coordinator.single_type_managers
-        )
-        calls.append(TreeAllocation(granted is not None, manager.block_pool.free, held))
-        if granted is None:
+        calls.append(allocator.allocate(chunk))
+        if not calls[-1].granted:
             break
-        request.__dict__.update(
-            num_computed_tokens=request.num_computed_tokens + chunk, status=RequestStatus.RUNNING
-        )
     return calls

@@ -12,13 +12,19 @@ each release's own ``KVCacheManager.allocate_slots`` (:mod:`chunkproof.source.kv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from chunkproof.model.arith import cdiv
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
-from chunkproof.spec.slots import kv_rules
+from chunkproof.spec.slots import (
+    release_minor,
+    tail_position,
+    tail_position_v26,
+    tail_position_v31,
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,9 @@ class Allocation:
     held: tuple[int, int]
 
 
+# -- the rules, in the policy subset (the engines evaluate P8 from them) ---------------------
+
+
 def attention_blocks(cfg: Config, end: int, max_model_len: int) -> int:
     """KV2 rule 1: after a chunk ending at ``end`` the attention group holds a block of G for
     every token up to the end plus the lookahead slots, capped at ``max_model_len``. The slots
@@ -41,41 +50,179 @@ def attention_blocks(cfg: Config, end: int, max_model_len: int) -> int:
     return cdiv(min(end + cfg.lookahead, max_model_len), cfg.split_block)
 
 
-def speculative_blocks(cfg: Config) -> int:
-    """S, the Mamba group's ``num_speculative_blocks``: vLLM's Mamba layers set it to
-    ``num_speculative_tokens``, k = L."""
-    return cfg.lookahead
-
-
 def mamba_new_blocks(cfg: Config, start: int, end: int) -> int:
-    """KV2 rule 2: a first chunk (``start`` 0) takes S + 1 Mamba blocks (the state block and
-    the speculative ones); a later chunk takes one more state block when it ends in a later
-    Mamba block than the chunk before it did, else none."""
+    """KV2 rule 2: a first chunk (``start`` 0) takes S + 1 Mamba blocks, S = k = L the
+    speculative ones (vLLM's Mamba layers set ``num_speculative_blocks`` to
+    ``num_speculative_tokens``) and the state block; a later chunk takes one more state block
+    when it ends in a later Mamba block than the chunk before it did, else none."""
     if start == 0:
-        return speculative_blocks(cfg) + 1
-    return int(cdiv(end, cfg.block) > cdiv(start, cfg.block))
+        return cfg.lookahead + 1
+    if cdiv(end, cfg.block) > cdiv(start, cfg.block):
+        return 1
+    return 0
 
 
-def tail_copy_blocks(cfg: Config, version_minor: int, start: int) -> int:
-    """KV2 rule 2b: the blocks a chunk starting at ``start`` asks beyond rules 1-2 for the
-    copy-on-write of the prompt's tail state. The chunk before it ended at the tail T (rule 7,
-    :func:`~chunkproof.spec.slots.kv_rules`) off the Mamba grid, so the Mamba group keyed that
-    state in the block the next chunk overwrites, and copies it first (0.26 on). 0.26-0.30 ask
-    2 blocks for it and 0.31 on ask 1; either way one block is taken and the step returns it
-    to the pool at its end (a cached block counts as free)."""
-    if version_minor < 26 or start <= 0 or start % cfg.block == 0:
-        return 0
-    if start != kv_rules(f"0.{version_minor}").tail(cfg):
-        return 0
-    return 2 if version_minor <= 30 else 1
+def asked_blocks(cfg: Config, start: int, end: int, max_model_len: int, tail_copy: int) -> int:
+    """KV2 rules 1-2b: the blocks the chunk [start, end) asks of the pool, ``tail_copy`` the
+    copy-on-write blocks of rule 2b."""
+    held = 0
+    if start > 0:
+        held = attention_blocks(cfg, start, max_model_len)
+    new = attention_blocks(cfg, end, max_model_len) - held
+    return new + mamba_new_blocks(cfg, start, end) + tail_copy
 
 
-def pool_modelled(version_minor: int, cfg: Config) -> bool:
-    """Whether rules 1-3 cover ``cfg`` under the release: not 0.17-0.25 with speculative
-    blocks (S >= 1), whose Mamba group frees on c - S tokens, so that an old state block can
-    stay held a chunk longer depending on the chunk before the last; that needs more state
-    than c and is not modelled."""
-    return not (17 <= version_minor <= 25 and speculative_blocks(cfg) >= 1)
+def free_blocks(cfg: Config, start: int, pool: int, max_model_len: int) -> int:
+    """KV2 rules 2-3: the free blocks of a pool of ``pool`` when the chunk starting at
+    ``start`` asks: all but the null block at first; later the attention blocks up to
+    ``start`` and S + 1 Mamba blocks are held (the state block of two chunks back was freed)."""
+    if start == 0:
+        return pool - 1
+    return pool - 1 - attention_blocks(cfg, start, max_model_len) - cfg.lookahead - 1
+
+
+def no_tail_copy(cfg: Config, start: int) -> int:
+    """KV2 rule 2b before 0.26: no tail is keyed, so nothing is copied."""
+    return 0
+
+
+def tail_copy_v26(cfg: Config, start: int) -> int:
+    """KV2 rule 2b, 0.26-0.30: a chunk starting at the tail T (0.26-0.30's) off the Mamba grid
+    asks 2 blocks for the copy of the tail state (and takes 1, returned at the step's end)."""
+    if start > 0 and start % cfg.block != 0 and start == tail_position_v26(cfg):
+        return 2
+    return 0
+
+
+def tail_copy_v31(cfg: Config, start: int) -> int:
+    """KV2 rule 2b, 0.31: 1 block at 0.31's tail T off the Mamba grid."""
+    if start > 0 and start % cfg.block != 0 and start == tail_position_v31(cfg):
+        return 1
+    return 0
+
+
+def tail_copy_v32(cfg: Config, start: int) -> int:
+    """KV2 rule 2b, 0.32 on: 1 block at the tail T of 0.32 on off the Mamba grid."""
+    if start > 0 and start % cfg.block != 0 and start == tail_position(cfg):
+        return 1
+    return 0
+
+
+def any_pool(cfg: Config) -> int:
+    """KV2 rule 4, 0.15-0.22: the start-up check reads the first KV cache group only and
+    ``num_gpu_blocks_override`` is applied after it, so a pool of the null block alone starts."""
+    return 1
+
+
+def startup_pool_v23(cfg: Config) -> int:
+    """KV2 rule 4, 0.23-0.28, for max_model_len = P: a block of G per token plus 2 + S Mamba
+    blocks, the null block counted among them."""
+    return cdiv(cfg.prompt, cfg.split_block) + 2 + cfg.lookahead
+
+
+def startup_pool_v29(cfg: Config) -> int:
+    """KV2 rule 4, 0.29 on, for max_model_len = P: 0.23's count and the null block."""
+    return startup_pool_v23(cfg) + 1
+
+
+def pool_refuses(cfg: Config, start: int, end: int, pool: int, tail_copy: int) -> bool:
+    """SPEC P8 for the chunk [start, end) in a pool of ``pool`` blocks, max_model_len = P: the
+    chunk asks more blocks than are free (KV2 rule 3). Judged within the rules' scope only: a
+    request admitted at c = 0 with no hit, T = P, no prefill checkpoints or junction."""
+    if end <= start or cfg.start > 0 or cfg.external > 0 or cfg.tokens > cfg.prompt:
+        return False
+    if cfg.checkpoints or cfg.junction > 0:
+        return False
+    asked = asked_blocks(cfg, start, end, cfg.prompt, tail_copy)
+    return asked > free_blocks(cfg, start, pool, cfg.prompt)
+
+
+def refused_v15(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.15-0.16 (KV2 rule 4: any pool starts)."""
+    return pool_refuses(cfg, c, e, any_pool(cfg), no_tail_copy(cfg, c))
+
+
+def refused_v17(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.17-0.22: as 0.15, S >= 1 not judged (:func:`pool_modelled`)."""
+    if cfg.lookahead >= 1:
+        return False
+    return pool_refuses(cfg, c, e, any_pool(cfg), no_tail_copy(cfg, c))
+
+
+def refused_v23(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.23-0.25 (the start-up minimum without the null block), S >= 1 not judged."""
+    if cfg.lookahead >= 1:
+        return False
+    return pool_refuses(cfg, c, e, startup_pool_v23(cfg), no_tail_copy(cfg, c))
+
+
+def refused_v26(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.26-0.28: 0.23's minimum and the tail copy of 0.26."""
+    return pool_refuses(cfg, c, e, startup_pool_v23(cfg), tail_copy_v26(cfg, c))
+
+
+def refused_v29(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.29-0.30: the minimum with the null block and the tail copy of 0.26."""
+    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), tail_copy_v26(cfg, c))
+
+
+def refused_v31(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.31: the tail copy of 0.31."""
+    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), tail_copy_v31(cfg, c))
+
+
+def refused_v32(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.32 on: the tail copy of 0.32 on."""
+    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), tail_copy_v32(cfg, c))
+
+
+# -- the rules per release ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolRules:
+    """A release group's pool rules (SPEC KV2): its tail copy (rule 2b), its start-up minimum
+    for max_model_len = P (rule 4), its P8 predicate, and whether the rules cover S >= 1."""
+
+    releases: str
+    first_minor: int
+    tail_copy: Callable[[Any, int], int]
+    startup_pool: Callable[[Any], int]
+    refused: Callable[[Any, int, int], bool]
+    speculative: bool = True
+
+
+POOL_RULES = (
+    PoolRules("0.15-0.16", 15, no_tail_copy, any_pool, refused_v15),
+    PoolRules("0.17-0.22", 17, no_tail_copy, any_pool, refused_v17, False),
+    PoolRules("0.23-0.25", 23, no_tail_copy, startup_pool_v23, refused_v23, False),
+    PoolRules("0.26-0.28", 26, tail_copy_v26, startup_pool_v23, refused_v26),
+    PoolRules("0.29-0.30", 29, tail_copy_v26, startup_pool_v29, refused_v29),
+    PoolRules("0.31", 31, tail_copy_v31, startup_pool_v29, refused_v31),
+    PoolRules("0.32-0.34", 32, tail_copy_v32, startup_pool_v29, refused_v32),
+)
+"""The groups in release order; 0.18-0.22 are taken to be 0.17 (not read)."""
+
+
+def pool_rules(version: str | None) -> PoolRules:
+    """The pool rules of vLLM ``version`` (``X.Y.Z``); a version this tool does not know gets
+    the latest (as :func:`~chunkproof.spec.slots.kv_rules`)."""
+    minor = release_minor(version)
+    if minor is None:
+        return POOL_RULES[-1]
+    found = POOL_RULES[0]
+    for rules in POOL_RULES:
+        if rules.first_minor <= minor:
+            found = rules
+    return found
+
+
+def pool_modelled(rules: PoolRules, cfg: Config) -> bool:
+    """Whether rules 1-3 cover ``cfg`` under ``rules``: not 0.17-0.25 with speculative blocks
+    (S >= 1), whose Mamba group frees on c - S tokens, so that an old state block can stay
+    held a chunk longer depending on the chunk before the last; that needs more state than c
+    and is not modelled."""
+    return rules.speculative or cfg.lookahead == 0
 
 
 def lone_allocations(
@@ -83,48 +230,29 @@ def lone_allocations(
     chunks: Sequence[int],
     num_blocks: int,
     max_model_len: int,
-    version_minor: int,
+    rules: PoolRules,
 ) -> list[Allocation]:
     """KV2 rules 1-3 along ``chunks`` from c = 0 over a pool of ``num_blocks`` blocks: an
-    :class:`Allocation` per chunk, up to the first the pool refuses. Before each later chunk
-    the Mamba state block of two chunks back is freed (``remove_skipped_blocks``), so the
-    request holds S + 1 Mamba blocks when it asks; the pool grants iff the blocks asked are at
-    most the free ones (no watermark: nothing else is scheduled)."""
-    if not pool_modelled(version_minor, cfg):
-        raise ConfigError(f"the pool model does not cover 0.{version_minor} with L >= 1")
-    held_attention = 0
-    held_mamba = 0
+    :class:`Allocation` per chunk, up to the first the pool refuses (the same functions P8
+    judges with). The blocks a tail copy takes are back in the pool by the chunk's end."""
+    if not pool_modelled(rules, cfg):
+        raise ConfigError(f"the pool model does not cover {rules.releases} with L >= 1")
     calls: list[Allocation] = []
     start = 0
     for chunk in chunks:
         end = start + chunk
-        if start > 0:
-            held_mamba = speculative_blocks(cfg) + 1
-        free = num_blocks - 1 - held_attention - held_mamba
-        attention = attention_blocks(cfg, end, max_model_len)
-        mamba = mamba_new_blocks(cfg, start, end)
-        asked = attention - held_attention + mamba + tail_copy_blocks(cfg, version_minor, start)
+        asked = asked_blocks(cfg, start, end, max_model_len, rules.tail_copy(cfg, start))
+        free = free_blocks(cfg, start, num_blocks, max_model_len)
         granted = asked <= free
         if granted:
-            free -= attention - held_attention + mamba
-            held_mamba += mamba
-            held_attention = attention
-        calls.append(Allocation(asked, granted, free, (held_attention, held_mamba)))
+            attention = attention_blocks(cfg, end, max_model_len)
+            mamba = cfg.lookahead + 1 + (mamba_new_blocks(cfg, start, end) if start > 0 else 0)
+        else:
+            attention = attention_blocks(cfg, start, max_model_len) if start > 0 else 0
+            mamba = cfg.lookahead + 1 if start > 0 else 0
+        after = num_blocks - 1 - attention - mamba
+        calls.append(Allocation(asked, granted, after, (attention, mamba)))
         if not granted:
             break
         start = end
     return calls
-
-
-def startup_minimum(version_minor: int, cfg: Config, max_model_len: int) -> int:
-    """KV2 rule 4: the fewest blocks a release's start-up check accepts for ``max_model_len``
-    (``num_gpu_blocks_override`` included). 0.15-0.22 check only the first KV cache group
-    and apply the override after the check, so any pool with its null block passes (1);
-    0.23-0.28 need a block of G per token of the longest request plus 2 + S Mamba blocks, the
-    null block not counted among them; 0.29 on reserve the null block besides (K = 0)."""
-    needed = cdiv(max_model_len, cfg.split_block) + 2 + speculative_blocks(cfg)
-    if version_minor < 23:
-        return 1
-    if version_minor < 29:
-        return needed
-    return needed + 1

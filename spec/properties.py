@@ -1,4 +1,4 @@
-"""Properties P0-P7 (SPEC P) as predicates on one step, written once in the policy subset.
+"""Properties P0-P8 (SPEC P) as predicates on one step, written once in the policy subset.
 
 A step is (c, b) with ``n`` the chunk before the split and ``e = c + chunk`` its end. Each
 predicate returns ``True`` when the step *violates* the property. They are plain functions, so
@@ -20,6 +20,7 @@ from typing import Any
 from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
 from chunkproof.model.splits import max_chunk, prefill_end
+from chunkproof.spec.kv_blocks import pool_rules, refused_v32
 from chunkproof.spec.slots import (
     checkpoint_at,
     keeps,
@@ -81,6 +82,13 @@ PROPERTIES: dict[str, Property] = {
             "the identical-resend position R* is covered whenever a chunk could end there",
         ),
         Property("P7", "COST", "every const(b) run finishes; steps against ceil((E - c0) / b)"),
+        Property(
+            "P8",
+            "POOL",
+            "no chunk of a prompt of max_model_len tokens asks more KV blocks than are free in "
+            "the smallest pool the release starts with (a lone request admitted at c = 0 "
+            "without a hit; KV2)",
+        ),
     )
 }
 
@@ -211,9 +219,10 @@ EDGE_PROPERTIES: dict[str, Callable[..., bool]] = {
     "P3": crosses_block_end,
     "P4": misaligned,
     "P6": skips_resend,
+    "P8": refused_v32,
 }
-"""Properties of one chunk [c, e): predicate(cfg, c, e), P6 under 0.33's cache rules (a
-policy's own: :func:`edge_properties`)."""
+"""Properties of one chunk [c, e): predicate(cfg, c, e), P6 and P8 under 0.33's cache rules
+(a policy's own: :func:`edge_properties`)."""
 
 RELEASE_P6: dict[str, Callable[..., bool]] = {
     "0.15-0.29": skips_resend_v15,
@@ -235,10 +244,16 @@ RELEASE_P4: dict[str, Callable[..., bool]] = {
 
 
 def edge_properties(policy: Policy) -> dict[str, Callable[..., bool]]:
-    """:data:`EDGE_PROPERTIES` with P4 and P6 under the cache rules of ``policy``'s release
-    (:attr:`~chunkproof.model.policy.Policy.kv_release`): its partial tail and its R*."""
+    """:data:`EDGE_PROPERTIES` with P4, P6 and P8 under the cache rules of ``policy``'s
+    release (:attr:`~chunkproof.model.policy.Policy.kv_release`): its partial tail, its R* and
+    its block pool (SPEC KV2)."""
     rules = kv_rules(policy.kv_release)
-    return {**EDGE_PROPERTIES, "P4": RELEASE_P4[rules.releases], "P6": RELEASE_P6[rules.releases]}
+    return {
+        **EDGE_PROPERTIES,
+        "P4": RELEASE_P4[rules.releases],
+        "P6": RELEASE_P6[rules.releases],
+        "P8": pool_rules(policy.kv_release).refused,
+    }
 
 
 WINDOW_PROPERTIES: dict[str, Callable[..., bool]] = {

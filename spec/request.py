@@ -1,4 +1,4 @@
-"""One request under a policy, as a model both engines check (SPEC S2-S4, P0-P7).
+"""One request under a policy, as a model both engines check (SPEC S2-S4, P0-P8).
 
 * Instance: a configuration (SPEC S1), taken from a :class:`~chunkproof.spec.space.Space`.
 * Init: c = c0, the admission start (the request is waiting; the waiting loop admits it at
@@ -35,7 +35,7 @@ from chunkproof.spec import properties as props
 from chunkproof.spec.interface import Transitions
 from chunkproof.spec.space import Space
 
-STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
+STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6", "P8")
 """The properties judged on single transitions; P2 and P7 are figures."""
 
 ALWAYS = ("P0", "P1")

@@ -49,6 +49,7 @@ __all__ = [
     "kv_rules",
     "oracle",
     "poisons",
+    "release_minor",
     "resend_position",
 ]
 
@@ -270,13 +271,20 @@ RULES_V32 = KvRules("0.32", resend_position_v32, keeps)
 LATEST_RULES = KvRules("0.33-0.34", resend_position, keeps)
 
 
+def release_minor(version: str | None) -> int | None:
+    """Y of a vLLM version ``0.Y.Z``; ``None`` for none or another form."""
+    parts = (version or "").split(".")
+    if len(parts) < 2 or not parts[1].isdigit() or parts[0] != "0":
+        return None
+    return int(parts[1])
+
+
 def kv_rules(version: str | None) -> KvRules:
     """The cache-side rules of vLLM ``version`` (``X.Y.Z``; SPEC KV1). A version this tool
     does not know (a tree that records none, a later release) gets the latest rules."""
-    parts = (version or "").split(".")
-    if len(parts) < 2 or not parts[1].isdigit() or parts[0] != "0":
+    minor = release_minor(version)
+    if minor is None:
         return LATEST_RULES
-    minor = int(parts[1])
     if minor <= 29:
         return RULES_V15
     if minor == 30:

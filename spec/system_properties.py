@@ -1,5 +1,5 @@
 """System properties of one ``schedule()`` step over several requests (SPEC N1), beside
-the per-request properties P0-P7 (SPEC P).
+the per-request properties P0-P8 (SPEC P).
 
 They are judged on the transitions of :class:`~chunkproof.spec.scheduler_step.SchedulerStepModel`
 (a global state and the token budget b the environment offers the step), from what the step

@@ -60,6 +60,6 @@ def test_only_the_selected_step_properties_are_judged() -> None:
     alone = _every_lane(RequestModel(policy, Space((grid,), None), properties=("P1",)), configs)
     every = _every_lane(RequestModel(policy, Space((grid,), None)), configs)
     assert set(alone[-1].bad) == {"P0", "P1"}
-    assert set(every[-1].bad) == {"P0", "P1", "P3", "P4", "P5", "P6"}
+    assert set(every[-1].bad) == {"P0", "P1", "P3", "P4", "P5", "P6", "P8"}
     for pid in ("P0", "P1"):
         assert alone[-1].bad[pid].tolist() == every[-1].bad[pid].tolist()

@@ -22,7 +22,7 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.source.kv_alloc_run import tree_allocations
 from chunkproof.source.releases import release_root
-from chunkproof.spec.kv_blocks import lone_allocations, pool_modelled, startup_minimum
+from chunkproof.spec.kv_blocks import lone_allocations, pool_modelled, pool_rules
 from chunkproof.spec.slots import eagle_drop
 
 pytestmark = pytest.mark.fidelity
@@ -59,11 +59,12 @@ def test_lone_prefill_allocations_are_the_release(version: str) -> None:
     rng = random.Random(f"{SEED}-alloc-{version}")
     policy = policy_for_release(version)
     root = release_root(version)
+    rules = pool_rules(version)
     wrong, refused, checked = [], 0, 0
     while checked < CASES:
         cfg = draw_config(rng, version)
         cfg = cfg.replace(max_sched=rng.randint(1, 3 * cfg.block))
-        if not pool_modelled(minor_of(version), cfg):
+        if not pool_modelled(rules, cfg):
             continue
         chunks = scheduled_chunks(policy, cfg, rng)
         if chunks is None:
@@ -73,7 +74,7 @@ def test_lone_prefill_allocations_are_the_release(version: str) -> None:
         whole = cdiv(max_model_len, cfg.split_block) + cfg.lookahead + 3
         pool = rng.randint(2, whole)
         real = tree_allocations(root, cfg, eagle_drop(cfg), chunks, pool, max_model_len)
-        model = lone_allocations(cfg, chunks, pool, max_model_len, minor_of(version))
+        model = lone_allocations(cfg, chunks, pool, max_model_len, rules)
         refused += not real[-1].granted
         got = [(a.granted, a.free, a.held) for a in real]
         want = [(a.granted, a.free, a.held) for a in model]
@@ -90,7 +91,7 @@ def test_the_startup_minimum_serves_a_longest_request_from_0_29(version: str) ->
     its last chunk up to 0.28 (0.23-0.28 count the null block among the request's blocks;
     0.15 and 0.17 check one group only) and served whole from 0.29."""
     cfg = Config(block=8, split_block=8, hash_block=8, prompt=32, max_sched=64, lookahead=1)
-    minimum = startup_minimum(minor_of(version), cfg, cfg.prompt)
+    minimum = pool_rules(version).startup_pool(cfg)
     real = tree_allocations(release_root(version), cfg, False, [8, 8, 8, 8], minimum, cfg.prompt)
     served = len(real) == 4 and real[-1].granted
     assert served == (minor_of(version) >= 29), [(a.granted, a.held) for a in real]

@@ -302,11 +302,11 @@ def test_every_curated_repro_fails_on_the_code_it_was_found_on(
     assert status == 1 and f"AssertionError: {cx.property}: " in output, output
 
 
-def test_the_curated_set_covers_p0_to_p7() -> None:
+def test_the_curated_set_covers_p0_to_p8() -> None:
     """Every property with a curated counterexample has its repro committed; P0 and P7 are
     among them."""
     properties = {json.loads(p.read_text())["property"] for p in CURATED}
-    assert {"P0", "P1", "P3", "P4", "P5", "P6", "P7"} <= properties
+    assert {"P0", "P1", "P3", "P4", "P5", "P6", "P7", "P8"} <= properties
     committed = {p.name for p in (COUNTEREXAMPLES / "pytest").glob("test_*.py")}
     assert committed == {repro_file_name(p) for p in CURATED}
 
@@ -334,9 +334,11 @@ def test_committed_repros_have_no_undefined_names() -> None:
 
 def _repro_text(cx_file: Path, name: str) -> str:
     """The repro regenerate.sh writes for the file, read from ``name``: the short form where
-    it serves (one request without encoder items, not P6), else the standalone one."""
+    it serves (one request without encoder items, not P6 or P8), else the standalone one."""
     cx = load_counterexample(cx_file)
-    short = isinstance(cx, Counterexample) and not cx.config.items and cx.property != "P6"
+    short = (
+        isinstance(cx, Counterexample) and not cx.config.items and cx.property not in ("P6", "P8")
+    )
     return kind_of(cx).repro_source(cx, name, "vllm" if short else "standalone")
 
 

@@ -29,10 +29,10 @@ SHORT_FORM = sorted(
     for path in COUNTEREXAMPLES.glob("*/*.json")
     if isinstance(cx := load_counterexample(path), Counterexample)
     and not cx.config.items
-    and cx.property != "P6"
+    and cx.property not in ("P6", "P8")
 )
 """The curated single-request counterexamples without encoder items, of a property other than
-P6: those the short form serves."""
+P6 and P8: those the short form serves."""
 
 
 def installed(scheduler_module: str, into: Path) -> Path:

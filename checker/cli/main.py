@@ -94,6 +94,7 @@ from chunkproof.model.trajectory import Trajectory, run
 from chunkproof.source.loading import recorded_policy, resolve_policy, source_flags_given
 from chunkproof.source.methods import parse_overrides
 from chunkproof.source.policy import names_class, names_source, names_tree
+from chunkproof.spec.kv_blocks import pool_rules
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
@@ -596,6 +597,28 @@ def _properties(args: argparse.Namespace) -> tuple[str, ...]:
         raise ChunkproofError(f"--property: {exc}") from None
 
 
+def _judged(
+    args: argparse.Namespace, space: Space, *policies: Policy
+) -> tuple[tuple[str, ...], list[str]]:
+    """The properties judged and what is not, with why. P8 (SPEC KV2) is not judged where the
+    pool rules of a policy's release do not cover the range: 0.17-0.25 with L >= 1. Asked for
+    with ``--property``, that is one line; by default it is left out and named."""
+    wanted = _properties(args)
+    uncovered = [
+        pool_rules(p.kv_release) for p in policies if not pool_rules(p.kv_release).speculative
+    ]
+    speculative = any(getattr(g.sets["lookahead"], "high", 1) >= 1 for g in space.grids)
+    if "P8" not in wanted or not uncovered or not speculative:
+        return wanted, []
+    why = (
+        f"P8 POOL: the KV pool rules of {uncovered[0].releases} with L >= 1 are not modelled "
+        "(SPEC KV2); --lookahead 0 judges P8 there"
+    )
+    if args.property is not None:
+        raise ChunkproofError(why)
+    return tuple(pid for pid in wanted if pid != "P8"), [why]
+
+
 def _explorer_space(args: argparse.Namespace, *policies: Policy) -> Space:
     """The explorer's space: the range flags given, else the default grids of every policy
     (one space, so that two policies compared are judged on the same configurations)."""
@@ -643,12 +666,14 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         open_executor(args.executor, args.jobs) as executor,
         run_folder(args.out, _run_identity(args)) as out,
     ):
+        wanted, not_judged = _judged(args, space, policy)
         progress = Progress(f"exploring {policy.name}", enabled=not args.json)
         verdicts, explored = explore_space(
-            policy, space, _properties(args), args.window, executor, out, progress.tick
+            policy, space, wanted, args.window, executor, out, progress.tick
         )
         progress.close()
-    return _report(args, policy, verdicts, {"explored": explored}, out, space, None)
+    engines = {"explored": explored, "not_judged": not_judged}
+    return _report(args, policy, verdicts, engines, out, space, None)
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:
@@ -660,6 +685,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             "`chunkproof explore`"
         )
     space = _prover_space(args, policy, defaults=False)
+    wanted, not_judged = _judged(args, space, policy)
     with (
         open_executor(args.executor, args.jobs) as executor,
         run_folder(args.out, _run_identity(args)) as out,
@@ -669,7 +695,8 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         run = _proof_run(args, executor, minimise=True)
         verdicts, proved = prove_space(policy, space, wanted, run, out, progress.tick, minimising)
         progress.close()
-    return _report(args, policy, verdicts, {"proved": proved}, out, None, space)
+    engines = {"proved": proved, "not_judged": not_judged}
+    return _report(args, policy, verdicts, engines, out, None, space)
 
 
 def _check_run(
@@ -689,13 +716,15 @@ def _check_run(
     verdicts on its grid (what ``compare`` tallies configuration by configuration)."""
     defaults = defaults or (policy,)
     space = _explorer_space(args, *defaults)
+    wanted, not_judged = _judged(args, space, *defaults)
     progress = Progress(f"exploring {policy.name}", enabled=not args.json)
     verdicts, explored = explore_space(
-        policy, space, _properties(args), args.window, executor, out, progress.tick
+        policy, space, wanted, args.window, executor, out, progress.tick
     )
     progress.close()
     if not prove:
-        return verdicts, {"explored": explored}, space, None, list(verdicts)
+        engines = {"explored": explored, "not_judged": not_judged}
+        return verdicts, engines, space, None, list(verdicts)
     ranged = bool(range_texts(args))
     production = space if ranged else _prover_space(args, *defaults, defaults=True)
     undecided = tuple(v.property for v in verdicts if v.status != VIOLATED)
@@ -706,7 +735,8 @@ def _check_run(
     progress.close()
     grid = list(verdicts)
     combined = combine(verdicts, proved)
-    return combined, {"explored": explored, "proved": run_info}, space, production, grid
+    engines = {"explored": explored, "proved": run_info, "not_judged": not_judged}
+    return combined, engines, space, production, grid
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -737,6 +767,8 @@ def _report(
         return exit_status(verdicts)
     print(f"chunkproof {args.command} {policy.name} ({policy.summary})")
     print(fixed_line(policy.fixed))
+    for why in engines.get("not_judged", ()):
+        print(f"not judged: {why}")
     for line in branch_lines(policy):
         print(line)
     if explored is not None:

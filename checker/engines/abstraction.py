@@ -10,7 +10,7 @@ compares the two on every configuration of a space:
   offered b in a reachable global state of some instance (with the other requests drawn from
   the same space), against the pairs of the single-request model (every reachable c, every b
   in 1..M);
-* **verdicts**: for each property judged on one step (P0, P1, P3-P6), whether the
+* **verdicts**: for each property judged on one step (P0, P1, P3-P6, P8), whether the
   single-request model finds it violated for the configuration
   (:func:`~chunkproof.checker.engines.compare.native_failures`), and whether a realized step
   violates it (:func:`~chunkproof.checker.engines.traces.violates`, each step recomputed
@@ -41,7 +41,7 @@ from chunkproof.spec.request import budget_bounds
 from chunkproof.spec.scheduler_loops import FINISHED
 from chunkproof.spec.scheduler_step import FIELDS, MAX_SEQS, SchedulerStepModel, engine_encoder
 
-STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
+STEP_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6", "P8")
 """The per-request properties judged on one step."""
 
 

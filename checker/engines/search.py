@@ -1,5 +1,5 @@
 """Explore a space with the explicit engine, classify what fails, and minimise counterexamples
-across configurations (the single-request model, SPEC P0-P7).
+across configurations (the single-request model, SPEC P0-P8).
 
 Each configuration falls in one category (:func:`category`): inside the verdict's range
 (``main``), in the degenerate region of SPEC CLI (``degenerate``), or outside what the release

@@ -11,6 +11,7 @@ from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.spec import properties as props
+from chunkproof.spec.kv_blocks import asked_blocks, free_blocks, pool_rules
 from chunkproof.spec.request import budget_bounds, encoder_forced
 from chunkproof.spec.slots import KvRules, crossing_claim, kv_rules, oracle
 
@@ -149,7 +150,46 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
             f"chunk [{last.c}, {e}) runs over the resend position R*={r} with budget "
             f"{last.budget}, so R* is never cached{suffix}"
         )
+    if pid == "P8":
+        copy = details["tail_copy"]
+        tail = f", {copy} of them to copy the prompt's tail state" if copy else ""
+        then = (
+            "the running loop preempts the request, the last one running"
+            if last.c > 0
+            else "the waiting loop cannot admit the request"
+        )
+        return (
+            f"chunk [{last.c}, {e}) asks {details['asked']} KV blocks{tail} with "
+            f"{details['free']} free, in a pool of {details['pool']} blocks, the fewest "
+            f"{details['pool_rules']}'s start-up check accepts for max_model_len={cfg.prompt}: "
+            f"{then}"
+        )
     raise ValueError(pid)
+
+
+def verdict_details(policy: Policy, pid: str, cfg: Config, last: Step) -> dict[str, Any]:
+    """What :func:`describe` reads of ``policy``'s release for a last step breaking ``pid``:
+    P6 its R* (SPEC KV1), P8 its pool (:func:`pool_details`); nothing for the others."""
+    if pid == "P6":
+        return {"resend_position": kv_rules(policy.kv_release).resend(cfg)}
+    if pid == "P8":
+        return pool_details(policy, cfg, last)
+    return {}
+
+
+def pool_details(policy: Policy, cfg: Config, last: Step) -> dict[str, Any]:
+    """What P8's verdict names (SPEC KV2): the release's smallest pool for max_model_len = P,
+    the blocks the last chunk asks (and how many of them copy the tail) and the free ones."""
+    rules = pool_rules(policy.kv_release)
+    pool = rules.startup_pool(cfg)
+    copy = rules.tail_copy(cfg, last.c)
+    return {
+        "pool_rules": rules.releases,
+        "pool": pool,
+        "asked": asked_blocks(cfg, last.c, last.end, cfg.prompt, copy),
+        "tail_copy": copy,
+        "free": free_blocks(cfg, last.c, pool, cfg.prompt),
+    }
 
 
 def build_counterexample(
@@ -166,6 +206,8 @@ def build_counterexample(
     details: dict[str, Any] = {"grid": grid, "order": "lexicographic: " + ", ".join(MINIMISED)}
     if pid == "P5":
         details["window"] = window
+    if pid == "P8":
+        details.update(pool_details(policy, cfg, steps[-1]))
     if pid in ("P3", "P6"):
         rules = kv_rules(policy.kv_release)
         if pid == "P6":

@@ -1,5 +1,5 @@
 """The single-request model's counterexamples (SPEC C): one request's trace of SPEC C stage
-values under the budgets the environment offered, judged by P0-P7."""
+values under the budgets the environment offered, judged by P0-P8."""
 
 from __future__ import annotations
 

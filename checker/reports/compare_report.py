@@ -33,7 +33,7 @@ from chunkproof.checker.engines.compare import (
     run_dict,
     same_grid,
 )
-from chunkproof.checker.engines.traces import describe
+from chunkproof.checker.engines.traces import describe, verdict_details
 from chunkproof.checker.engines.verdicts import EMPTY, VIOLATED, Verdict
 from chunkproof.checker.reports.report import fixed_line, range_lines
 from chunkproof.checker.reports.trace_command import trace_arguments
@@ -370,9 +370,9 @@ def _witness_command(policy: Policy, cfg: Config, native: NativeRun, pid: str) -
 # -- where each fails -----------------------------------------------------------------------------
 
 
-def _failure_words(label: str, native: NativeRun, cfg: Config, pid: str) -> str:
-    """What one side does at an example configuration: its failure in words, or that it holds
-    on every state the native search reached."""
+def _failure_words(label: str, side: Side, native: NativeRun, cfg: Config, pid: str) -> str:
+    """What one side does at an example configuration: its failure in words (under its own
+    release's cache rules), or that it holds on every state the native search reached."""
     steps = native.witness.get(pid)
     crash = native.witness.get("P0")
     if steps is None and crash is not None:
@@ -381,7 +381,8 @@ def _failure_words(label: str, native: NativeRun, cfg: Config, pid: str) -> str:
     if steps is None:
         states = f"{native.states} reachable state{'s' if native.states != 1 else ''}"
         return f"{label} holds ({states} searched natively)"
-    return f"{label} {describe(pid, cfg, steps[-1], {})}"
+    details = verdict_details(side.policy, pid, cfg, steps[-1])
+    return f"{label} {describe(pid, cfg, steps[-1], details)}"
 
 
 def _shown_groups(comparison: Comparison) -> list[str]:
@@ -410,8 +411,8 @@ def _where_examples(comparison: Comparison, pid: str) -> list[str]:
     lines = []
     for group, example in comparison.behaviour.where.get(pid, {}).items():
         cfg = example.cfg
-        a = _failure_words("A", example.a, cfg, pid)
-        b = _failure_words("B", example.b, cfg, pid)
+        a = _failure_words("A", comparison.a, example.a, cfg, pid)
+        b = _failure_words("B", comparison.b, example.b, cfg, pid)
         lines.append(f"{GROUPS[group]}, smallest: {cfg.describe()}: {a}; {b}")
     return lines
 
@@ -525,7 +526,11 @@ def _native_dict(policy: Policy, native: NativeRun, cfg: Config, pid: str) -> di
         "fails": steps is not None,
         "fails_properties": list(native.witness),
         "reachable_states": native.states,
-        "verdict": None if steps is None else describe(pid, cfg, steps[-1], {}),
+        "verdict": (
+            None
+            if steps is None
+            else describe(pid, cfg, steps[-1], verdict_details(policy, pid, cfg, steps[-1]))
+        ),
         "trace": None if steps is None else [s.to_dict() for s in steps],
         "command": _witness_command(policy, cfg, native, pid),
     }

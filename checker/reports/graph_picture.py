@@ -37,7 +37,7 @@ MAX_GRAPH_STATES = 200
 MAX_GRAPH_CELLS = 4_000_000
 """... and evaluates at most this many (state, budget) cells to find them."""
 
-STEP_PROPERTIES = ("P3", "P4", "P5", "P6")
+STEP_PROPERTIES = ("P3", "P4", "P5", "P6", "P8")
 """Properties of one step (c, b): a transition breaks them with some of its budgets."""
 
 GRAPH_PROPERTIES = ("P0", "P1", *STEP_PROPERTIES, "P7")
@@ -55,6 +55,7 @@ COLOURS = {
     "P5": "#fcc419",
     "P6": "#1c7ed6",
     "P7": "#ffa8a8",
+    "P8": "#0ca678",
     "ok": "#b2f2bb",
     "finished": "#dee2e6",
 }
@@ -67,6 +68,7 @@ LEGEND = {
     "P5": "P5 a chunk ends in the window",
     "P6": "P6 a chunk skips R*",
     "P7": "P7 a const(b) run stops here",
+    "P8": "P8 the pool refuses a chunk's blocks",
     "ok": "no property broken",
     "finished": "prefill finished (c >= E)",
 }
@@ -198,7 +200,7 @@ def _const_stops(
 def graph_marks(policy: Policy, cx: Counterexample) -> GraphMarks:
     """What the state-graph picture of ``cx`` shows: the explorer's reachable states under
     ``adversarial(1..M)`` (SPEC S4) and the properties each step breaks (SPEC P): P0, P1, the
-    step properties P3-P6 and, for a P7 counterexample, where each ``const(b)`` run stops."""
+    step properties P3-P6 and P8 and, for a P7 counterexample, where each ``const(b)`` run stops."""
     cfg = cx.config
     explored = explored_graph(policy, cx)
     moves = _moves(explored)

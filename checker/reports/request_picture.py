@@ -124,9 +124,9 @@ class Elision:
 
 @dataclass(frozen=True)
 class Failure:
-    """Where the property fails: ``kind`` is stuck, crossing, poisoned, off-grid, window-end or
-    skipped; ``row`` is the row of the step it happens on (a poisoned slot is drawn under it);
-    ``origin`` is, for a poisoned slot, the state its block really holds."""
+    """Where the property fails: ``kind`` is stuck, crossing, poisoned, off-grid, window-end,
+    skipped or refused; ``row`` is the row of the step it happens on (a poisoned slot is drawn
+    under it); ``origin`` is, for a poisoned slot, the state its block really holds."""
 
     kind: str
     at: int
@@ -299,6 +299,9 @@ def failure_marks(cx: Counterexample, row: int) -> tuple[Failure, ...]:
         if e == r:
             return (Failure("skipped", r, f"[{c}, {e}) ends at R*={r}: not retained", row),)
         return (Failure("skipped", r, f"[{c}, {e}) runs over R*={r}: never cached", row),)
+    if pid == "P8":
+        asked, free = cx.details["asked"], cx.details["free"]
+        return (Failure("refused", e, f"[{c}, {e}) asks {asked} blocks, {free} free", row),)
     raise ChunkproofError(f"no picture for property {pid!r}")
 
 

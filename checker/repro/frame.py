@@ -271,13 +271,13 @@ def file_docstring(
     title: str,
     offered: str,
     source_name: str,
-    lookup: bool = False,
+    cache: str = "",
 ) -> str:
     """The generated file's docstring: ``title`` (what breaks where), ``cx``'s verdict, what
-    the test runs on its ``requests`` and ``offered`` (with ``lookup``, the tree's KV cache
-    lookup: a P6 file), where the source tree comes from, and where the file came from
-    (``source_name``). Backslashes and double quotes in them are escaped: a file name, a
-    policy name and a verdict stay inside the docstring."""
+    the test runs on its ``requests`` and ``offered`` (with ``cache`` "P6", the tree's KV cache
+    lookup; with "P8", the tree's block allocation), where the source tree comes from, and where
+    the file came from (``source_name``). Backslashes and double quotes in them are escaped: a
+    file name, a policy name and a verdict stay inside the docstring."""
     source = (
         f"vLLM source with sha256 {cx.source_sha256}"
         if cx.source_sha256
@@ -292,17 +292,25 @@ def file_docstring(
         if items
         else ""
     )
-    if lookup:
+    if cache == "P6":
         also += (
             " It asks the tree's own KV cache code (its coordinator, managers and "
             "get_computed_blocks, compiled from the source text) where an identical resend of "
             "the prompt lands (R*) and whether the tree's retention keeps the state there, and "
             "judges every chunk against those."
         )
+    if cache == "P8":
+        also += (
+            " It runs the tree's own KVCacheManager.allocate_slots (compiled from the source "
+            "text) for every chunk the request takes, over a pool of the fewest blocks the "
+            "release's start-up check accepts for max_model_len = P, and asserts that each "
+            "chunk's blocks are granted."
+        )
     carried = ", ".join(
         ["chunkproof.source.extraction"]
         + ["chunkproof.source.encoder_run"] * items
-        + ["chunkproof.source.kv_run"] * lookup
+        + ["chunkproof.source.kv_run"] * bool(cache)
+        + ["chunkproof.source.kv_alloc_run"] * (cache == "P8")
     )
     carried = " and ".join(carried.rsplit(", ", 1))
     lines = [

@@ -50,9 +50,10 @@ from chunkproof.checker.repro.frame import (
 from chunkproof.model.budget import Const
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
-from chunkproof.source import encoder_run, kv_run
+from chunkproof.source import encoder_run, kv_alloc_run, kv_run
 from chunkproof.source.loading import recorded_policy
 from chunkproof.spec import properties as props
+from chunkproof.spec.kv_blocks import pool_rules
 from chunkproof.spec.slots import eagle_drop
 
 
@@ -61,8 +62,8 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
     items the file also runs the request's encoder under the tree's real code
     (:data:`_ENCODER`); a P6 file asks the tree's own KV cache code for R* (:data:`RESEND`)."""
     cfg = cx.config
-    lookup = cx.property == "P6"
-    docstring = file_docstring(cx, (cfg,), title(cx), offered(cx), source_name, lookup)
+    cache = cx.property if cx.property in ("P6", "P8") else ""
+    docstring = file_docstring(cx, (cfg,), title(cx), offered(cx), source_name, cache)
     values = trace_values(cx, source_name) | {"docstring": docstring}
     policy = recorded_policy(cx)
     carried: list[str] = []
@@ -70,12 +71,21 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
         imports, driver = module_source(encoder_run)
         carried += imports
         values |= encoder_values(cfg) | {"encoder_run": driver}
-    if lookup:
+    if cache:
         imports, driver = module_source(kv_run)
         carried += imports
         values |= {"kv_run": driver, "kv_use_eagle": repr(eagle_drop(cfg))}
+    if cache == "P8":
+        imports, driver = module_source(kv_alloc_run)
+        carried += imports
+        rules = pool_rules(policy.kv_release)
+        values |= {
+            "kv_alloc_run": driver,
+            "pool_blocks": str(rules.startup_pool(cfg)),
+            "pool_releases": rules.releases,
+        }
     methods = real_methods(policy, predicates(cx), carried)
-    return _TEMPLATES[bool(cfg.items), lookup].substitute(values | methods)
+    return _TEMPLATES[bool(cfg.items), cache].substitute(values | methods)
 
 
 def title(cx: Counterexample) -> str:
@@ -109,6 +119,9 @@ def trace_values(cx: Counterexample, source_name: str) -> Values:
     if cx.property == "P6":
         values["test_fixtures"] += ", resend: TreeResend"
         values["check_extra"] = ", resend"
+    if cx.property == "P8":
+        values["test_fixtures"] += ", pool: TreeAllocator"
+        values["check_extra"] = ", pool"
     return values
 
 
@@ -134,8 +147,8 @@ def predicates(cx: Counterexample) -> FunctionList:
         return []
     if pid in props.STUCK_PROPERTIES:
         return [props.stuck]
-    if pid == "P6":
-        return [props.misses_resend]
+    if pid in ("P6", "P8"):
+        return [props.misses_resend] if pid == "P6" else []
     if pid in props.EDGE_PROPERTIES:
         return [props.edge_properties(recorded_policy(cx))[pid]]  # P4: the release's tail
     if pid == "P5":
@@ -184,6 +197,8 @@ def _check(cx: Counterexample) -> str:
         )
     if pid == "P6":
         return _SAFETY + _RESEND_CHECK
+    if pid == "P8":
+        return _SAFETY + _POOL_CHECK
     predicate = predicates(cx)[0].__name__
     args = "CONFIG, step.c, step.n, step.end" if pid == "P5" else "CONFIG, step.c, step.end"
     rule = props.PROPERTIES[pid]
@@ -222,6 +237,21 @@ _RESEND_CHECK = """\
 """
 """SPEC P6 of a step at the tree's own R* and retention (the ``resend`` fixture): chunkproof's
 :func:`~chunkproof.spec.properties.misses_resend`, given the tree's answers."""
+
+
+_POOL_CHECK = """\
+    if step.chunk > 0:
+        got = pool.allocate(step.chunk)
+        if not got.granted:
+            return (
+                f"P8: chunk [{step.c}, {step.end}) breaks P8 POOL: the tree's allocate_slots "
+                f"refuses its KV blocks with {got.free} of {POOL_BLOCKS} blocks free, the fewest "
+                f"{POOL_RELEASES}'s start-up check accepts for max_model_len={CONFIG.prompt}: "
+                f"{step}"
+            )
+    return None
+"""
+"""SPEC P8 of a step under the tree's own ``allocate_slots`` (the ``pool`` fixture)."""
 
 
 def offered(cx: Counterexample) -> str:
@@ -403,6 +433,38 @@ def resend() -> TreeResend:
 """The fixture of a P6 file: the tree's R* and retention (a :class:`~string.Template` piece)."""
 
 
+POOL = '''
+# The cache side (SPEC KV2): the KV blocks each chunk asks for come from the tree's own
+# KVCacheManager.allocate_slots (at the end of the file: chunkproof.source.kv_alloc_run), compiled
+# from the source text and asked chunk by chunk as schedule() asks it, over a pool of the fewest
+# blocks the release's start-up check accepts for max_model_len = P (chunkproof's reading of
+# that check, SPEC KV2 rule 4).
+KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
+POOL_BLOCKS = $pool_blocks
+POOL_RELEASES = "$pool_releases"
+
+
+@pytest.fixture
+def pool() -> TreeAllocator:
+    """The request's KV blocks under the tree's own manager, from c = 0."""
+    root = vllm_source_root()
+    try:
+        return TreeAllocator(root, CONFIG, KV_USE_EAGLE, POOL_BLOCKS, CONFIG.prompt)
+    except SourceError as exc:
+        pytest.fail(f"cannot run the KV cache code of {root}: {exc}", pytrace=False)
+
+
+'''
+"""The fixture of a P8 file: the tree's allocation over the start-up minimum pool (a
+:class:`~string.Template` piece)."""
+
+
+POOL_DRIVER = """
+
+$kv_alloc_run"""
+"""The end of a P8 file, after :data:`KV_DRIVER`: :mod:`chunkproof.source.kv_alloc_run`."""
+
+
 KV_DRIVER = """
 
 
@@ -415,12 +477,35 @@ $kv_run"""
 
 
 _TEMPLATES = {
-    (False, False): _TEMPLATE,
-    (True, False): _ENCODER_TEMPLATE,
-    (False, True): Template(
+    (False, ""): _TEMPLATE,
+    (True, ""): _ENCODER_TEMPLATE,
+    (False, "P6"): Template(
         PRELUDE + _CONFIGURATION + RESEND + STEP_CLASS + _TEST + REAL_METHODS + KV_DRIVER
     ),
-    (True, True): Template(
+    (False, "P8"): Template(
+        PRELUDE
+        + _CONFIGURATION
+        + POOL
+        + STEP_CLASS
+        + _TEST
+        + REAL_METHODS
+        + KV_DRIVER
+        + POOL_DRIVER
+    ),
+    (True, "P8"): Template(
+        PRELUDE
+        + _CONFIGURATION
+        + _ENCODER
+        + POOL
+        + STEP_CLASS
+        + _TEST
+        + ENCODER_STEP
+        + REAL_REST
+        + ENCODER_DRIVER
+        + KV_DRIVER
+        + POOL_DRIVER
+    ),
+    (True, "P6"): Template(
         PRELUDE
         + _CONFIGURATION
         + _ENCODER
@@ -433,4 +518,4 @@ _TEMPLATES = {
         + KV_DRIVER
     ),
 }
-"""The file's template by (encoder items, P6)."""
+"""The file's template by (encoder items, the cache side it runs: P6 or P8, or none)."""

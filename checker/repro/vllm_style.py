@@ -121,7 +121,7 @@ _TEMPLATE = Template(PRELUDE + TEST + UNSAFE + RAISED + STUB)
 
 def vllm_repro_source(cx: Counterexample, source_name: str) -> str:
     """The text of the short pytest file for ``cx`` (module docstring); a counterexample with
-    encoder items, of P6, or of a policy with its own file (a patch, a subclass: the short
+    encoder items, of P6 or P8, or of a policy with its own file (a patch, a subclass: the short
     form imports vLLM's unpatched ``Scheduler``) is a one-line error."""
     if cx.config.items:
         raise ChunkproofError(
@@ -132,6 +132,11 @@ def vllm_repro_source(cx: Counterexample, source_name: str) -> str:
         raise ChunkproofError(
             "--style vllm: P6 is judged at the tree's own KV cache lookup and retention, "
             "which the short form cannot run; use --style standalone"
+        )
+    if cx.property == "P8":
+        raise ChunkproofError(
+            "--style vllm: P8 is judged by the tree's own KV block allocation, which the "
+            "short form cannot run; use --style standalone"
         )
     policy = recorded_policy(cx)
     if policy.user_source is not None:

@@ -33,7 +33,7 @@ from chunkproof.spec.space import Bools, Grid, Ints, Layouts, Retentions, Space,
 
 Tick = Callable[[int, int], None]
 
-PROVER_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
+PROVER_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6", "P8")
 """Properties the prover decides; P2 and P7 are figures, computed by the explorer."""
 MAX_CELLS = 10_000
 """Most proof cells one run takes (a default production range has at most about 110)."""

@@ -1,0 +1,59 @@
+"""The repro of a P8 counterexample runs the tree's own block allocation (SPEC KV2): it fails on
+the real release trees with the pool the release starts with, and passes with one block more,
+so the pool decides the outcome, not the file. Each file runs in a fresh interpreter where
+chunkproof, vllm and torch cannot be imported (:func:`repro_helpers.run_repro`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from cli_helpers import Cli
+from repro_helpers import blocking_packages, generate_repro, run_repro
+
+from chunkproof.source.releases import release_root
+
+pytestmark = pytest.mark.fidelity
+
+MISSES = [
+    pytest.param(
+        "vllm-0.33",
+        "--block 8 --split-block B/4 --lookahead 1 --drop on --prompt 1-12 --max-sched 1-4",
+        ("0.33.0", "0.34.0"),
+        "refuses its KV blocks with 2 of 9 blocks free",
+        id="0.33-tail-copy",
+    ),
+    pytest.param(
+        "vllm-0.28",
+        "--block 8 --lookahead 0 --drop off --prompt 1-12 --max-sched 1-2",
+        ("0.28.0",),
+        "refuses its KV blocks with 1 of 4 blocks free",
+        id="0.28-null-block",
+    ),
+]
+"""The two P8 classes: the tail copy 0.26 on asks beyond the start-up minimum, and the minimum
+of 0.23-0.28 counts the null block among the request's blocks."""
+
+
+@pytest.mark.parametrize(("policy", "ranges", "trees", "words"), MISSES)
+def test_a_p8_repro_fails_on_the_release_and_passes_with_one_block_more(
+    cli: Cli, tmp_path: Path, policy: str, ranges: str, trees: tuple[str, ...], words: str
+) -> None:
+    """``explore --property P8``, then the repro of its counterexample on each real tree: the
+    tree's ``allocate_slots`` refuses the last chunk; with POOL_BLOCKS one larger it grants
+    every chunk and the file passes."""
+    out = tmp_path / "explore"
+    run = cli("explore", policy, *ranges.split(), "--property", "P8", "--out", str(out))
+    assert run.code == 1 and "P8 POOL             VIOLATED" in run.out, run.out
+    test_file = generate_repro(cli, out / policy / "P8.json", tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
+    for tree in trees:
+        status, output = run_repro(test_file, release_root(tree), blockers)
+        assert status == 1 and "AssertionError: P8: " in output and words in output, output
+    text = test_file.read_text()
+    pool = int(re.search(r"^POOL_BLOCKS = (\d+)$", text, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    test_file.write_text(text.replace(f"POOL_BLOCKS = {pool}\n", f"POOL_BLOCKS = {pool + 1}\n"))
+    for tree in trees:
+        status, output = run_repro(test_file, release_root(tree), blockers)
+        assert status == 0 and "1 passed" in output, output

@@ -1,0 +1,97 @@
+"""SPEC P8 POOL: the KV block pool of a lone request at the release's start-up minimum (SPEC
+KV2), judged by both engines and named where the pool rules do not reach."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import Cli
+
+from chunkproof.model.config import Config
+from chunkproof.spec.kv_blocks import (
+    pool_refuses,
+    refused_v26,
+    refused_v32,
+    startup_pool_v23,
+    startup_pool_v29,
+)
+
+TAIL_033 = Config(block=8, split_block=2, prompt=9, max_sched=3, lookahead=1, drop=True)
+"""vllm-0.33's least P8 counterexample: h = G = 2 < B, so the prompt's tail T = 6 (two tokens
+short of 9 under the drop) is keyed off the Mamba grid."""
+
+TAIL_RANGE = "--block 8 --split-block B/4 --lookahead 1 --drop on --prompt 1-12 --max-sched 1-4"
+"""A range holding it and nothing smaller."""
+
+
+def test_the_tail_copy_takes_the_block_the_startup_minimum_lacks() -> None:
+    """[6, 9) after ends 2, 4, 6: attention cdiv(min(9 + 1, 9), 2) - cdiv(7, 2) = 1, a new
+    Mamba state block (cdiv(9, 8) > cdiv(6, 8)) and the tail copy: 3 asked, while the 9
+    blocks of 0.33's minimum (5 + 2 + S + the null block) leave 9 - 1 - 4 - 2 = 2 free. The
+    same chunk without the copy fits; the chunks before it do."""
+    assert startup_pool_v29(TAIL_033) == 9
+    assert refused_v32(TAIL_033, 6, 9)
+    assert not pool_refuses(TAIL_033, 6, 9, 9, 0)
+    assert not any(refused_v32(TAIL_033, c, c + 2) for c in (0, 2, 4))
+
+
+def test_up_to_0_28_the_null_block_is_missing() -> None:
+    """0.28's minimum for P = 9, B = G = 8, L = 0 is cdiv(9, 8) + 2 = 4 blocks, the null block
+    among them: the last token's chunk asks an attention and a Mamba block with 1 free.
+    0.29's minimum (5) serves it."""
+    cfg = Config(block=8, prompt=9, max_sched=1)
+    assert startup_pool_v23(cfg) == 4
+    assert refused_v26(cfg, 8, 9)
+    assert not pool_refuses(cfg, 8, 9, startup_pool_v29(cfg), 0)
+
+
+def test_outside_the_rules_nothing_is_judged() -> None:
+    """A request admitted at a hit, or one with output tokens, is outside KV2's scope."""
+    assert not refused_v32(TAIL_033.replace(start=2), 6, 9)
+    assert not refused_v32(TAIL_033.replace(tokens=10), 6, 9)
+
+
+@pytest.mark.parametrize("command", ["explore", "prove"])
+def test_both_engines_find_the_least_tail_counterexample(
+    cli: Cli, tmp_path: Path, command: str
+) -> None:
+    """The explorer (every reachable state) and the prover (Z3 per cell) find the same least
+    counterexample, T = 9, on the range that holds it."""
+    run = cli(
+        command,
+        "vllm-0.33",
+        "--property",
+        "P8",
+        *TAIL_RANGE.split(),
+        "--json",
+        "--out",
+        str(tmp_path),
+    )
+    (verdict,) = run.json()["verdicts"]
+    assert run.code == 1 and verdict["status"] == "VIOLATED", run.out
+    assert verdict["summary"].startswith("T=9 B=8 L=1 M=3 G=2 D=on: chunk [6, 9) asks 3 KV")
+    assert "1 of them to copy the prompt's tail state with 2 free" in verdict["summary"]
+
+
+@pytest.mark.parametrize("command", ["explore", "prove"])
+def test_without_an_off_grid_tail_0_33_keeps_p8(cli: Cli, tmp_path: Path, command: str) -> None:
+    """With h = G = B no tail is keyed off the grid, and 0.33's minimum (the null block
+    reserved) serves every chunk: PROVED by both engines."""
+    ranges = ["--block", "8", "--lookahead", "0-2", "--prompt", "1-24", "--max-sched", "1-8"]
+    run = cli(command, "vllm-0.33", "--property", "P8", *ranges, "--json", "--out", str(tmp_path))
+    (verdict,) = run.json()["verdicts"]
+    assert (run.code, verdict["status"]) == (0, "PROVED"), run.out
+
+
+def test_p8_where_the_rules_stop_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    """0.17-0.25 with L >= 1 are not modelled: asked for, P8 is one line and exit 2; by
+    default it is left out and the report says so."""
+    run = cli("explore", "vllm-0.24", "--property", "P8", "--block", "8", "--prompt", "1-8")
+    assert run.code == 2 and run.out == "", run.out
+    assert run.err.strip().endswith("--lookahead 0 judges P8 there"), run.err
+    assert len(run.err.strip().splitlines()) == 1, run.err
+    ranges = ["--block", "8", "--prompt", "1-8", "--max-sched", "1-4", "--out", str(tmp_path)]
+    run = cli("explore", "vllm-0.24", *ranges)
+    assert "not judged: P8 POOL: the KV pool rules of 0.23-0.25 with L >= 1" in run.out
+    assert "P8 POOL" not in run.out.split("not judged:")[1].split("\n", 1)[1]
