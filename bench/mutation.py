@@ -120,7 +120,28 @@ per surviving mutant on two cores); the quick stage, the loop rules' and the ste
 and the symbolic step asked every transition of the explicit one (about 90 s).
 Canary: the running loop stops taking its chunks from the budget."""
 
-CATALOGUES = {"model": MODEL, "system": SYSTEM}
+_POOL_SELECTION = (
+    "tests/test_kv_blocks.py",
+    "tests/test_pool_property.py",
+    "tests/test_kv_alloc_fidelity.py",
+    "tests/test_p8_repro.py",
+)
+POOL = Catalogue(
+    targets=("spec/kv_blocks.py",),
+    selection=_POOL_SELECTION,
+    quick=_POOL_SELECTION[:2],
+    canary=(
+        "spec/kv_blocks.py",
+        "    return new + mamba_new_blocks(cfg, start, end) + tail_copy\n",
+        "    return new + mamba_new_blocks(cfg, start, end)\n",
+    ),
+)
+"""The KV block pool of SPEC KV2 (``--catalogue pool``): its rules and P8. Its selection: the
+rules' and P8's own tests, then the rules against each release's ``allocate_slots`` and the P8
+repros on the real trees; the quick stage, the first two (about 20 s). Canary: the tail copy
+is no longer asked."""
+
+CATALOGUES = {"model": MODEL, "system": SYSTEM, "pool": POOL}
 SWAPS = {
     "<": "<=",
     "<=": "<",

@@ -89,21 +89,21 @@ def no_tail_copy(cfg: Config, start: int) -> int:
 def tail_copy_v26(cfg: Config, start: int) -> int:
     """KV2 rule 2b, 0.26-0.30: a chunk starting at the tail T (0.26-0.30's) off the Mamba grid
     asks 2 blocks for the copy of the tail state (and takes 1, returned at the step's end)."""
-    if start > 0 and start % cfg.block != 0 and start == tail_position_v26(cfg):
+    if start % cfg.block != 0 and start == tail_position_v26(cfg):
         return 2
     return 0
 
 
 def tail_copy_v31(cfg: Config, start: int) -> int:
     """KV2 rule 2b, 0.31: 1 block at 0.31's tail T off the Mamba grid."""
-    if start > 0 and start % cfg.block != 0 and start == tail_position_v31(cfg):
+    if start % cfg.block != 0 and start == tail_position_v31(cfg):
         return 1
     return 0
 
 
 def tail_copy_v32(cfg: Config, start: int) -> int:
     """KV2 rule 2b, 0.32 on: 1 block at the tail T of 0.32 on off the Mamba grid."""
-    if start > 0 and start % cfg.block != 0 and start == tail_position(cfg):
+    if start % cfg.block != 0 and start == tail_position(cfg):
         return 1
     return 0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chunkproof.model.config import Config
-from chunkproof.spec.kv_blocks import lone_allocations, pool_rules
+from chunkproof.spec.kv_blocks import lone_allocations, pool_modelled, pool_rules
 
 LATEST = pool_rules("0.33.0")
 
@@ -59,3 +59,75 @@ def test_at_the_0_28_minimum_a_longest_request_is_refused_its_last_chunk() -> No
     at_029 = lone_allocations(CFG, chunks, v29.startup_pool(CFG), 32, v29)
     assert [c.granted for c in at_028] == [True, True, True, False]
     assert all(c.granted for c in at_029) and len(at_029) == 4
+
+
+def test_a_later_chunk_in_the_same_mamba_block_takes_no_state_block() -> None:
+    """Rule 2: ends 8, 10, 12 with B = 8: the chunk to 10 enters Mamba block 2 and takes a state
+    block, the chunk to 12 stays in it and takes none (the one of two chunks back is freed
+    before it asks). Attention: cdiv(11, 4) = cdiv(9, 4), then cdiv(13, 4) one more."""
+    calls = lone_allocations(CFG, [8, 2, 2], 64, 1 << 20, LATEST)
+    assert [c.held[1] for c in calls] == [2, 3, 2]
+    assert [c.asked for c in calls] == [5, 0 + 1, 1 + 0]
+
+
+def test_a_first_chunk_the_pool_refuses_holds_nothing() -> None:
+    """Rule 3 at admission: 2 blocks (1 free) cannot hold a first chunk's 3 + S + 1 blocks; the
+    request then holds no block of either group."""
+    (call,) = lone_allocations(CFG, [8, 8], 2, 1 << 20, LATEST)
+    assert (call.granted, call.held, call.free) == (False, (0, 0), 1)
+
+
+TAIL_7 = Config(block=8, split_block=2, prompt=7, max_sched=8)
+"""h = G = 2 < B = 8, no drop: the tail T = 6 is keyed off the Mamba grid from 0.26."""
+
+
+def test_the_tail_copy_by_release() -> None:
+    """Rule 2b: the chunk starting at T = 6 asks no copy before 0.26, 2 blocks in 0.26-0.30
+    and 1 from 0.31; a chunk starting elsewhere asks none."""
+    releases = ("0.17.0", "0.24.0", "0.28.0", "0.30.0", "0.31.0", "0.33.0")
+    assert [pool_rules(v).tail_copy(TAIL_7, 6) for v in releases] == [0, 0, 2, 2, 1, 1]
+    assert [pool_rules(v).tail_copy(TAIL_7, 4) for v in releases] == [0] * len(releases)
+
+
+def test_the_rules_say_where_they_stop() -> None:
+    """0.17-0.25 with S >= 1 are not modelled, and their P8 judges nothing there; a request
+    with internal checkpoints or a junction is outside P8's scope in every release."""
+    speculative = CFG.replace(prompt=9)
+    for version in ("0.17.0", "0.20.0", "0.24.0"):
+        rules = pool_rules(version)
+        assert not pool_modelled(rules, speculative)
+        assert pool_modelled(rules, speculative.replace(lookahead=0))
+        assert not rules.refused(speculative, 0, 9)
+    assert pool_modelled(pool_rules("0.15.0"), speculative)
+    tight = TAIL_7.replace(prompt=9)
+    assert pool_rules("0.28.0").refused(tight, 8, 9)
+    assert not pool_rules("0.28.0").refused(
+        tight.replace(checkpoints=True, checkpoint_alignment=1), 8, 9
+    )
+    assert not pool_rules("0.28.0").refused(tight.replace(junction=1), 8, 9)
+    assert pool_rules("0.24.0").refused(tight, 8, 9)
+    assert not pool_rules("0.33.0").refused(TAIL_7, 6, 6)  # no chunk, nothing asked
+
+
+def test_the_first_chunk_has_every_block_but_the_null_one() -> None:
+    """Rules 1-3 at admission: the first chunk's 3 + 2 blocks fit a pool of 6 (5 free beside
+    the null block), not one of 5."""
+    assert lone_allocations(CFG, [8], 6, 1 << 20, LATEST)[0].granted
+    assert not lone_allocations(CFG, [8], 5, 1 << 20, LATEST)[0].granted
+
+
+def test_an_unknown_release_gets_the_newest_rules() -> None:
+    assert pool_rules(None) is pool_rules("0.99.0") is pool_rules("0.34.0")
+
+
+def test_a_tail_on_the_mamba_grid_is_not_copied() -> None:
+    """Rule 2b copies a tail only off the grid: with P = 9 and h = 2 the tail of 0.26-0.31 is
+    8 = B, whose state the running block keeps."""
+    on_grid = TAIL_7.replace(prompt=9)
+    assert [pool_rules(v).tail_copy(on_grid, 8) for v in ("0.28.0", "0.31.0")] == [0, 0]
+
+
+def test_a_one_token_first_chunk_is_followed_like_any_other() -> None:
+    """Rule 2 from c = 1: the chunk to 9 enters Mamba block 2 and takes a state block."""
+    calls = lone_allocations(CFG, [1, 8], 64, 1 << 20, LATEST)
+    assert [c.held[1] for c in calls] == [2, 3]
