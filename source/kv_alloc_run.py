@@ -86,6 +86,12 @@ class CountingPool(RecordingPool):
         dst_block.block_hash, src_block.block_hash = src_block.block_hash, None
         dst_block.block_hash_num_tokens = src_block.block_hash_num_tokens
 
+    def _maybe_evict_cached_block(self, block: PoolBlock) -> bool:
+        """Drop ``block``'s cache entry (its hash), if it has one; the block stays allocated."""
+        cached = block.block_hash is not None
+        block.block_hash, block.block_hash_num_tokens = None, None
+        return cached
+
     def touch(self, blocks: Sequence[PoolBlock]) -> None:
         """Take a reference to each of ``blocks`` (a hit): a free one is free no longer."""
         for block in blocks:

@@ -114,27 +114,34 @@ def any_pool(cfg: Config) -> int:
     return 1
 
 
+def longest_model_len(cfg: Config) -> int:
+    """The max_model_len P8 takes for a prompt of P tokens: P + 1, the least a generating
+    request of P tokens needs (vLLM refuses a prompt of max_model_len tokens: it leaves no room
+    for the one output token), so the smallest pool and its tightest fit."""
+    return cfg.prompt + 1
+
+
 def startup_pool_v23(cfg: Config) -> int:
-    """KV2 rule 4, 0.23-0.28, for max_model_len = P: a block of G per token plus 2 + S Mamba
-    blocks, the null block counted among them."""
-    return cdiv(cfg.prompt, cfg.split_block) + 2 + cfg.lookahead
+    """KV2 rule 4, 0.23-0.28, for max_model_len = P + 1: a block of G per token plus 2 + S
+    Mamba blocks, the null block counted among them."""
+    return cdiv(longest_model_len(cfg), cfg.split_block) + 2 + cfg.lookahead
 
 
 def startup_pool_v29(cfg: Config) -> int:
-    """KV2 rule 4, 0.29 on, for max_model_len = P: 0.23's count and the null block."""
+    """KV2 rule 4, 0.29 on, for max_model_len = P + 1: 0.23's count and the null block."""
     return startup_pool_v23(cfg) + 1
 
 
 def pool_refuses(cfg: Config, start: int, end: int, pool: int, tail_copy: int) -> bool:
-    """SPEC P8 for the chunk [start, end) in a pool of ``pool`` blocks, max_model_len = P: the
-    chunk asks more blocks than are free (KV2 rule 3). Judged within the rules' scope only: a
-    request admitted at c = 0 with no hit, T = P, no prefill checkpoints or junction."""
+    """SPEC P8 for the chunk [start, end) in a pool of ``pool`` blocks, max_model_len = P + 1:
+    the chunk asks more blocks than are free (KV2 rule 3). Judged within the rules' scope only:
+    a request admitted at c = 0 with no hit, T = P, no prefill checkpoints or junction."""
     if end <= start or cfg.start > 0 or cfg.external > 0 or cfg.tokens > cfg.prompt:
         return False
     if cfg.checkpoints or cfg.junction > 0:
         return False
-    asked = asked_blocks(cfg, start, end, cfg.prompt, tail_copy)
-    return asked > free_blocks(cfg, start, pool, cfg.prompt)
+    asked = asked_blocks(cfg, start, end, longest_model_len(cfg), tail_copy)
+    return asked > free_blocks(cfg, start, pool, longest_model_len(cfg))
 
 
 def refused_v15(cfg: Config, c: int, e: int) -> bool:
@@ -182,7 +189,7 @@ def refused_v32(cfg: Config, c: int, e: int) -> bool:
 @dataclass(frozen=True)
 class PoolRules:
     """A release group's pool rules (SPEC KV2): its tail copy (rule 2b), its start-up minimum
-    for max_model_len = P (rule 4), its P8 predicate, and whether the rules cover S >= 1."""
+    for max_model_len = P + 1 (rule 4), its P8 predicate, and whether the rules cover S >= 1."""
 
     releases: str
     first_minor: int

@@ -85,9 +85,9 @@ PROPERTIES: dict[str, Property] = {
         Property(
             "P8",
             "POOL",
-            "no chunk of a prompt of max_model_len tokens asks more KV blocks than are free in "
-            "the smallest pool the release starts with (a lone request admitted at c = 0 "
-            "without a hit; KV2)",
+            "no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) "
+            "asks more KV blocks than are free in the smallest pool the release starts with (a "
+            "lone request admitted at c = 0 without a hit; KV2)",
         ),
     )
 }

@@ -87,11 +87,12 @@ def test_lone_prefill_allocations_are_the_release(version: str) -> None:
 @pytest.mark.parametrize("version", RELEASES)
 def test_the_startup_minimum_serves_a_longest_request_from_0_29(version: str) -> None:
     """KV2 rule 4 on the release's code: in a pool of the fewest blocks its start-up check
-    accepts for max_model_len = P, a prompt of P tokens scheduled in Mamba blocks is refused
-    its last chunk up to 0.28 (0.23-0.28 count the null block among the request's blocks;
-    0.15 and 0.17 check one group only) and served whole from 0.29."""
+    accepts for max_model_len = P + 1, a prompt of P tokens scheduled in Mamba blocks is
+    refused its last chunk up to 0.28 (0.23-0.28 count the null block among the request's
+    blocks; 0.15 and 0.17 check one group only) and served whole from 0.29."""
     cfg = Config(block=8, split_block=8, hash_block=8, prompt=32, max_sched=64, lookahead=1)
     minimum = pool_rules(version).startup_pool(cfg)
-    real = tree_allocations(release_root(version), cfg, False, [8, 8, 8, 8], minimum, cfg.prompt)
+    root = release_root(version)
+    real = tree_allocations(root, cfg, False, [8, 8, 8, 8], minimum, cfg.prompt + 1)
     served = len(real) == 4 and real[-1].granted
     assert served == (minor_of(version) >= 29), [(a.granted, a.held) for a in real]

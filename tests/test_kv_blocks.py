@@ -42,21 +42,22 @@ def test_max_model_len_caps_the_lookahead_slots() -> None:
 
 @pytest.mark.parametrize(
     ("minor", "minimum"),
-    [(15, 1), (17, 1), (23, 11), (28, 11), (29, 12), (34, 12)],
+    [(15, 1), (17, 1), (23, 12), (28, 12), (29, 13), (34, 13)],
 )
 def test_the_startup_minimum_by_release(minor: int, minimum: int) -> None:
-    """Rule 4 for max_model_len 32: 8 attention blocks + 2 + S Mamba blocks; 0.29 on add the
-    null block, 0.23-0.28 do not, 0.15-0.22 accept any pool."""
+    """Rule 4 for a prompt of 32 (max_model_len 33): 9 attention blocks + 2 + S Mamba blocks;
+    0.29 on add the null block, 0.23-0.28 do not, 0.15-0.22 accept any pool."""
     assert pool_rules(f"0.{minor}.0").startup_pool(CFG) == minimum
 
 
 def test_at_the_0_28_minimum_a_longest_request_is_refused_its_last_chunk() -> None:
-    """The finding rule 4 states: 0.28's minimum (11 blocks, 10 free) serves ends 8, 16, 24
-    but not 32, which needs 8 attention + 3 Mamba blocks; 0.29's (12) serves it."""
+    """The finding rule 4 states: 0.28's minimum for max_model_len 33 (12 blocks, 11 free)
+    serves ends 8, 16, 24 but not 32, which needs 9 attention + 3 Mamba blocks; 0.29's (13)
+    serves it."""
     chunks = [8, 8, 8, 8]
     v28, v29 = pool_rules("0.28.0"), pool_rules("0.29.0")
-    at_028 = lone_allocations(CFG, chunks, v28.startup_pool(CFG), 32, v28)
-    at_029 = lone_allocations(CFG, chunks, v29.startup_pool(CFG), 32, v29)
+    at_028 = lone_allocations(CFG, chunks, v28.startup_pool(CFG), 33, v28)
+    at_029 = lone_allocations(CFG, chunks, v29.startup_pool(CFG), 33, v29)
     assert [c.granted for c in at_028] == [True, True, True, False]
     assert all(c.granted for c in at_029) and len(at_029) == 4
 

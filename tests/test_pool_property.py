@@ -26,10 +26,10 @@ TAIL_RANGE = "--block 8 --split-block B/4 --lookahead 1 --drop on --prompt 1-12 
 
 
 def test_the_tail_copy_takes_the_block_the_startup_minimum_lacks() -> None:
-    """[6, 9) after ends 2, 4, 6: attention cdiv(min(9 + 1, 9), 2) - cdiv(7, 2) = 1, a new
-    Mamba state block (cdiv(9, 8) > cdiv(6, 8)) and the tail copy: 3 asked, while the 9
-    blocks of 0.33's minimum (5 + 2 + S + the null block) leave 9 - 1 - 4 - 2 = 2 free. The
-    same chunk without the copy fits; the chunks before it do."""
+    """[6, 9) after ends 2, 4, 6, max_model_len 10: attention cdiv(min(9 + 1, 10), 2) -
+    cdiv(7, 2) = 1, a new Mamba state block (cdiv(9, 8) > cdiv(6, 8)) and the tail copy: 3
+    asked, while the 9 blocks of 0.33's minimum (5 + 2 + S + the null block) leave
+    9 - 1 - 4 - 2 = 2 free. The same chunk without the copy fits; the chunks before it do."""
     assert startup_pool_v29(TAIL_033) == 9
     assert refused_v32(TAIL_033, 6, 9)
     assert not pool_refuses(TAIL_033, 6, 9, 9, 0)
@@ -37,9 +37,9 @@ def test_the_tail_copy_takes_the_block_the_startup_minimum_lacks() -> None:
 
 
 def test_up_to_0_28_the_null_block_is_missing() -> None:
-    """0.28's minimum for P = 9, B = G = 8, L = 0 is cdiv(9, 8) + 2 = 4 blocks, the null block
-    among them: the last token's chunk asks an attention and a Mamba block with 1 free.
-    0.29's minimum (5) serves it."""
+    """0.28's minimum for P = 9 (max_model_len 10), B = G = 8, L = 0 is cdiv(10, 8) + 2 = 4
+    blocks, the null block among them: the last token's chunk asks an attention and a Mamba
+    block with 1 free. 0.29's minimum (5) serves it."""
     cfg = Config(block=8, prompt=9, max_sched=1)
     assert startup_pool_v23(cfg) == 4
     assert refused_v26(cfg, 8, 9)

@@ -11,7 +11,7 @@ from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.spec import properties as props
-from chunkproof.spec.kv_blocks import asked_blocks, free_blocks, pool_rules
+from chunkproof.spec.kv_blocks import asked_blocks, free_blocks, longest_model_len, pool_rules
 from chunkproof.spec.request import budget_bounds, encoder_forced
 from chunkproof.spec.slots import KvRules, crossing_claim, kv_rules, oracle
 
@@ -161,7 +161,8 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
         return (
             f"chunk [{last.c}, {e}) asks {details['asked']} KV blocks{tail} with "
             f"{details['free']} free, in a pool of {details['pool']} blocks, the fewest "
-            f"{details['pool_rules']}'s start-up check accepts for max_model_len={cfg.prompt}: "
+            f"{details['pool_rules']}'s start-up check accepts for max_model_len="
+            f"{longest_model_len(cfg)}: "
             f"{then}"
         )
     raise ValueError(pid)
@@ -178,7 +179,7 @@ def verdict_details(policy: Policy, pid: str, cfg: Config, last: Step) -> dict[s
 
 
 def pool_details(policy: Policy, cfg: Config, last: Step) -> dict[str, Any]:
-    """What P8's verdict names (SPEC KV2): the release's smallest pool for max_model_len = P,
+    """What P8's verdict names (SPEC KV2): the release's smallest pool for max_model_len = P + 1,
     the blocks the last chunk asks (and how many of them copy the tail) and the free ones."""
     rules = pool_rules(policy.kv_release)
     pool = rules.startup_pool(cfg)
@@ -186,9 +187,9 @@ def pool_details(policy: Policy, cfg: Config, last: Step) -> dict[str, Any]:
     return {
         "pool_rules": rules.releases,
         "pool": pool,
-        "asked": asked_blocks(cfg, last.c, last.end, cfg.prompt, copy),
+        "asked": asked_blocks(cfg, last.c, last.end, longest_model_len(cfg), copy),
         "tail_copy": copy,
-        "free": free_blocks(cfg, last.c, pool, cfg.prompt),
+        "free": free_blocks(cfg, last.c, pool, longest_model_len(cfg)),
     }
 
 

@@ -246,7 +246,7 @@ _POOL_CHECK = """\
             return (
                 f"P8: chunk [{step.c}, {step.end}) breaks P8 POOL: the tree's allocate_slots "
                 f"refuses its KV blocks with {got.free} of {POOL_BLOCKS} blocks free, the fewest "
-                f"{POOL_RELEASES}'s start-up check accepts for max_model_len={CONFIG.prompt}: "
+                f"{POOL_RELEASES}'s start-up check accepts for max_model_len={MAX_MODEL_LEN}: "
                 f"{step}"
             )
     return None
@@ -437,11 +437,12 @@ POOL = '''
 # The cache side (SPEC KV2): the KV blocks each chunk asks for come from the tree's own
 # KVCacheManager.allocate_slots (at the end of the file: chunkproof.source.kv_alloc_run), compiled
 # from the source text and asked chunk by chunk as schedule() asks it, over a pool of the fewest
-# blocks the release's start-up check accepts for max_model_len = P (chunkproof's reading of
-# that check, SPEC KV2 rule 4).
+# blocks the release's start-up check accepts for max_model_len = P + 1, the least a generating
+# request of P tokens needs (chunkproof's reading of that check, SPEC KV2 rule 4).
 KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = $pool_blocks
 POOL_RELEASES = "$pool_releases"
+MAX_MODEL_LEN = CONFIG.prompt + 1
 
 
 @pytest.fixture
@@ -449,7 +450,7 @@ def pool() -> TreeAllocator:
     """The request's KV blocks under the tree's own manager, from c = 0."""
     root = vllm_source_root()
     try:
-        return TreeAllocator(root, CONFIG, KV_USE_EAGLE, POOL_BLOCKS, CONFIG.prompt)
+        return TreeAllocator(root, CONFIG, KV_USE_EAGLE, POOL_BLOCKS, MAX_MODEL_LEN)
     except SourceError as exc:
         pytest.fail(f"cannot run the KV cache code of {root}: {exc}", pytrace=False)
 

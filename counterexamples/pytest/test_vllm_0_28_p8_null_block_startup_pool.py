@@ -1,7 +1,7 @@
 """Repro: P8 POOL breaks on vllm-0.28 (T=9 B=8 L=0 M=1).
 
 What goes wrong: chunk [8, 9) asks 2 KV blocks with 1 free, in a pool of 4 blocks, the fewest
-0.26-0.28's start-up check accepts for max_model_len=9: the running loop preempts the request,
+0.26-0.28's start-up check accepts for max_model_len=10: the running loop preempts the request,
 the last one running.
 
 The test reads the real Scheduler._mamba_block_aligned_split and
@@ -122,11 +122,12 @@ LARGEST_BUDGET = 1  # the most tokens one step can offer
 # The cache side (SPEC KV2): the KV blocks each chunk asks for come from the tree's own
 # KVCacheManager.allocate_slots (at the end of the file: chunkproof.source.kv_alloc_run), compiled
 # from the source text and asked chunk by chunk as schedule() asks it, over a pool of the fewest
-# blocks the release's start-up check accepts for max_model_len = P (chunkproof's reading of
-# that check, SPEC KV2 rule 4).
+# blocks the release's start-up check accepts for max_model_len = P + 1, the least a generating
+# request of P tokens needs (chunkproof's reading of that check, SPEC KV2 rule 4).
 KV_USE_EAGLE = False  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = 4
 POOL_RELEASES = "0.26-0.28"
+MAX_MODEL_LEN = CONFIG.prompt + 1
 
 
 @pytest.fixture
@@ -134,7 +135,7 @@ def pool() -> TreeAllocator:
     """The request's KV blocks under the tree's own manager, from c = 0."""
     root = vllm_source_root()
     try:
-        return TreeAllocator(root, CONFIG, KV_USE_EAGLE, POOL_BLOCKS, CONFIG.prompt)
+        return TreeAllocator(root, CONFIG, KV_USE_EAGLE, POOL_BLOCKS, MAX_MODEL_LEN)
     except SourceError as exc:
         pytest.fail(f"cannot run the KV cache code of {root}: {exc}", pytrace=False)
 
@@ -184,14 +185,14 @@ RECORDED = [
     Step(c=6, budget=1, n=1, split=1, reservation=1, chunk=1),
     Step(c=7, budget=1, n=1, split=1, reservation=1, chunk=1),
     # P8: chunk [8, 9) asks 2 KV blocks with 1 free, in a pool of 4 blocks, the fewest 0.26-0.28's
-    # start-up check accepts for max_model_len=9: the running loop preempts the request, the last
+    # start-up check accepts for max_model_len=10: the running loop preempts the request, the last
     # one running
     Step(c=8, budget=1, n=1, split=1, reservation=1, chunk=1),
 ]
 
 
 def test_p8_pool(vllm: Extracted, pool: TreeAllocator) -> None:
-    """P8: no chunk of a prompt of max_model_len tokens asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit; KV2)."""
+    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit; KV2)."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
     c, path = CONFIG.start, []
@@ -217,7 +218,7 @@ def violation(vllm: Extracted, scheduler: StandIn, step: Step, pool: TreeAllocat
             return (
                 f"P8: chunk [{step.c}, {step.end}) breaks P8 POOL: the tree's allocate_slots "
                 f"refuses its KV blocks with {got.free} of {POOL_BLOCKS} blocks free, the fewest "
-                f"{POOL_RELEASES}'s start-up check accepts for max_model_len={CONFIG.prompt}: "
+                f"{POOL_RELEASES}'s start-up check accepts for max_model_len={MAX_MODEL_LEN}: "
                 f"{step}"
             )
     return None
@@ -1687,6 +1688,12 @@ class CountingPool(RecordingPool):
         """The cache entry of ``src_block`` now names ``dst_block`` (its private copy)."""
         dst_block.block_hash, src_block.block_hash = src_block.block_hash, None
         dst_block.block_hash_num_tokens = src_block.block_hash_num_tokens
+
+    def _maybe_evict_cached_block(self, block: PoolBlock) -> bool:
+        """Drop ``block``'s cache entry (its hash), if it has one; the block stays allocated."""
+        cached = block.block_hash is not None
+        block.block_hash, block.block_hash_num_tokens = None, None
+        return cached
 
     def touch(self, blocks: Sequence[PoolBlock]) -> None:
         """Take a reference to each of ``blocks`` (a hit): a free one is free no longer."""

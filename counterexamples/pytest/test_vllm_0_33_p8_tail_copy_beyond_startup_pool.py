@@ -1,7 +1,7 @@
 """Repro: P8 POOL breaks on vllm-0.33 (T=9 B=8 L=1 M=3 G=2 D=on).
 
 What goes wrong: chunk [6, 9) asks 3 KV blocks, 1 of them to copy the prompt's tail state with 2
-free, in a pool of 9 blocks, the fewest 0.32-0.34's start-up check accepts for max_model_len=9:
+free, in a pool of 9 blocks, the fewest 0.32-0.34's start-up check accepts for max_model_len=10:
 the running loop preempts the request, the last one running.
 
 The test reads the real Scheduler._mamba_block_aligned_split and
@@ -122,11 +122,12 @@ LARGEST_BUDGET = 3  # the most tokens one step can offer
 # The cache side (SPEC KV2): the KV blocks each chunk asks for come from the tree's own
 # KVCacheManager.allocate_slots (at the end of the file: chunkproof.source.kv_alloc_run), compiled
 # from the source text and asked chunk by chunk as schedule() asks it, over a pool of the fewest
-# blocks the release's start-up check accepts for max_model_len = P (chunkproof's reading of
-# that check, SPEC KV2 rule 4).
+# blocks the release's start-up check accepts for max_model_len = P + 1, the least a generating
+# request of P tokens needs (chunkproof's reading of that check, SPEC KV2 rule 4).
 KV_USE_EAGLE = True  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = 9
 POOL_RELEASES = "0.32-0.34"
+MAX_MODEL_LEN = CONFIG.prompt + 1
 
 
 @pytest.fixture
@@ -134,7 +135,7 @@ def pool() -> TreeAllocator:
     """The request's KV blocks under the tree's own manager, from c = 0."""
     root = vllm_source_root()
     try:
-        return TreeAllocator(root, CONFIG, KV_USE_EAGLE, POOL_BLOCKS, CONFIG.prompt)
+        return TreeAllocator(root, CONFIG, KV_USE_EAGLE, POOL_BLOCKS, MAX_MODEL_LEN)
     except SourceError as exc:
         pytest.fail(f"cannot run the KV cache code of {root}: {exc}", pytrace=False)
 
@@ -179,14 +180,14 @@ RECORDED = [
     Step(c=2, budget=2, n=2, split=2, reservation=2, chunk=2),
     Step(c=4, budget=2, n=2, split=2, reservation=2, chunk=2),
     # P8: chunk [6, 9) asks 3 KV blocks, 1 of them to copy the prompt's tail state with 2 free, in
-    # a pool of 9 blocks, the fewest 0.32-0.34's start-up check accepts for max_model_len=9: the
+    # a pool of 9 blocks, the fewest 0.32-0.34's start-up check accepts for max_model_len=10: the
     # running loop preempts the request, the last one running
     Step(c=6, budget=3, n=3, split=3, reservation=3, chunk=3),
 ]
 
 
 def test_p8_pool(vllm: Extracted, pool: TreeAllocator) -> None:
-    """P8: no chunk of a prompt of max_model_len tokens asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit; KV2)."""
+    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit; KV2)."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
     c, path = CONFIG.start, []
@@ -212,7 +213,7 @@ def violation(vllm: Extracted, scheduler: StandIn, step: Step, pool: TreeAllocat
             return (
                 f"P8: chunk [{step.c}, {step.end}) breaks P8 POOL: the tree's allocate_slots "
                 f"refuses its KV blocks with {got.free} of {POOL_BLOCKS} blocks free, the fewest "
-                f"{POOL_RELEASES}'s start-up check accepts for max_model_len={CONFIG.prompt}: "
+                f"{POOL_RELEASES}'s start-up check accepts for max_model_len={MAX_MODEL_LEN}: "
                 f"{step}"
             )
     return None
@@ -1684,6 +1685,12 @@ class CountingPool(RecordingPool):
         """The cache entry of ``src_block`` now names ``dst_block`` (its private copy)."""
         dst_block.block_hash, src_block.block_hash = src_block.block_hash, None
         dst_block.block_hash_num_tokens = src_block.block_hash_num_tokens
+
+    def _maybe_evict_cached_block(self, block: PoolBlock) -> bool:
+        """Drop ``block``'s cache entry (its hash), if it has one; the block stays allocated."""
+        cached = block.block_hash is not None
+        block.block_hash, block.block_hash_num_tokens = None, None
+        return cached
 
     def touch(self, blocks: Sequence[PoolBlock]) -> None:
         """Take a reference to each of ``blocks`` (a hit): a free one is free no longer."""
