@@ -25,6 +25,7 @@ from chunkproof.spec.slots import (
     tail_position_v26,
     tail_position_v31,
 )
+from chunkproof.spec.space import Grid
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,32 @@ def pool_rules(version: str | None) -> PoolRules:
         if rules.first_minor <= minor:
             found = rules
     return found
+
+
+def in_scope_possible(grid: Grid) -> bool:
+    """Whether ``grid`` may hold a configuration in P8's scope (:func:`pool_refuses`): an
+    admission at c0 = 0, T = P, no internal checkpoints, no junction. Read from its value
+    sets; a set this cannot read is taken to allow it. A range of no such grid gets no P8
+    verdict (a range with nothing in scope is never PROVED)."""
+    sets = grid.sets
+
+    def allows_zero(values: Any) -> bool:
+        numbers = getattr(values, "numbers", None)
+        return "0" in getattr(values, "kinds", ("0",)) or (numbers is not None and numbers.low == 0)
+
+    tokens = sets["tokens"]
+    prompt_itself = any(
+        t.base == "prompt" and t.mul == t.div == 1 and t.low <= 0 <= t.high
+        for t in getattr(tokens, "terms", ())
+    )
+    tokens_allow = prompt_itself or getattr(tokens, "numbers", True) is not None
+    no_checkpoints = False in sets["checkpoints"].values({})
+    return (
+        allows_zero(sets["start"])
+        and allows_zero(sets["junction"])
+        and tokens_allow
+        and no_checkpoints
+    )
 
 
 def pool_modelled(rules: PoolRules, cfg: Config) -> bool:

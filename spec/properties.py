@@ -87,7 +87,8 @@ PROPERTIES: dict[str, Property] = {
             "POOL",
             "no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) "
             "asks more KV blocks than are free in the smallest pool the release starts with (a "
-            "lone request admitted at c = 0 without a hit; KV2)",
+            "lone request admitted at c = 0 without a hit, T = P, no internal checkpoints or "
+            "junction; KV2)",
         ),
     )
 }

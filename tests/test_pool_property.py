@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import Cli
+from solver_limits import SOLVER_ARGS
 
 from chunkproof.model.config import Config
 from chunkproof.spec.kv_blocks import (
@@ -52,6 +53,11 @@ def test_outside_the_rules_nothing_is_judged() -> None:
     assert not refused_v32(TAIL_033.replace(tokens=10), 6, 9)
 
 
+def solver_args(command: str) -> list[str]:
+    """The prover's verdict is decided by Z3's resource count, not the clock."""
+    return SOLVER_ARGS if command == "prove" else []
+
+
 @pytest.mark.parametrize("command", ["explore", "prove"])
 def test_both_engines_find_the_least_tail_counterexample(
     cli: Cli, tmp_path: Path, command: str
@@ -64,6 +70,7 @@ def test_both_engines_find_the_least_tail_counterexample(
         "--property",
         "P8",
         *TAIL_RANGE.split(),
+        *solver_args(command),
         "--json",
         "--out",
         str(tmp_path),
@@ -79,7 +86,8 @@ def test_without_an_off_grid_tail_0_33_keeps_p8(cli: Cli, tmp_path: Path, comman
     """With h = G = B no tail is keyed off the grid, and 0.33's minimum (the null block
     reserved) serves every chunk: PROVED by both engines."""
     ranges = ["--block", "8", "--lookahead", "0-2", "--prompt", "1-24", "--max-sched", "1-8"]
-    run = cli(command, "vllm-0.33", "--property", "P8", *ranges, "--json", "--out", str(tmp_path))
+    flags = [*ranges, *solver_args(command), "--json", "--out", str(tmp_path)]
+    run = cli(command, "vllm-0.33", "--property", "P8", *flags)
     (verdict,) = run.json()["verdicts"]
     assert (run.code, verdict["status"]) == (0, "PROVED"), run.out
 
@@ -95,3 +103,13 @@ def test_p8_where_the_rules_stop_is_one_line(cli: Cli, tmp_path: Path) -> None:
     run = cli("explore", "vllm-0.24", *ranges)
     assert "not judged: P8 POOL: the KV pool rules of 0.23-0.25 with L >= 1" in run.out
     assert "P8 POOL" not in run.out.split("not judged:")[1].split("\n", 1)[1]
+
+
+@pytest.mark.parametrize("ranges", ["--tokens P+1-2", "--start external", "--checkpoints on"])
+def test_a_range_with_nothing_in_p8_scope_gets_no_verdict(cli: Cli, ranges: str) -> None:
+    """Resumed requests, admissions at a hit and internal checkpoints are outside P8's scope:
+    a range of only those is never PROVED; asked for, P8 is one line and exit 2."""
+    flags = ["--block", "8", "--prompt", "1-8", "--max-sched", "1-4", *ranges.split()]
+    run = cli("explore", "vllm-0.33", "--property", "P8", *flags)
+    assert run.code == 2 and run.out == "", run.out
+    assert run.err.strip().endswith("no internal checkpoints or junction; SPEC P8)"), run.err

@@ -94,7 +94,7 @@ from chunkproof.model.trajectory import Trajectory, run
 from chunkproof.source.loading import recorded_policy, resolve_policy, source_flags_given
 from chunkproof.source.methods import parse_overrides
 from chunkproof.source.policy import names_class, names_source, names_tree
-from chunkproof.spec.kv_blocks import pool_rules
+from chunkproof.spec.kv_blocks import in_scope_possible, pool_rules
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
@@ -600,20 +600,28 @@ def _properties(args: argparse.Namespace) -> tuple[str, ...]:
 def _judged(
     args: argparse.Namespace, space: Space, *policies: Policy
 ) -> tuple[tuple[str, ...], list[str]]:
-    """The properties judged and what is not, with why. P8 (SPEC KV2) is not judged where the
-    pool rules of a policy's release do not cover the range: 0.17-0.25 with L >= 1. Asked for
-    with ``--property``, that is one line; by default it is left out and named."""
+    """The properties judged and what is not, with why. P8 (SPEC P8, KV2) is not judged where
+    no grid of the range may hold a configuration in its scope, nor where the pool rules of a
+    policy's release do not cover the range (0.17-0.25 with L >= 1). Asked for with
+    ``--property``, that is one line; by default it is left out and named."""
     wanted = _properties(args)
-    uncovered = [
-        pool_rules(p.kv_release) for p in policies if not pool_rules(p.kv_release).speculative
-    ]
-    speculative = any(getattr(g.sets["lookahead"], "high", 1) >= 1 for g in space.grids)
-    if "P8" not in wanted or not uncovered or not speculative:
+    if "P8" not in wanted:
         return wanted, []
-    why = (
-        f"P8 POOL: the KV pool rules of {uncovered[0].releases} with L >= 1 are not modelled "
-        "(SPEC KV2); --lookahead 0 judges P8 there"
-    )
+    uncovered = [r for r in (pool_rules(p.kv_release) for p in policies) if not r.speculative]
+    speculative = any(getattr(g.sets["lookahead"], "high", 1) >= 1 for g in space.grids)
+    why = ""
+    if not any(in_scope_possible(g) for g in space.grids):
+        why = (
+            "P8 POOL: no configuration of the range is in its scope (c0 = 0, T = P, no internal "
+            "checkpoints or junction; SPEC P8)"
+        )
+    elif uncovered and speculative:
+        why = (
+            f"P8 POOL: the KV pool rules of {uncovered[0].releases} with L >= 1 are not "
+            "modelled (SPEC KV2); --lookahead 0 judges P8 there"
+        )
+    if not why:
+        return wanted, []
     if args.property is not None:
         raise ChunkproofError(why)
     return tuple(pid for pid in wanted if pid != "P8"), [why]
@@ -662,11 +670,11 @@ def _proof_run(args: argparse.Namespace, executor: Executor, minimise: bool) -> 
 def _cmd_explore(args: argparse.Namespace) -> int:
     policy = _policy(args.policy, args)
     space = _explorer_space(args, policy)
+    wanted, not_judged = _judged(args, space, policy)
     with (
         open_executor(args.executor, args.jobs) as executor,
         run_folder(args.out, _run_identity(args)) as out,
     ):
-        wanted, not_judged = _judged(args, space, policy)
         progress = Progress(f"exploring {policy.name}", enabled=not args.json)
         verdicts, explored = explore_space(
             policy, space, wanted, args.window, executor, out, progress.tick

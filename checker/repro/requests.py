@@ -53,7 +53,7 @@ from chunkproof.model.errors import ChunkproofError
 from chunkproof.source import encoder_run, kv_alloc_run, kv_run
 from chunkproof.source.loading import recorded_policy
 from chunkproof.spec import properties as props
-from chunkproof.spec.kv_blocks import pool_rules
+from chunkproof.spec.kv_blocks import longest_model_len, pool_rules
 from chunkproof.spec.slots import eagle_drop
 
 
@@ -83,6 +83,7 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
             "kv_alloc_run": driver,
             "pool_blocks": str(rules.startup_pool(cfg)),
             "pool_releases": rules.releases,
+            "max_model_len": str(longest_model_len(cfg)),
         }
     methods = real_methods(policy, predicates(cx), carried)
     return _TEMPLATES[bool(cfg.items), cache].substitute(values | methods)
@@ -147,8 +148,10 @@ def predicates(cx: Counterexample) -> FunctionList:
         return []
     if pid in props.STUCK_PROPERTIES:
         return [props.stuck]
-    if pid in ("P6", "P8"):
-        return [props.misses_resend] if pid == "P6" else []
+    if pid == "P6":
+        return [props.misses_resend]
+    if pid == "P8":
+        return []  # the tree's own allocation judges it (:data:`_POOL_CHECK`)
     if pid in props.EDGE_PROPERTIES:
         return [props.edge_properties(recorded_policy(cx))[pid]]  # P4: the release's tail
     if pid == "P5":
@@ -442,7 +445,7 @@ POOL = '''
 KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = $pool_blocks
 POOL_RELEASES = "$pool_releases"
-MAX_MODEL_LEN = CONFIG.prompt + 1
+MAX_MODEL_LEN = $max_model_len
 
 
 @pytest.fixture

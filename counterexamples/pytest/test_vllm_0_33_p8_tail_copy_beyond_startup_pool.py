@@ -127,7 +127,7 @@ LARGEST_BUDGET = 3  # the most tokens one step can offer
 KV_USE_EAGLE = True  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = 9
 POOL_RELEASES = "0.32-0.34"
-MAX_MODEL_LEN = CONFIG.prompt + 1
+MAX_MODEL_LEN = 10
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ RECORDED = [
 
 
 def test_p8_pool(vllm: Extracted, pool: TreeAllocator) -> None:
-    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit; KV2)."""
+    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit, T = P, no internal checkpoints or junction; KV2)."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
     c, path = CONFIG.start, []
