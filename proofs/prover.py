@@ -97,9 +97,12 @@ def _true(state: list[Any]) -> Any:
     return z3.BoolVal(True)
 
 
-def has_configuration(model: SymbolicModel, timeout_ms: int, rlimit: int | None = None) -> str:
-    """sat when the cell holds a configuration, unsat when it holds none, else unknown."""
-    return solving.check_formula(model.constraint, timeout_ms, rlimit)
+def has_configuration(
+    model: SymbolicModel, timeout_ms: int, rlimit: int | None = None, within: Any = True
+) -> str:
+    """sat when the cell holds a configuration (``within``: one where that holds), unsat when
+    it holds none, else unknown."""
+    return solving.check_formula(z3.And(model.constraint, within), timeout_ms, rlimit)
 
 
 def prove_cell(
@@ -125,9 +128,9 @@ def prove_cell(
             str(path) if path else None,
         )
 
-    scope = has_configuration(model, timeout_ms, rlimit)
+    scope = has_configuration(model, timeout_ms, rlimit, model.scope(pid))
     if scope == "unsat":
-        return done(EMPTY, "scope", "no configuration in this cell")
+        return done(EMPTY, "scope", f"no configuration in this cell within {pid}'s scope")
     if scope != "sat":
         return done(UNKNOWN, "scope", "the solver could not decide whether the cell is empty")
     header = f"{pid} cell {cell}"

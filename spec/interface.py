@@ -103,6 +103,10 @@ class SymbolicModel(Protocol):
     def follows(self, state: list[Any], action: list[Any]) -> Any:
         """The transition leads on (it does not crash)."""
 
+    def scope(self, pid: str) -> Any:
+        """The parameters property ``pid`` judges (True: all of them); outside, its violation
+        is false, so a cell with none inside holds nothing for it to prove."""
+
 
 def as_term(value: Any) -> Any:
     """A Z3 term for a value a :class:`SymbolicModel` may give as a Python constant (an input

@@ -133,13 +133,25 @@ def startup_pool_v29(cfg: Config) -> int:
     return startup_pool_v23(cfg) + 1
 
 
+def pool_in_scope(cfg: Config) -> bool:
+    """SPEC P8's scope, where KV2's rules hold: a request admitted at c = 0 with no hit (local
+    or external), T = P, no prefill checkpoints, no junction."""
+    if cfg.start > 0 or cfg.external > 0 or cfg.tokens > cfg.prompt:
+        return False
+    return not cfg.checkpoints and cfg.junction == 0
+
+
+def pool_in_scope_without_speculative(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.17-0.25: :func:`pool_in_scope` and L = 0 (S >= 1 is not
+    modelled there, :func:`pool_modelled`)."""
+    return cfg.lookahead == 0 and pool_in_scope(cfg)
+
+
 def pool_refuses(cfg: Config, start: int, end: int, pool: int, tail_copy: int) -> bool:
     """SPEC P8 for the chunk [start, end) in a pool of ``pool`` blocks, max_model_len = P + 1:
-    the chunk asks more blocks than are free (KV2 rule 3). Judged within the rules' scope only:
-    a request admitted at c = 0 with no hit, T = P, no prefill checkpoints or junction."""
-    if end <= start or cfg.start > 0 or cfg.external > 0 or cfg.tokens > cfg.prompt:
-        return False
-    if cfg.checkpoints or cfg.junction > 0:
+    the chunk asks more blocks than are free (KV2 rule 3). Judged within the rules' scope only
+    (:func:`pool_in_scope`)."""
+    if end <= start or not pool_in_scope(cfg):
         return False
     asked = asked_blocks(cfg, start, end, longest_model_len(cfg), tail_copy)
     return asked > free_blocks(cfg, start, pool, longest_model_len(cfg))
@@ -152,14 +164,14 @@ def refused_v15(cfg: Config, c: int, e: int) -> bool:
 
 def refused_v17(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.17-0.22: as 0.15, S >= 1 not judged (:func:`pool_modelled`)."""
-    if cfg.lookahead >= 1:
+    if not pool_in_scope_without_speculative(cfg):
         return False
     return pool_refuses(cfg, c, e, any_pool(cfg), no_tail_copy(cfg, c))
 
 
 def refused_v23(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.23-0.25 (the start-up minimum without the null block), S >= 1 not judged."""
-    if cfg.lookahead >= 1:
+    if not pool_in_scope_without_speculative(cfg):
         return False
     return pool_refuses(cfg, c, e, startup_pool_v23(cfg), no_tail_copy(cfg, c))
 
@@ -190,7 +202,8 @@ def refused_v32(cfg: Config, c: int, e: int) -> bool:
 @dataclass(frozen=True)
 class PoolRules:
     """A release group's pool rules (SPEC KV2): its tail copy (rule 2b), its start-up minimum
-    for max_model_len = P + 1 (rule 4), its P8 predicate, and whether the rules cover S >= 1."""
+    for max_model_len = P + 1 (rule 4), its P8 predicate, and whether the rules cover S >= 1
+    (P8's scope is then :func:`pool_in_scope`, else :func:`pool_in_scope_without_speculative`)."""
 
     releases: str
     first_minor: int
@@ -198,6 +211,17 @@ class PoolRules:
     startup_pool: Callable[[Any], int]
     refused: Callable[[Any, int, int], bool]
     speculative: bool = True
+
+    @property
+    def in_scope(self) -> Callable[[Any], bool]:
+        """P8's scope under these rules: the configurations whose chunks it judges."""
+        return pool_in_scope if self.speculative else pool_in_scope_without_speculative
+
+    @property
+    def scope_words(self) -> str:
+        """:attr:`in_scope` in words."""
+        speculative = "" if self.speculative else ", L = 0"
+        return f"c0 = 0 with no hit, T = P, no internal checkpoints, no junction{speculative}"
 
 
 POOL_RULES = (

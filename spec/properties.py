@@ -257,6 +257,26 @@ def edge_properties(policy: Policy) -> dict[str, Callable[..., bool]]:
     }
 
 
+@dataclass(frozen=True)
+class Scope:
+    """The configurations a property judges, where that is not every one: ``holds(cfg)`` in
+    the policy subset, and in words. Outside it the property's predicate is false, so a
+    verdict counts and states only the configurations inside (a range with none inside is
+    never PROVED)."""
+
+    holds: Callable[..., bool]
+    words: str
+
+
+def property_scope(policy: Policy, pid: str) -> Scope | None:
+    """The scope of ``pid`` under ``policy``'s release, or None when it judges every
+    configuration: P8 judges the KV pool's rules where they hold (SPEC P8, KV2)."""
+    if pid != "P8":
+        return None
+    rules = pool_rules(policy.kv_release)
+    return Scope(rules.in_scope, rules.scope_words)
+
+
 WINDOW_PROPERTIES: dict[str, Callable[..., bool]] = {
     "strict": in_window,
     "relaxed": in_window_relaxed,

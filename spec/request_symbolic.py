@@ -365,6 +365,11 @@ class SymbolicRequest:
             return z3.And(bad, z3.Not(encoder_forced(stage_order(self.policy), values)))
         return bad
 
+    def scope(self, pid: str) -> Any:
+        """:func:`~chunkproof.spec.properties.property_scope` of ``pid`` over this cell."""
+        found = props.property_scope(self.policy, pid)
+        return z3.BoolVal(True) if found is None else self.holds(found.holds, [self.view])
+
     def states_below(self, tokens: int) -> list[list[int]]:
         """Every state a run can be in when T <= ``tokens``, in the order every move follows:
         c <= E <= T (SPEC S1: E = max(P, T - 1), P <= T; c = E when the prefill is done), and

@@ -498,6 +498,10 @@ class SymbolicSchedulerStep:
     def next(self, state: list[Any], action: list[Any]) -> list[Any]:
         return self.step(state, action).target
 
+    def scope(self, pid: str) -> Any:
+        """Every property of the scheduler step judges every instance."""
+        return z3.BoolVal(True)
+
     def follows(self, state: list[Any], action: list[Any]) -> Any:
         """The search leads on: the step breaks no stage range, makes progress and leaves
         some request unfinished (``Transitions.follow`` of the explicit model)."""

@@ -9,6 +9,10 @@ import pytest
 from cli_helpers import Cli
 from solver_limits import SOLVER_ARGS
 
+from chunkproof.checker.cli.defaults import user_space
+from chunkproof.checker.engines.search import explore
+from chunkproof.checker.reports.report import exploration_verdicts
+from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.spec.kv_blocks import (
     pool_refuses,
@@ -17,6 +21,7 @@ from chunkproof.spec.kv_blocks import (
     startup_pool_v23,
     startup_pool_v29,
 )
+from chunkproof.spec.request import RequestModel
 
 TAIL_033 = Config(block=8, split_block=2, prompt=9, max_sched=3, lookahead=1, drop=True)
 """vllm-0.33's least P8 counterexample: h = G = 2 < B, so the prompt's tail T = 6 (two tokens
@@ -113,3 +118,55 @@ def test_a_range_with_nothing_in_p8_scope_gets_no_verdict(cli: Cli, ranges: str)
     run = cli("explore", "vllm-0.33", "--property", "P8", *flags)
     assert run.code == 2 and run.out == "", run.out
     assert run.err.strip().endswith("no internal checkpoints or junction; SPEC P8)"), run.err
+
+
+@pytest.mark.parametrize("command", ["explore", "prove"])
+def test_p8_counts_and_names_only_the_configurations_in_its_scope(
+    cli: Cli, tmp_path: Path, command: str
+) -> None:
+    """A range mixing admissions at c0 = 0 and at a local hit: P8 judges the first only, so its
+    PROVED counts them and names the others as not judged (the explorer), or says what it
+    was judged on (the prover); it never reads as holding on the whole range."""
+    ranges = ["--block", "16", "--lookahead", "0", "--drop", "off", "--start", "0,block"]
+    if command == "explore":
+        ranges += ["--prompt", "1-20", "--max-sched", "1-8"]
+    flags = [*ranges, *solver_args(command), "--json", "--out", str(tmp_path)]
+    run = cli(command, "vllm-0.33", "--property", "P8", *flags)
+    (verdict,) = run.json()["verdicts"]
+    assert (run.code, verdict["status"]) == (0, "PROVED"), run.out
+    scope = "in its scope (c0 = 0 with no hit, T = P, no internal checkpoints, no junction)"
+    if command == "explore":
+        everything = run.json()["explored"]["configs"]["main"]
+        assert 0 < verdict["configs"] < everything, (verdict, everything)
+        assert verdict["summary"] == (
+            f"holds on all {verdict['configs']} configurations {scope}; the other "
+            f"{everything - verdict['configs']} of the range are not judged"
+        )
+    else:
+        assert f"judged {scope}" in verdict["summary"], verdict["summary"]
+
+
+def test_a_cell_with_nothing_in_p8_scope_is_not_proved(cli: Cli, tmp_path: Path) -> None:
+    """With internal checkpoints on both ways, the cell with them holds no configuration in
+    P8's scope: the prover proves the other cell and counts that one as empty for P8."""
+    ranges = ["--block", "16", "--lookahead", "0", "--drop", "off", "--checkpoints", "both"]
+    flags = [*ranges, *SOLVER_ARGS, "--json", "--out", str(tmp_path)]
+    run = cli("prove", "vllm-0.33", "--property", "P8", *flags)
+    (verdict,) = run.json()["verdicts"]
+    assert (run.code, verdict["status"]) == (0, "PROVED"), run.out
+    assert verdict["figure"]["empty_cells"] == 1, verdict["figure"]
+    assert verdict["summary"].startswith("proved on all 1 cells"), verdict["summary"]
+    assert "1 cells hold no configuration in its scope (c0 = 0" in verdict["summary"]
+
+
+def test_an_exploration_with_nothing_in_p8_scope_is_empty() -> None:
+    """Below the command line (which refuses such a range first): an exploration whose every
+    configuration lies outside P8's scope gives EMPTY, never PROVED."""
+    policy = get_builtin("vllm-0.33")
+    texts = {"block": "8", "lookahead": "0", "prompt": "1-6", "max_sched": "1-4"}
+    space = user_space({**texts, "checkpoints": "on"}, None, production=False)
+    exploration = explore(RequestModel(policy, space, properties=("P8",)), ("P8",))
+    assert exploration.tally.configs["main"] > 0
+    (verdict,) = [v for v in exploration_verdicts(exploration, {}, None) if v.property == "P8"]
+    assert verdict.status == "EMPTY", verdict
+    assert verdict.summary.startswith("no configuration of the range is in its scope")

@@ -29,6 +29,7 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.model.subset import parse
 from chunkproof.model.vectorised import evaluate
+from chunkproof.spec.properties import Scope, property_scope
 from chunkproof.spec.request import Batch, Figures, RequestModel, budget_bounds
 
 CATEGORIES = ("main", "degenerate", "refused")
@@ -77,6 +78,9 @@ class Tally:
     failing: dict[tuple[str, str], int] = field(default_factory=dict)
     best: dict[tuple[str, str], Candidate] = field(default_factory=dict)
     configs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    scoped: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Per (property, category), the configurations inside the property's scope, for a
+    property that judges only some (:func:`~chunkproof.spec.properties.property_scope`)."""
     states: int = 0
     transitions: int = 0
     progress_budgets: dict[str, int] = field(
@@ -107,6 +111,8 @@ class Tally:
                 self.best[slot] = cand
         for cat, count in other.configs.items():
             self.configs[cat] += count
+        for slot, count in other.scoped.items():
+            self.scoped[slot] = self.scoped.get(slot, 0) + count
         self.states += other.states
         self.transitions += other.transitions
         fig = self.progress_budgets
@@ -215,6 +221,11 @@ def tally_batch(model: RequestModel, wanted: tuple[str, ...], batch: Batch) -> T
     tally.transitions = int(explored.instance_transitions().sum())
     livelock = explored.witness["P1"] != NO_WITNESS
     for pid in wanted:
+        scope = property_scope(model.policy, pid)
+        if scope is not None:
+            inside = _scope_lanes(scope, batch)
+            for index, cat in enumerate(CATEGORIES):
+                tally.scoped[(pid, cat)] = int((inside & (cats == index)).sum())
         violated, length = _violations(explored, pid, figures)
         columns = _rank_columns(batch, length)
         for index, cat in enumerate(CATEGORIES):
@@ -229,6 +240,12 @@ def tally_batch(model: RequestModel, wanted: tuple[str, ...], batch: Batch) -> T
     main = cats == 0
     tally.add_figures(batch, figures, main, livelock)
     return tally
+
+
+def _scope_lanes(scope: Scope, batch: Batch) -> np.ndarray:
+    """Which instances of ``batch`` lie inside ``scope``."""
+    inside = evaluate(parse(scope.holds), [batch.view(np.arange(len(batch)))]).value
+    return np.broadcast_to(np.asarray(inside, dtype=bool), (len(batch),))
 
 
 def _violations(explored: Explored, pid: str, figures: Figures) -> tuple[np.ndarray, np.ndarray]:

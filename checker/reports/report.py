@@ -19,7 +19,7 @@ from chunkproof.checker.engines.verdicts import EMPTY, PROVED, UNKNOWN, VIOLATED
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
 from chunkproof.model.policy import Policy
-from chunkproof.spec.properties import PROPERTIES
+from chunkproof.spec.properties import PROPERTIES, property_scope
 
 Save = Callable[[Counterexample, str], tuple[str, str]]
 """Writes a counterexample under a name (``P1``) with its picture; their final paths."""
@@ -39,15 +39,19 @@ def exploration_verdicts(
     the range's configurations, or EMPTY when the range holds none inside the verdict's scope;
     findings outside it (degenerate region, refused configurations) are attached separately."""
     tally = exploration.tally
-    main = tally.configs["main"]
     verdicts = []
     for pid in exploration.properties:
         path, picture, summary = _counterexample(exploration, pid, "main", save)
         violating = exploration.failing(pid, "main")
+        scope = property_scope(exploration.policy, pid)
+        main = tally.configs["main"] if scope is None else tally.scoped.get((pid, "main"), 0)
         if violating:
             status = VIOLATED
         elif main:
             status, summary = PROVED, _proved_summary(exploration, pid)
+        elif scope is not None and tally.configs["main"]:
+            status = EMPTY
+            summary = f"no configuration of the range is in its scope ({scope.words})"
         else:
             held = _held(tally.configs, exploration.model.unoffered)
             status, summary = EMPTY, f"no configuration in range ({held})"
@@ -117,7 +121,15 @@ def _proved_summary(exploration: Exploration, pid: str) -> str:
     if pid == "P7":
         cost = tally.cost
         return f"all {cost['runs']} const(b) runs finish; worst excess {cost['worst_excess']} steps"
-    return f"holds on all {tally.configs['main']} configurations"
+    scope = property_scope(exploration.policy, pid)
+    if scope is None:
+        return f"holds on all {tally.configs['main']} configurations"
+    inside = tally.scoped.get((pid, "main"), 0)
+    outside = tally.configs["main"] - inside
+    return (
+        f"holds on all {inside} configurations in its scope ({scope.words}); "
+        f"the other {outside} of the range are not judged"
+    )
 
 
 def _with_figure(exploration: Exploration, pid: str, summary: str) -> str:

@@ -26,7 +26,7 @@ from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
 from chunkproof.proofs import prover
-from chunkproof.spec.properties import WINDOW_FORMS
+from chunkproof.spec.properties import WINDOW_FORMS, property_scope
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.request_symbolic import CELL_INPUTS, Cell, SymbolicRequest, cells
 from chunkproof.spec.space import Bools, Grid, Ints, Layouts, Retentions, Space, TermSet, ValueSet
@@ -331,6 +331,8 @@ def _proof_verdict(
     """One property's verdict from its cells: VIOLATED if a cell is (with ``least``, the least
     counterexample over the violated cells and its claim, when the run minimises), else UNKNOWN
     if a cell is, else PROVED over the cells that hold a configuration, else EMPTY."""
+    scope = property_scope(policy, pid)
+    within = "" if scope is None else f" in its scope ({scope.words})"
     violated = [v for v in cell_verdicts if v.status == prover.VIOLATED]
     unknown = [v for v in cell_verdicts if v.status == prover.UNKNOWN]
     empty = [v for v in cell_verdicts if v.status == prover.EMPTY]
@@ -364,11 +366,14 @@ def _proof_verdict(
     elif proved:
         status = PROVED
         how = ", ".join(f"{m} {n}" for m, n in sorted(methods.items()))
-        skipped = f"; {len(empty)} cells hold no configuration" if empty else ""
-        summary = f"proved on all {len(proved)} cells ({how}){skipped}; certificates re-checked"
+        skipped = f"; {len(empty)} cells hold no configuration{within}" if empty else ""
+        judged = f"; judged{within}" if within and not empty else ""
+        summary = (
+            f"proved on all {len(proved)} cells ({how}){skipped}{judged}; certificates re-checked"
+        )
     else:
         status = EMPTY
-        summary = f"no configuration in range (all {len(empty)} cells are empty)"
+        summary = f"no configuration in range{within} (all {len(empty)} cells are empty)"
     return Verdict(
         pid,
         status,
