@@ -408,17 +408,19 @@ class RequestModel:
         inst = np.repeat(np.arange(len(batch)), depth)
         c = batch.start[inst] + np.tile(np.arange(depth), len(batch))
         states = np.stack([inst, c], axis=1)
-        budget_index = np.tile(np.arange(width), len(states))
-        source = np.repeat(np.arange(len(states)), width)
-        budget = batch.low[inst[source]] + budget_index
-        valid = (c[source] < batch.end[inst[source]]) & (budget <= batch.high[inst[source]])
-        steps = self.step(batch, states, source[valid], budget[valid])
-        chunk = np.full(len(source), -1, dtype=np.int64)
-        chunk[valid] = np.where(steps.bad["P0"], -1, steps.record["chunk"])
+        counts = np.where(c < batch.end[inst], np.maximum(batch.high - batch.low + 1, 0)[inst], 0)
+        source = np.repeat(np.arange(len(states)), counts)
+        budget_index = np.arange(len(source)) - (np.cumsum(counts) - counts)[source]
+        steps = self.step(batch, states, source, batch.low[inst[source]] + budget_index)
+        cell = source * width + budget_index  # the lane's place in the dense table
+        chunk = np.full(len(states) * width, -1, dtype=np.int64)
+        chunk[cell] = np.where(steps.bad["P0"], -1, steps.record["chunk"])
+        valid = np.zeros(len(states) * width, dtype=bool)
+        valid[cell] = True
         return Table(
             batch,
             chunk.reshape(len(batch), depth, width),
-            valid.reshape(chunk.shape[0] // (depth * width), depth, width),
+            valid.reshape(len(batch), depth, width),
         )
 
     def figures(self, batch: Batch, states: np.ndarray, steps: Transitions) -> Figures:

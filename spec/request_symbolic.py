@@ -15,6 +15,7 @@ action is the budget b.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -364,6 +365,21 @@ class SymbolicRequest:
         if pid == "P4" and self.cell.layout:
             return z3.And(bad, z3.Not(encoder_forced(stage_order(self.policy), values)))
         return bad
+
+    def cases(self, c: Any) -> list[Any]:
+        """A case split of the step at state ``c`` (terms whose disjunction is valid): every
+        value of the Boolean inputs (the drop flag and the like), each at admission (c = c0,
+        where the waiting loop passes the hits and ``num_computed_tokens`` is 0) and in the
+        running loop. The composition branches on exactly these, so a query split by them
+        leaves the solver one shape of the step per case
+        (:func:`~chunkproof.proofs.solving.solve_cases`)."""
+        flags = [p for p in self.parameters if z3.is_bool(p)]
+        admission = c == self.view.start
+        cases = []
+        for values in itertools.product((False, True), repeat=len(flags)):
+            fixed = [flag == value for flag, value in zip(flags, values, strict=True)]
+            cases += [z3.And(*fixed, admission), z3.And(*fixed, z3.Not(admission))]
+        return cases
 
     def scope(self, pid: str) -> Any:
         """:func:`~chunkproof.spec.properties.property_scope` of ``pid`` over this cell."""

@@ -49,6 +49,7 @@ from chunkproof.checker.engines.search import (
     constant_run,
     rank,
     replay_candidate,
+    scope_lanes,
 )
 from chunkproof.checker.engines.traces import ModelMismatch, violates
 from chunkproof.checker.engines.verdicts import EMPTY, PROVED, UNKNOWN, VIOLATED, Verdict
@@ -57,7 +58,13 @@ from chunkproof.model.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNKNOWN, EXIT_
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.model.trajectory import Trajectory, run
-from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, ideal_steps
+from chunkproof.spec.properties import (
+    DEFAULT_WINDOW,
+    PROPERTIES,
+    Scope,
+    ideal_steps,
+    property_scope,
+)
 from chunkproof.spec.request import (
     STEP_PROPERTIES,
     Batch,
@@ -443,37 +450,65 @@ class Tables:
 def tables(models: tuple[RequestModel, RequestModel], batch: Batch) -> Tables:
     """:class:`Tables` by a breadth-first search over the states either policy reaches: each
     level is one vectorised step of each policy over the frontier, every offered budget. Which
-    policy reaches which of those states is :func:`reachable`, from the tables."""
+    policy reaches which of those states is :func:`reachable`, from the tables. A batch whose
+    states the explorer would list (:meth:`RequestModel.state_space`: a long prefill under
+    small budgets is thousands of levels of a few states each) is stepped at every state
+    c in [c0, E) in one level instead; the entries of states neither policy reaches are then
+    filled too, and every reader masks them by :func:`reachable`."""
     size = len(batch)
     length = batch.end - batch.start
     depth = int(length.max())
     width = int(max((batch.high - batch.low).max() + 1, 1))
-    offered = np.maximum(batch.high - batch.low + 1, 0)
     chunk = np.full((2, size * depth * width), -1, dtype=np.int64)
     bad = {pid: np.zeros((2, size * depth * width), dtype=bool) for pid in STEP_PROPERTIES}
-    seen = np.zeros(size * depth, dtype=bool)
-    frontier = np.flatnonzero(length > 0) * depth
-    seen[frontier] = True
-    while len(frontier):
-        inst, offset = np.divmod(frontier, depth)
-        states = np.stack([inst, batch.start[inst] + offset], axis=1)
-        source, column = _lanes(offered[inst])
-        at = frontier[source] * width + column
-        owner = inst[source]
-        targets = []
-        for side, model in enumerate(models):
-            steps = model.step(batch, states, source, batch.low[owner] + column)
-            k = np.where(steps.bad["P0"], -1, steps.record["chunk"])
-            chunk[side, at] = k
-            for pid in STEP_PROPERTIES:
-                bad[pid][side, at] = steps.bad[pid]
-            target = offset[source] + k
-            targets.append((owner * depth + target)[(k > 0) & (target < length[owner])])
-        following = np.unique(np.concatenate(targets))
-        frontier = following[~seen[following]]
+    filling = _Filling(models, batch, depth, width, chunk, bad)
+    if models[0].state_space(batch) is not None:
+        inst, offset = _lanes(np.maximum(length, 0))
+        filling.step(inst * depth + offset)
+    else:
+        seen = np.zeros(size * depth, dtype=bool)
+        frontier = np.flatnonzero(length > 0) * depth
         seen[frontier] = True
+        while len(frontier):
+            following = filling.step(frontier)
+            frontier = following[~seen[following]]
+            seen[frontier] = True
     shape = (2, size, depth, width)
     return Tables(chunk.reshape(shape), {pid: m.reshape(shape) for pid, m in bad.items()})
+
+
+@dataclass(frozen=True)
+class _Filling:
+    """The tables :func:`tables` fills, and how to step a set of states into them."""
+
+    models: tuple[RequestModel, RequestModel]
+    batch: Batch
+    depth: int
+    width: int
+    chunk: np.ndarray
+    bad: dict[str, np.ndarray]
+
+    def step(self, frontier: np.ndarray) -> np.ndarray:
+        """Step both policies at the states ``frontier`` (instance * depth + c - c0) with
+        every offered budget, fill their entries, and give the states either leads on to."""
+        batch, depth = self.batch, self.depth
+        length = batch.end - batch.start
+        inst, offset = np.divmod(frontier, depth)
+        states = np.stack([inst, batch.start[inst] + offset], axis=1)
+        source, column = _lanes(np.maximum(batch.high - batch.low + 1, 0)[inst])
+        at = frontier[source] * self.width + column
+        owner = inst[source]
+        targets = []
+        for side, model in enumerate(self.models):
+            steps = model.step(batch, states, source, batch.low[owner] + column)
+            k = np.where(steps.bad["P0"], -1, steps.record["chunk"])
+            self.chunk[side, at] = k
+            for pid in STEP_PROPERTIES:
+                self.bad[pid][side, at] = steps.bad[pid]
+            target = offset[source] + k
+            targets.append((owner * depth + target)[(k > 0) & (target < length[owner])])
+        following: np.ndarray = np.unique(np.concatenate(targets))
+        return following
 
 
 def _lanes(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -571,6 +606,10 @@ class BehaviourTally:
     configs: int = 0
     excluded: dict[str, int] = field(default_factory=dict)
     own_configs: list[int] = field(default_factory=lambda: [0, 0])
+    own_scoped: dict[str, list[int]] = field(default_factory=dict)
+    """For a property that judges only some configurations
+    (:func:`~chunkproof.spec.properties.property_scope`), those of :attr:`own_configs` inside
+    its scope under each policy's release (what its explorer verdict counts)."""
     """Configurations inside each policy's own verdict scope (its explorer's ``main``)."""
     differing_configs: int = 0
     runs: int = 0
@@ -607,6 +646,9 @@ class BehaviourTally:
         for why, count in other.excluded.items():
             self.excluded[why] = self.excluded.get(why, 0) + count
         self.own_configs = [x + y for x, y in zip(self.own_configs, other.own_configs, strict=True)]
+        for pid, counts in other.own_scoped.items():
+            before = self.own_scoped.get(pid, [0, 0])
+            self.own_scoped[pid] = [x + y for x, y in zip(before, counts, strict=True)]
         self.differing_configs += other.differing_configs
         self.runs += other.runs
         for kind, count in other.kinds.items():
@@ -657,6 +699,11 @@ class _Order:
         return hits[np.lexsort((*keys, head[:, 0]))]
 
 
+def _inside(scope: Scope | None, batch: Batch) -> np.ndarray:
+    """The instances of ``batch`` inside ``scope`` (every one without a scope)."""
+    return np.ones(len(batch), dtype=bool) if scope is None else scope_lanes(scope, batch)
+
+
 def _batch_tally(a: RequestModel, b: RequestModel, batch: Batch) -> BehaviourTally:
     """The tally of one batch of configurations: the configurations both policies' verdicts
     cover (both accept them, neither finds them degenerate), every const(b) run of each."""
@@ -673,6 +720,12 @@ def _batch_tally(a: RequestModel, b: RequestModel, batch: Batch) -> BehaviourTal
     own = np.stack([cat_a == 0, cat_b == 0])
     tally.configs = int(included.sum())
     tally.own_configs = [int(x) for x in own.sum(axis=1)]
+    for pid in PROPERTIES:
+        scopes = [property_scope(model.policy, pid) for model in (a, b)]
+        if scopes[0] is not None or scopes[1] is not None:
+            tally.own_scoped[pid] = [
+                int((own[side] & _inside(scope, batch)).sum()) for side, scope in enumerate(scopes)
+            ]
     both = tables((a, b), batch)
     width = both.chunk.shape[3]
     budgets = batch.low[:, None] + np.arange(width)[None, :]
@@ -1029,10 +1082,11 @@ def check_agreement(comparison: Comparison) -> None:
             if not same_grid(verdict, comparison.space):
                 continue
             label = "AB"[index]
-            if verdict.configs != tally.own_configs[index]:
+            covered = tally.own_scoped.get(verdict.property, tally.own_configs)[index]
+            if verdict.configs != covered:
                 raise ModelMismatch(
                     f"{verdict.property} of {label}: the explorer covers {verdict.configs} "
-                    f"configurations, the comparison {tally.own_configs[index]}"
+                    f"configurations, the comparison {covered}"
                 )
             counted = tally.where[verdict.property].own[index]
             if verdict.violating != counted:

@@ -223,7 +223,7 @@ def tally_batch(model: RequestModel, wanted: tuple[str, ...], batch: Batch) -> T
     for pid in wanted:
         scope = property_scope(model.policy, pid)
         if scope is not None:
-            inside = _scope_lanes(scope, batch)
+            inside = scope_lanes(scope, batch)
             for index, cat in enumerate(CATEGORIES):
                 tally.scoped[(pid, cat)] = int((inside & (cats == index)).sum())
         violated, length = _violations(explored, pid, figures)
@@ -242,7 +242,7 @@ def tally_batch(model: RequestModel, wanted: tuple[str, ...], batch: Batch) -> T
     return tally
 
 
-def _scope_lanes(scope: Scope, batch: Batch) -> np.ndarray:
+def scope_lanes(scope: Scope, batch: Batch) -> np.ndarray:
     """Which instances of ``batch`` lie inside ``scope``."""
     inside = evaluate(parse(scope.holds), [batch.view(np.arange(len(batch)))]).value
     return np.broadcast_to(np.asarray(inside, dtype=bool), (len(batch),))
