@@ -370,8 +370,8 @@ class SymbolicRequest:
         """A case split of the step at state ``c`` (terms whose disjunction is valid): every
         value of the Boolean inputs (the drop flag and the like), each at admission (c = c0,
         where the waiting loop passes the hits and ``num_computed_tokens`` is 0) and in the
-        running loop. The composition branches on exactly these, so a query split by them
-        leaves the solver one shape of the step per case
+        running loop. The split and the composition branch on these first of all, so a query
+        split by them leaves the solver one shape of the step per case
         (:func:`~chunkproof.proofs.solving.solve_cases`)."""
         flags = [p for p in self.parameters if z3.is_bool(p)]
         admission = c == self.view.start

@@ -849,7 +849,13 @@ def _add_conform_parser(sub: Any) -> None:
     p.add_argument("policy", metavar="POLICY")
     p.add_argument("--against", required=True, metavar="POLICY", help="the other policy")
     add_range_flags(p)
-    p.add_argument("--timeout", type=_positive, default=20, help="seconds per solver query")
+    p.add_argument(
+        "--timeout",
+        type=_positive,
+        default=20,
+        help="seconds per solver query (each case of a cell's query: every value of the Boolean "
+        "inputs, at admission and in the running loop)",
+    )
     _add_rlimit(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument(
