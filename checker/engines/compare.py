@@ -606,11 +606,11 @@ class BehaviourTally:
     configs: int = 0
     excluded: dict[str, int] = field(default_factory=dict)
     own_configs: list[int] = field(default_factory=lambda: [0, 0])
+    """Configurations inside each policy's own verdict scope (its explorer's ``main``)."""
     own_scoped: dict[str, list[int]] = field(default_factory=dict)
     """For a property that judges only some configurations
     (:func:`~chunkproof.spec.properties.property_scope`), those of :attr:`own_configs` inside
     its scope under each policy's release (what its explorer verdict counts)."""
-    """Configurations inside each policy's own verdict scope (its explorer's ``main``)."""
     differing_configs: int = 0
     runs: int = 0
     kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
