@@ -1,8 +1,8 @@
-"""Benchmark: how long a user waits for each command with its default range (issue 39, item 2).
+"""Benchmark: how long a user waits for each command with its default range.
 
 Each command runs as a user runs it: the installed ``chunkproof`` in a child process, wall
 time, on this machine's CPUs (``--jobs`` left at its default). Printed beside each: the time
-the issue measured on 2 cores before this benchmark existed, and the 30 s target; the release
+measured on 2 cores before this benchmark existed (2026-12-04), and the 30 s target; the release
 commands read the cached release files (``~/.cache/chunkproof``), fetched once before timing.
 ``--tests`` adds the README's test command (``pytest``, the default selection; 10 minutes is
 its target).
@@ -34,7 +34,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("prove", ("prove", "vllm-latest"), "125 s"),
     ("system-prove", ("system", "vllm-0.28", "--prove"), "112 s"),
 )
-"""(name, arguments, the time issue 39 measured) of every command item 2 names."""
+"""(name, arguments, the time measured before this benchmark) of every command a user waits
+for with its default range."""
 
 FETCH_ARGS = ("--block", "4", "--lookahead", "0", "--prompt", "4", "--budget", "4")
 """A one-step ``trace`` that fetches a release's files before the timing starts."""
@@ -69,7 +70,7 @@ def main() -> None:
             check=False,
         )
     print(f"CPUs: {os.cpu_count()}; target: {TARGET:.0f} s per command")
-    print(f"{'command':<14}{'seconds':>9}{'exit':>6}  {'issue 39':<12}{'target':<8}last line")
+    print(f"{'command':<14}{'seconds':>9}{'exit':>6}  {'before':<12}{'target':<8}last line")
     with tempfile.TemporaryDirectory() as scratch:
         for name, argv, before in COMMANDS:
             if name not in names:

@@ -128,9 +128,11 @@ def prove_cell(
             str(path) if path else None,
         )
 
-    scope = has_configuration(model, timeout_ms, rlimit, model.scope(pid))
+    within = model.scope(pid)
+    scope = has_configuration(model, timeout_ms, rlimit, within)
     if scope == "unsat":
-        return done(EMPTY, "scope", f"no configuration in this cell within {pid}'s scope")
+        judged = "" if z3.is_true(within) else f" within {pid}'s scope"
+        return done(EMPTY, "scope", f"no configuration in this cell{judged}")
     if scope != "sat":
         return done(UNKNOWN, "scope", "the solver could not decide whether the cell is empty")
     header = f"{pid} cell {cell}"

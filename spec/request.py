@@ -408,11 +408,10 @@ class RequestModel:
         inst = np.repeat(np.arange(len(batch)), depth)
         c = batch.start[inst] + np.tile(np.arange(depth), len(batch))
         states = np.stack([inst, c], axis=1)
-        counts = np.where(c < batch.end[inst], np.maximum(batch.high - batch.low + 1, 0)[inst], 0)
-        source = np.repeat(np.arange(len(states)), counts)
-        budget_index = np.arange(len(source)) - (np.cumsum(counts) - counts)[source]
-        steps = self.step(batch, states, source, batch.low[inst[source]] + budget_index)
-        cell = source * width + budget_index  # the lane's place in the dense table
+        rows = np.flatnonzero(c < batch.end[inst])  # the states of the prefill
+        steps = self.successors(batch, states[rows])
+        source = rows[steps.source]
+        cell = source * width + steps.action - batch.low[inst[source]]  # its place in the table
         chunk = np.full(len(states) * width, -1, dtype=np.int64)
         chunk[cell] = np.where(steps.bad["P0"], -1, steps.record["chunk"])
         valid = np.zeros(len(states) * width, dtype=bool)
