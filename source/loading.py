@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from chunkproof.model.builtin import get_builtin, is_builtin
 from chunkproof.model.errors import PolicyError, SubsetError
+from chunkproof.model.holes import candidate_policy, parse_name
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.trace_file import TraceFile
 from chunkproof.source.functions import TreeStage, locate_module, read_function
@@ -32,7 +33,9 @@ def resolve_policy(
     """A built-in policy, real vLLM code (``vllm==X.Y.Z``, ``vllm``, a path; see
     :mod:`chunkproof.source.policy`), or a user policy ``module:name``.
 
-    A built-in name wins over a file of the same name; a path wins over ``module:name``;
+    A synthesis candidate is named by its base and its hole values
+    (:func:`~chunkproof.model.holes.parse_name`). A built-in name wins over a file of the
+    same name; a path wins over ``module:name``;
     ``path.py:Name`` naming a class, or a patch function without parameters, of that file is
     real vLLM source too (:func:`~chunkproof.source.policy.names_class`).
 
@@ -51,6 +54,9 @@ def resolve_policy(
     given = source_flags_given(compose, overrides, class_name, base)
     if given:
         raise PolicyError(f"{given[0]} applies to real vLLM source, not to {text!r}")
+    named = parse_name(text)
+    if named is not None:
+        return candidate_policy(get_builtin(named[0]), named[1])
     if ":" not in text:
         if not is_builtin(text) and ("/" in text or text.endswith(".py")):
             raise PolicyError(f"{text}: no such file or directory")

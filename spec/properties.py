@@ -291,3 +291,26 @@ WINDOW_FORMS = {
 """What each P5 form asks, as a verdict names the form it checked."""
 
 DEFAULT_WINDOW = "strict"
+
+
+def ends_breaking(
+    policy: Policy, cfg: Config, c: int, largest: int, pids: tuple[str, ...], window: str
+) -> dict[int, tuple[str, ...]]:
+    """SPEC Y3: every end e a chunk from state c can have under the largest budget
+    ``largest`` (c < e <= min(c + largest, T)), with the properties among ``pids`` (P3, P4,
+    P5 in form ``window``, P6, under ``policy``'s cache rules) a chunk [c, e) breaks. When
+    every end breaks one, no policy at all keeps them together with P1 at a state c every
+    policy reaches."""
+    judged = {**edge_properties(policy), "P5": WINDOW_PROPERTIES[window]}
+    cap = min(largest, cfg.tokens - c)
+    ends = {}
+    for e in range(c + 1, c + cap + 1):
+        broken = []
+        for pid in pids:
+            if pid == "P5":
+                if judged[pid](cfg, c, cap, e):
+                    broken.append(pid)
+            elif pid in judged and judged[pid](cfg, c, e):
+                broken.append(pid)
+        ends[e] = tuple(broken)
+    return ends

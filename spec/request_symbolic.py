@@ -25,7 +25,7 @@ from typing import Any
 import z3
 
 from chunkproof.model import stages
-from chunkproof.model.config import WELL_FORMED, Items, item_views
+from chunkproof.model.config import WELL_FORMED, Config, Items, item_views
 from chunkproof.model.policy import Policy
 from chunkproof.model.splits import prefill_end
 from chunkproof.model.step import ENCODER_VIEW_DEFAULTS, passed_on, stage_order, step_view
@@ -35,7 +35,7 @@ from chunkproof.model.symbolic import integer as symbolic_integer
 from chunkproof.spec import properties as props
 from chunkproof.spec.constraints import member
 from chunkproof.spec.request import encoder_forced
-from chunkproof.spec.space import INPUT_NAMES, Grid, ItemPattern, Layouts, Space
+from chunkproof.spec.space import INPUT_NAMES, Grid, Ints, ItemPattern, Layouts, Space, grid_from
 
 CELL_INPUTS = ("block", "split_block", "hash_block", "checkpoint_alignment", "retention")
 """Inputs a proof cell keeps concrete (module docstring); the lookahead is split in two
@@ -130,9 +130,42 @@ class SymbolicRequest:
             self._build({**self.symbols, **fixed})
         self.parameters = [t for n, t in self.symbols.items() if n not in fixed]
 
+    @classmethod
+    def at_config(cls, policy: Policy, cfg: Config, window: str) -> SymbolicRequest:
+        """The model at one configuration: every input the constant ``cfg`` holds, the policy
+        alone symbolic (a candidate whose holes are Z3 constants, SPEC Y2). Its constraint is
+        true: it ranges over nothing."""
+        self = cls.__new__(cls)
+        self.policy, self.window, self.main, self.budget = policy, window, False, None
+        pairs = tuple(cfg.items)
+        layout = tuple(ItemPattern(Ints(((s, s),)), False, Ints(((n, n),))) for s, n in pairs)
+        values = tuple((name, int(getattr(cfg, name))) for name in CELL_INPUTS)
+        self.cell = Cell(values, cfg.lookahead >= 1, grid_from({}), layout)
+        fields: dict[str, Any] = {name: getattr(cfg, name) for name in _DERIVED}
+        for index, (start, length) in enumerate(pairs):
+            fields[_item_symbol(index, "start")] = start
+            fields[_item_symbol(index, "length")] = length
+        self.symbols = {}
+        self._view(fields)
+        self.constraint = z3.BoolVal(True)
+        self.parameters = []
+        return self
+
     def _build(self, values: dict[str, Any]) -> None:
         """The view, the prefill end, the largest budget and the constraint, with the symbolic
         inputs set to ``values`` (terms, or constants where the range fixes them)."""
+        self._view(values)
+        self.constraint = z3.And(
+            *self._ranges(),
+            *[self.holds(rule, [self.view]) for rule, _ in WELL_FORMED],
+            *[self.holds(rule.holds, [self.view]) for rule in self.policy.acceptance],
+            z3.Not(self._degenerate()) if self.main else z3.BoolVal(True),
+            self._low() <= self.high,
+        )
+
+    def _view(self, values: dict[str, Any]) -> None:
+        """The view, the prefill end and the largest budget, with the inputs set to
+        ``values``."""
         cell = self.cell
         concrete = dict(cell.values)
         block, split = concrete["block"], concrete["split_block"]
@@ -157,13 +190,6 @@ class SymbolicRequest:
         self._engine: dict[str, Any] = {}
         self.end = self.call(prefill_end, [self.view])
         self.high = self._high()
-        self.constraint = z3.And(
-            *self._ranges(),
-            *[self.holds(rule, [self.view]) for rule, _ in WELL_FORMED],
-            *[self.holds(rule.holds, [self.view]) for rule in self.policy.acceptance],
-            z3.Not(self._degenerate()) if self.main else z3.BoolVal(True),
-            self._low() <= self.high,
-        )
 
     def _fixed(self) -> dict[str, Any]:
         """The symbolic inputs the constraint fixes: to a constant (``start`` = 0 when the range
@@ -420,6 +446,10 @@ def _item_symbol(index: int, part: str) -> str:
     """The Z3 name of an encoder item's start or length (``item0_start``)."""
     return f"{_ITEM_PREFIX}{index}_{part}"
 
+
+_DERIVED = (*_INTEGERS, *_BOOLEANS, "sched_block", "partial_hits")
+"""The fields :meth:`SymbolicRequest.at_config` takes from a configuration (the cell inputs
+besides): the symbolic inputs, and those a cell derives, as the configuration holds them."""
 
 FIXING_MS = 2_000
 """Timeout of each query that looks for inputs the range fixes (unknown: left symbolic)."""

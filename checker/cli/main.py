@@ -34,6 +34,7 @@ from chunkproof.checker.cli.ranges import (
     range_texts,
     trace_items,
 )
+from chunkproof.checker.cli.synthesis_report import synthesis_document, synthesis_lines
 from chunkproof.checker.engines.abstraction import check_abstraction
 from chunkproof.checker.engines.compare import Comparison, Side, compare_behaviour
 from chunkproof.checker.engines.compare import exit_status as compare_exit_status
@@ -41,7 +42,12 @@ from chunkproof.checker.engines.conform import DIFFERENT, EQUAL, UNKNOWN, confor
 from chunkproof.checker.engines.conform import describe as describe_conformance
 from chunkproof.checker.engines.executor import LOCAL, Executor, check_executor, open_executor
 from chunkproof.checker.engines.verdicts import EMPTY, PROVED, VIOLATED, Verdict
-from chunkproof.checker.kinds import REPRO_STYLES, kind_of, load_counterexample
+from chunkproof.checker.kinds import (
+    REPRO_STYLES,
+    kind_of,
+    load_counterexample,
+    save_counterexample,
+)
 from chunkproof.checker.reports.compare_report import (
     compare_command,
     document,
@@ -70,6 +76,16 @@ from chunkproof.checker.runs.requests import (
     explore_space,
     prove_space,
 )
+from chunkproof.checker.runs.synthesis import (
+    FOUND,
+    SYNTHESIS_PROPERTIES,
+    UNSAT,
+    Checks,
+    Round,
+    Synthesis,
+    round_line,
+    synthesize,
+)
 from chunkproof.checker.runs.system import explore_system, threshold_words
 from chunkproof.checker.runs.system_prove import (
     DEFAULT_DEPTH,
@@ -88,6 +104,7 @@ from chunkproof.model.errors import (
     ConfigError,
 )
 from chunkproof.model.files import printable
+from chunkproof.model.holes import BASES, candidate_policy, candidate_source, check_base
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, stage_order
 from chunkproof.model.trajectory import Trajectory, run
@@ -96,6 +113,7 @@ from chunkproof.source.methods import parse_overrides
 from chunkproof.source.policy import names_class, names_source, names_tree
 from chunkproof.spec.kv_blocks import in_scope_possible, pool_rules
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
+from chunkproof.spec.request_symbolic import cells as proof_cells
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
     fixed_inputs,
@@ -254,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare_parser(sub)
     _add_repro_parser(sub)
     _add_show_parser(sub)
+    _add_synthesize_parser(sub)
     for name in ("trace", "explore", "check", "prove", "replay", "conform", "compare", "system"):
         sub.choices[name].add_argument(
             "--compose",
@@ -1303,7 +1322,122 @@ def _range_words(described: dict[str, Any]) -> str:
     )
 
 
+# -- synthesize ----------------------------------------------------------------------------
+
+
+def _add_synthesize_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "synthesize",
+        help="search holes in a release's split and reservation for a policy that keeps the "
+        "properties (SPEC Y)",
+    )
+    p.add_argument(
+        "base",
+        metavar="BASE",
+        nargs="?",
+        default="vllm-latest",
+        help=f"the release whose split and reservation get holes: {', '.join(BASES)} "
+        "(default vllm-latest)",
+    )
+    add_range_flags(p)
+    p.add_argument(
+        "--property",
+        help=f"properties the policy must keep (default all of {','.join(SYNTHESIS_PROPERTIES)})",
+    )
+    p.add_argument(
+        "--window",
+        choices=("strict", "relaxed"),
+        default=DEFAULT_WINDOW,
+        help="form of P5 to start from (default strict; a conflict relaxes it, and says so)",
+    )
+    _add_run_options(p)
+    p.add_argument("--timeout", type=_positive, default=20, help="seconds per prover query")
+    _add_rlimit(p)
+    p.add_argument(
+        "--rounds", type=_positive, default=40, help="most candidates checked (default 40)"
+    )
+    p.add_argument(
+        "--no-prove",
+        action="store_true",
+        help="check candidates on the grid only (the result is then not PROVED on the "
+        "production range)",
+    )
+
+
+def _synthesis_properties(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--property`` for synthesize: a subset of :data:`SYNTHESIS_PROPERTIES`."""
+    wanted = _properties(args) if args.property is not None else SYNTHESIS_PROPERTIES
+    other = [pid for pid in wanted if pid not in SYNTHESIS_PROPERTIES]
+    if other:
+        raise ChunkproofError(
+            f"--property: synthesis keeps {', '.join(SYNTHESIS_PROPERTIES)}, not {', '.join(other)}"
+        )
+    return wanted
+
+
+def _cmd_synthesize(args: argparse.Namespace) -> int:
+    base = resolve_policy(args.base)
+    check_base(base)
+    wanted = _synthesis_properties(args)
+    grid = _explorer_space(args, base)
+    production = None if args.no_prove else _prover_space(args, base, defaults=False)
+    checked = ["grid (the explorer, and the comparison with the base):"]
+    checked += range_lines(grid.describe())
+    if production is None:
+        checked.append("prover: not run (--no-prove)")
+    else:
+        count = len(proof_cells(production))
+        checked.append(f"prover: {count} cell{'s' * (count != 1)} over:")
+        checked += range_lines(production.describe())
+
+    def tick(r: Round) -> None:
+        if not args.json:
+            print(round_line(r), file=sys.stderr, flush=True)
+
+    with (
+        open_executor(args.executor, args.jobs) as executor,
+        run_folder(args.out, _run_identity(args)) as out,
+    ):
+        run = _proof_run(args, executor, minimise=True)
+        checks = Checks(grid, production, run, executor)
+        result = synthesize(base, wanted, args.window, checks, args.rounds, tick)
+        files = _write_synthesis(result, out)
+    if args.json:
+        _emit(
+            "synthesis",
+            {**synthesis_document(result, files), "files": [str(p) for p in out.written]},
+        )
+    else:
+        print("\n".join(synthesis_lines(result, list(wanted), checked)))
+        if out.written:
+            print(f"\nfiles written under {args.out}: {len(out.written)}")
+    if result.status == FOUND:
+        return EXIT_OK if result.keeps_all else EXIT_VIOLATED
+    return EXIT_VIOLATED if result.status == UNSAT else EXIT_UNKNOWN
+
+
+def _write_synthesis(result: Synthesis, out: RunFolder) -> dict[int, str]:
+    """Every witness as a counterexample file of the candidate it refuted, and the found
+    candidate's source (SPEC Y5); the witnesses' files by their index in the search."""
+    files: dict[int, str] = {}
+    index = 0
+    for r in result.rounds:
+        policy = candidate_policy(result.base, r.candidate)
+        for m in r.met:
+            files[index], _ = save_counterexample(
+                m.witness.cx, policy, out, f"round{r.number}-{m.witness.cx.property}"
+            )
+            index += 1
+    if result.status == FOUND and result.candidate is not None:
+        source = candidate_source(result.base, result.candidate)
+        staged = out.path(f"synthesis-{result.base.file_stem}", "candidate.py")
+        staged.write_text(source)
+        out.record(staged)
+    return files
+
+
 _HANDLERS = {
+    "synthesize": _cmd_synthesize,
     "system": _cmd_system,
     "policies": _cmd_policies,
     "trace": _cmd_trace,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from chunkproof.model.counterexample import Counterexample
 from chunkproof.spec.properties import PROPERTIES
 
 PROVED, VIOLATED, UNKNOWN, EMPTY = "PROVED", "VIOLATED", "UNKNOWN", "EMPTY"
@@ -28,6 +29,8 @@ class Verdict:
     figure: dict[str, Any] | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
     picture: str | None = None
+    witness: Counterexample | None = None
+    """The counterexample itself (``counterexample`` is its file, when the run keeps files)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

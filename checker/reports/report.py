@@ -41,7 +41,7 @@ def exploration_verdicts(
     tally = exploration.tally
     verdicts = []
     for pid in exploration.properties:
-        path, picture, summary = _counterexample(exploration, pid, "main", save)
+        cx, path, picture, summary = _counterexample(exploration, pid, "main", save)
         violating = exploration.failing(pid, "main")
         scope = property_scope(exploration.policy, pid)
         main = tally.configs["main"] if scope is None else tally.scoped.get((pid, "main"), 0)
@@ -66,11 +66,12 @@ def exploration_verdicts(
             violating,
             _figure(exploration, pid),
             picture=picture,
+            witness=cx,
         )
         for cat, words in FINDINGS.items():
             count = exploration.failing(pid, cat)
             if count:
-                found, drawn, text = _counterexample(exploration, pid, cat, save)
+                _, found, drawn, text = _counterexample(exploration, pid, cat, save)
                 verdict.findings.append(
                     {
                         "kind": cat,
@@ -96,18 +97,18 @@ def _held(configs: dict[str, int], unoffered: int) -> str:
 
 def _counterexample(
     exploration: Exploration, pid: str, cat: str, save: Save | None
-) -> tuple[str | None, str | None, str]:
-    """The minimal counterexample of ``pid`` in ``cat``: its file and picture as ``save`` wrote
+) -> tuple[Counterexample | None, str | None, str | None, str]:
+    """The minimal counterexample of ``pid`` in ``cat``, its file and picture as ``save`` wrote
     them (None without one), and its summary."""
     cx = minimal_counterexample(exploration, pid, cat)
     if cx is None:
-        return None, None, ""
+        return None, None, None, ""
     text = f"{cx.config.describe()}: {cx.verdict}"
     if save is None:
-        return None, None, text
+        return cx, None, None, text
     suffix = "" if cat == "main" else f"-{cat}"
     path, picture = save(cx, f"{pid}{suffix}")
-    return path, picture, text
+    return cx, path, picture, text
 
 
 def _proved_summary(exploration: Exploration, pid: str) -> str:

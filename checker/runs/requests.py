@@ -348,7 +348,7 @@ def _proof_verdict(
         "unknown_cells": [{**v.cell.describe(), "why": v.detail} for v in unknown],
         "empty_cells": len(empty),
     }
-    path = picture = None
+    path = picture = cx = None
     if violated:
         status = VIOLATED
         cx, how = least if least is not None else (None, "")
@@ -385,4 +385,5 @@ def _proof_verdict(
         len(violated),
         figure,
         picture=picture,
+        witness=cx,
     )
