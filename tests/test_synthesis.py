@@ -241,3 +241,35 @@ def test_synthesize_refuses_what_it_cannot_search(cli: Cli) -> None:
         run = cli("synthesize", *argv, *TINY, "--no-prove")
         assert run.code == 2
         assert run.err.count("\n") == 1 and "error" in run.err
+
+
+def test_a_round_limit_gives_the_best_found_not_the_least_cost(tmp_path: Path, cli: Cli) -> None:
+    """SPEC Y4: stopped by ``--rounds`` before every consistent candidate was checked, the
+    result is the best found, and says so."""
+    argv = ["synthesize", "vllm-0.33", *TINY, "--no-prove", "--jobs", "1", "--rounds", "5"]
+    run = cli(*argv, "--out", str(tmp_path), "--json")
+    found = run.json()
+    assert found["status"] == "FOUND" and not found["optimal"]
+    assert found["candidates_checked"] == 5
+
+
+FIXED_LIVELOCKS = [
+    ["--block", "16", "--split-block", "8", "--prompt", "9", "--max-sched", "6"],
+    ["--block", "16", "--prompt", "33", "--max-sched", "6-32"],
+]
+"""lookahead-in-split's livelocks where a partial-hit stop lands in the lookahead window
+(T=9, B=16, G=8 and T=33, B=G=16; H=4, D on, L=6, every admission start)."""
+
+
+@pytest.mark.parametrize("grid", FIXED_LIVELOCKS)
+def test_the_synthesised_fix_ends_lookahead_in_split_s_livelocks(
+    grid: list[str], tmp_path: Path, cli: Cli
+) -> None:
+    """The candidate `synthesize vllm-0.33` finds on its default ranges keeps P1 where
+    lookahead-in-split livelocks (the explorer, every state and budget)."""
+    common = [*grid, "--hash-block", "4", "--drop", "on", "--lookahead", "6"]
+    common += ["--start", "0,block,hash,external", "--property", "P1", "--out", str(tmp_path)]
+    fix = cli("explore", "lookahead-in-split", *common, "--json")
+    assert fix.code == 1 and fix.json()["verdicts"][0]["status"] == "VIOLATED"
+    found = cli("explore", "vllm-0.33+finish=2,back=1,spare=2,keep=0", *common, "--json")
+    assert found.code == 0 and found.json()["verdicts"][0]["status"] == "PROVED"

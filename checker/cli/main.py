@@ -1357,6 +1357,13 @@ def _add_synthesize_parser(sub: Any) -> None:
         "--rounds", type=_positive, default=40, help="most candidates checked (default 40)"
     )
     p.add_argument(
+        "--time-limit",
+        type=_positive,
+        metavar="SECONDS",
+        help="start no new candidate after this many seconds: the best one so far is proved "
+        "and reported as the best found (default: none)",
+    )
+    p.add_argument(
         "--no-prove",
         action="store_true",
         help="check candidates on the grid only (the result is then not PROVED on the "
@@ -1400,7 +1407,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     ):
         run = _proof_run(args, executor, minimise=True)
         checks = Checks(grid, production, run, executor)
-        result = synthesize(base, wanted, args.window, checks, args.rounds, tick)
+        result = synthesize(base, wanted, args.window, checks, args.rounds, tick, args.time_limit)
         files = _write_synthesis(result, out)
     if args.json:
         _emit(

@@ -100,8 +100,8 @@ def synthesis_lines(result: Synthesis, wanted: list[str], checked: list[str]) ->
             "  the least-cost candidate of the space: every candidate consistent with the "
             f"witnesses was checked ({result.tried})"
             if result.optimal
-            else f"  the best of the {result.tried} candidates checked: the round limit came "
-            "first, so cheaper candidates may remain"
+            else f"  the best of the {result.tried} candidates checked: the round or time limit "
+            "came first, so cheaper candidates may remain"
         )
         lines += [f"  {line}" for line in actions(result.candidate)]
         lines.append(f"  kept: {', '.join(result.kept) or 'none'}")

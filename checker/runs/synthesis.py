@@ -42,10 +42,10 @@ from chunkproof.model.policy import Policy
 from chunkproof.proofs.refutation import HoleSolver, Witness
 from chunkproof.spec.space import Space
 
-FOUND, UNSAT, UNDECIDED, OUT_OF_ROUNDS = "FOUND", "UNSAT", "UNKNOWN", "OUT OF ROUNDS"
+FOUND, UNSAT, UNDECIDED, OUT_OF_ROUNDS = "FOUND", "UNSAT", "UNKNOWN", "OUT OF ROUNDS OR TIME"
 """How a search ends: a candidate passed every check; no candidate can (a conflict of P0 and
 P1); the prover left the best candidate undecided (or found a violation without a
-counterexample); the round limit came before any candidate passed."""
+counterexample); the round or time limit came before any candidate passed."""
 
 SYNTHESIS_PROPERTIES = ("P0", "P1", "P3", "P4", "P5", "P6")
 """The properties a synthesised policy is asked to keep by default (SPEC Y)."""
@@ -303,10 +303,18 @@ def synthesize(
     checks: Checks,
     max_rounds: int,
     tick: Tick | None = None,
+    seconds: float | None = None,
 ) -> Synthesis:
     """Search the template's space of ``base`` for the least-cost policy keeping ``wanted``
-    (module docstring), at most ``max_rounds`` rounds."""
+    (module docstring): at most ``max_rounds`` rounds check a new candidate, and none starts
+    after ``seconds`` (then the best candidate so far goes to the prover, and the result says
+    it is the best found)."""
     started = time.monotonic()
+    deadline = None if seconds is None else started + seconds
+
+    def in_time() -> bool:
+        return deadline is None or time.monotonic() < deadline
+
     search = _Search(base, wanted, window, checks)
     rounds: list[Round] = []
     passed: list[Passed] = []
@@ -322,7 +330,7 @@ def synthesize(
     while True:
         measured = [p.candidate for p in passed]
         picked = search.solver.pick(search.kept, search.guarded, measured)
-        if picked is not None and len(rounds) < max_rounds:
+        if picked is not None and len(rounds) < max_rounds and in_time():
             began = time.monotonic()
             tried += 1
             met, standing = search.grid_check(picked)
@@ -337,7 +345,7 @@ def synthesize(
                 status = ended
                 break
             continue
-        if not passed:  # the rounds ran out before a candidate passed
+        if not passed:  # the rounds or the time ran out before a candidate passed
             break
         best = min(passed, key=lambda p: cost(p, search.released))
         began = time.monotonic()
