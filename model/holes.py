@@ -11,10 +11,11 @@ itself.
 
 * ``finish`` (split, an end e of V9 in the window): 0 never; 1 finish the prefill (end at T)
   when the budget reaches T and the chunk crosses no boundary of the split grid G from a
-  mid-block start (``lookahead-in-split``, SPEC V); 2 the same with the Mamba grid B, the grid
-  SPEC P3 judges; 3 whenever the budget reaches T.
+  mid-block start (``lookahead-in-split``, SPEC V); 2 the same with the scheduler's block
+  B_s = lcm(B, G), which is the Mamba grid B SPEC P3 judges whenever G divides B (the
+  scheduler reads B_s, not B); 3 whenever the budget reaches T.
 * ``back`` (split, a window end not finished): 0 keep V9's end; 1 end at fl(T - L, G) when
-  that is past c (``lookahead-in-split``); 2 end at fl(T - L, B) when that is past c.
+  that is past c (``lookahead-in-split``); 2 end at fl(T - L, B_s) when that is past c.
 * ``spare`` (reservation, ends it leaves alone): 0 none (R1); 1 ends on the split grid G
   (``lookahead-in-split``); 2 those and the partial-tail boundary tau V9 stops at.
 * ``keep`` (reservation): 0 a trim may leave 0 (R1); 1 a trim that would leave nothing keeps
@@ -67,7 +68,7 @@ HOLES: tuple[Hole, ...] = (
         (
             "keep the split's window end",
             "else end at fl(T - L, G) if past c",
-            "else end at fl(T - L, B) if past c",
+            "else end at fl(T - L, B_s) if past c",
         ),
     ),
     Hole(
@@ -99,8 +100,8 @@ BASES = ("vllm-0.33", "vllm-0.34")
 
 def crosses_from_mid_block(cfg: Config, c: int, finish: int) -> bool:
     """``finish``'s guard (module docstring): a chunk from c to T crosses a boundary of the
-    grid ``finish`` names (1: G, 2: B) from a mid-block start; never for 3."""
-    grid = cfg.split_block if finish == 1 else cfg.block
+    grid ``finish`` names (1: G, 2: B_s) from a mid-block start; never for 3."""
+    grid = cfg.split_block if finish == 1 else cfg.sched_block
     if finish == 3 or c % grid == 0:
         return False
     return next_boundary(c, grid) < cfg.tokens
@@ -117,7 +118,7 @@ def split_template(cfg: Config, c: int, n: int, finish: int, back: int) -> int:
         if finish > 0 and c + n >= t and not crosses_from_mid_block(cfg, c, finish):
             return t - c
         if back > 0:
-            grid = cfg.split_block if back == 1 else cfg.block
+            grid = cfg.split_block if back == 1 else cfg.sched_block
             a = fl(t - cfg.lookahead, grid)
             if a > c:
                 return a - c

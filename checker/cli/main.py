@@ -108,9 +108,11 @@ from chunkproof.model.holes import BASES, candidate_policy, candidate_source, ch
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, stage_order
 from chunkproof.model.trajectory import Trajectory, run
+from chunkproof.source.candidate_patch import scheduler_diff
 from chunkproof.source.loading import recorded_policy, resolve_policy, source_flags_given
 from chunkproof.source.methods import parse_overrides
 from chunkproof.source.policy import names_class, names_source, names_tree
+from chunkproof.source.releases import release_root
 from chunkproof.spec.kv_blocks import in_scope_possible, pool_rules
 from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
 from chunkproof.spec.request_symbolic import cells as proof_cells
@@ -1357,6 +1359,12 @@ def _add_synthesize_parser(sub: Any) -> None:
         "--rounds", type=_positive, default=40, help="most candidates checked (default 40)"
     )
     p.add_argument(
+        "--diff",
+        action="store_true",
+        help="also write the candidate into the base release's scheduler.py as a unified "
+        "diff (scheduler.patch; fetches the release once, as vllm==X.Y.Z does)",
+    )
+    p.add_argument(
         "--time-limit",
         type=_positive,
         metavar="SECONDS",
@@ -1408,7 +1416,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         run = _proof_run(args, executor, minimise=True)
         checks = Checks(grid, production, run, executor)
         result = synthesize(base, wanted, args.window, checks, args.rounds, tick, args.time_limit)
-        files = _write_synthesis(result, out)
+        files = _write_synthesis(result, out, args.diff)
     if args.json:
         _emit(
             "synthesis",
@@ -1423,9 +1431,10 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     return EXIT_VIOLATED if result.status == UNSAT else EXIT_UNKNOWN
 
 
-def _write_synthesis(result: Synthesis, out: RunFolder) -> dict[int, str]:
-    """Every witness as a counterexample file of the candidate it refuted, and the found
-    candidate's source (SPEC Y5); the witnesses' files by their index in the search."""
+def _write_synthesis(result: Synthesis, out: RunFolder, diff: bool) -> dict[int, str]:
+    """Every witness as a counterexample file of the candidate it refuted, the found
+    candidate's source and, with ``diff``, its unified diff against the base release's
+    ``scheduler.py`` (SPEC Y5); the witnesses' files by their index in the search."""
     files: dict[int, str] = {}
     index = 0
     for r in result.rounds:
@@ -1436,10 +1445,15 @@ def _write_synthesis(result: Synthesis, out: RunFolder) -> dict[int, str]:
             )
             index += 1
     if result.status == FOUND and result.candidate is not None:
-        source = candidate_source(result.base, result.candidate)
-        staged = out.path(f"synthesis-{result.base.file_stem}", "candidate.py")
-        staged.write_text(source)
-        out.record(staged)
+        folder = f"synthesis-{result.base.file_stem}"
+        written = {"candidate.py": candidate_source(result.base, result.candidate)}
+        if diff:
+            root = release_root(result.base.releases[0])
+            written["scheduler.patch"] = scheduler_diff(root, result.candidate)
+        for name, text in written.items():
+            staged = out.path(folder, name)
+            staged.write_text(text)
+            out.record(staged)
     return files
 
 
