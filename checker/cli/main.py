@@ -189,16 +189,18 @@ def _retention(text: str) -> int:
     return -1 if text == "none" else _natural(text)
 
 
-def _add_properties(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--property",
-        help=f"properties to check, e.g. P1,P3 (default all of {','.join(PROPERTIES)})",
-    )
+def _add_properties(
+    p: argparse.ArgumentParser,
+    ids: Sequence[str] = tuple(PROPERTIES),
+    what: str = "properties to check, e.g. P1,P3",
+    window: str = "form of P5 (default strict: no chunk ends in (T - L, T))",
+) -> None:
+    p.add_argument("--property", help=f"{what} (default all of {','.join(ids)})")
     p.add_argument(
         "--window",
         choices=("strict", "relaxed"),
         default=DEFAULT_WINDOW,
-        help="form of P5 (default strict: no chunk ends in (T - L, T))",
+        help=window,
     )
 
 
@@ -1342,15 +1344,11 @@ def _add_synthesize_parser(sub: Any) -> None:
         "(default vllm-latest)",
     )
     add_range_flags(p)
-    p.add_argument(
-        "--property",
-        help=f"properties the policy must keep (default all of {','.join(SYNTHESIS_PROPERTIES)})",
-    )
-    p.add_argument(
-        "--window",
-        choices=("strict", "relaxed"),
-        default=DEFAULT_WINDOW,
-        help="form of P5 to start from (default strict; a conflict relaxes it, and says so)",
+    _add_properties(
+        p,
+        SYNTHESIS_PROPERTIES,
+        "properties the policy must keep",
+        "form of P5 to start from (default strict; a conflict relaxes it, and says so)",
     )
     _add_run_options(p)
     p.add_argument("--timeout", type=_positive, default=20, help="seconds per prover query")
