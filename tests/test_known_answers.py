@@ -243,3 +243,15 @@ def test_releases_before_0_29_ignore_internal_checkpoints(name: str) -> None:
                 assert step(policy, on, c, budget).chunk == step(policy, off, c, budget).chunk
                 compared += 1
     assert compared > 300
+
+
+@pytest.mark.parametrize("name", ["vllm-0.30", "vllm-0.31"])
+def test_v7_stops_at_the_partial_tail_only_strictly_inside_the_prompt(name: str) -> None:
+    """History note 3, V7: the partial-tail stop tau applies when lambda < tau < P. A resumed
+    request (T=14 > P=12, B=8, H=4) whose prompt ends on the hash grid has tau = P = 12, so a
+    chunk from 8 with budget 5 runs past the prompt to E = 13, as the real 0.30.0 and 0.31.0
+    methods do (checked against them: ends 8, 13)."""
+    policy = get_builtin(name)
+    cfg = Config(block=8, hash_block=4, prompt=12, tokens=14, max_sched=8)
+    assert step(policy, cfg, 0, 8).chunk == 8
+    assert step(policy, cfg, 8, 5).chunk == 5
