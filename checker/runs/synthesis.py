@@ -196,10 +196,12 @@ class _Search:
         self.conflicts.append(Conflict(f"the search no longer asks {released}", core))
         return None
 
-    def grid_check(self, candidate: dict[str, int]) -> tuple[list[Met], Standing | None]:
+    def grid_check(
+        self, candidate: dict[str, int]
+    ) -> tuple[list[Met], Standing | None, list[Verdict]]:
         """Steps 1 and 2 of the module docstring, up to the first that meets a
         counterexample; how the candidate stands against the base once the explorer passes
-        it."""
+        it, and the explorer's verdicts."""
         policy = candidate_policy(self.base, candidate)
         checks = self.checks
         verdicts, _ = explore_space(
@@ -207,20 +209,18 @@ class _Search:
         )
         met = [self._met("explorer", v.witness) for v in verdicts if v.witness is not None]
         if met:
-            return met, None
+            return met, None, verdicts
         behaviour = compare_behaviour(
             self.base, policy, checks.grid, checks.jobs, window=self.window
         )
-        return self._regressions(policy, behaviour), Standing.of(behaviour.tally)
+        return self._regressions(policy, behaviour), Standing.of(behaviour.tally), verdicts
 
-    def prove(self, candidate: dict[str, int]) -> tuple[list[Met], list[Verdict]]:
-        """Step 3 of the module docstring: the explorer's and the prover's verdicts of the
-        kept properties, and the prover's counterexamples."""
-        policy = candidate_policy(self.base, candidate)
+    def prove(self, passed: Passed) -> tuple[list[Met], list[Verdict]]:
+        """Step 3 of the module docstring: the prover's verdicts of the kept properties beside
+        the explorer's from the grid check, and the prover's counterexamples."""
+        policy = candidate_policy(self.base, passed.candidate)
         checks = self.checks
-        explored, _ = explore_space(
-            policy, checks.grid, tuple(self.kept), self.window, checks.jobs, None
-        )
+        explored = [v for v in passed.explored if v.property in self.kept]
         if checks.production is None:
             return [], explored
         run = ProofRun(self.window, checks.run.timeout_ms, checks.jobs, True, checks.run.rlimit)
@@ -278,6 +278,9 @@ class Passed:
 
     candidate: dict[str, int]
     standing: Standing
+    explored: list[Verdict] = field(default_factory=list)
+    """The explorer's verdicts of the properties kept when it passed (still those kept, or
+    more: the search only gives properties up while no candidate has passed)."""
 
 
 def cost(passed: Passed, released: list[str]) -> tuple[int, ...]:
@@ -333,11 +336,11 @@ def synthesize(
         if picked is not None and len(rounds) < max_rounds and in_time():
             began = time.monotonic()
             tried += 1
-            met, standing = search.grid_check(picked)
+            met, standing, explored = search.grid_check(picked)
             seconds = time.monotonic() - began
             record(Round(len(rounds) + 1, picked, met, seconds, standing, window=search.window))
             if not met and standing is not None:
-                passed.append(Passed(picked, standing))
+                passed.append(Passed(picked, standing, explored))
             continue
         if picked is None and not passed:
             ended = search.resolve_conflict()
@@ -349,7 +352,7 @@ def synthesize(
             break
         best = min(passed, key=lambda p: cost(p, search.released))
         began = time.monotonic()
-        met, verdicts = search.prove(best.candidate)
+        met, verdicts = search.prove(best)
         seconds = time.monotonic() - began
         number = len(rounds) + 1
         record(Round(number, best.candidate, met, seconds, best.standing, True, search.window))
