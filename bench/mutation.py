@@ -132,14 +132,14 @@ POOL = Catalogue(
     quick=_POOL_SELECTION[:2],
     canary=(
         "spec/kv_blocks.py",
-        "    return new + mamba_new_blocks(cfg, start, end) + tail_copy\n",
-        "    return new + mamba_new_blocks(cfg, start, end)\n",
+        "    mamba = blocks_v33(cfg, c, e) + tail_copy_v32(cfg, c)\n",
+        "    mamba = blocks_v33(cfg, c, e)\n",
     ),
 )
 """The KV block pool of SPEC KV2 (``--catalogue pool``): its rules and P8. Its selection: the
 rules' and P8's own tests, then the rules against each release's ``allocate_slots`` and the P8
-repros on the real trees; the quick stage, the first two (about 20 s). Canary: the tail copy
-is no longer asked."""
+repros on the real trees; the quick stage, the first two (about 20 s). Canary: 0.33's tail
+copy is no longer asked."""
 
 CATALOGUES = {"model": MODEL, "system": SYSTEM, "pool": POOL}
 SWAPS = {

@@ -97,6 +97,9 @@ pick p8-tail-copy-beyond-startup-pool vllm-0.33 P8 --block 8 --split-block B/4 -
 # vllm-0.28 (P8): 0.23-0.28's start-up check counts the null block as the request's, so a
 # prompt of max_model_len = 9 tokens (B = 8) is refused its last token's blocks.
 pick p8-null-block-startup-pool vllm-0.28 P8 --block 8 --lookahead 0 --drop off --prompt 1-12 --max-sched 1-2
+# vllm-0.30 (KV2 rule 2c): with prefill checkpoints on, the chunk [4, 13) writes one and asks
+# every Mamba block it spans (3), uncapped, beyond the one checkpoint block the sizer counts.
+pick p8-checkpoint-uncapped-ask vllm-0.30 P8 --block 4 --lookahead 0 --drop off --checkpoints on --checkpoint-alignment 1 --prompt 1-13 --max-sched 1-9
 # lookahead-in-split: the proposed fix finishes over lambda, so R* is not cached.
 pick p6-fix-skips-resend lookahead-in-split P6 "${CLASSIC[@]}"
 # lookahead-in-split: in the sub-block regime a block end inside the window survives even the

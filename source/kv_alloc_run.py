@@ -145,13 +145,14 @@ def kv_manager(
     tree: KvTree, cfg: KvConfig, use_eagle: bool, num_blocks: int, max_model_len: int
 ) -> Any:
     """The tree's ``KVCacheManager`` for ``cfg`` over a pool of ``num_blocks`` blocks (and
-    ``max_model_len``): the
-    groups of :func:`~chunkproof.source.kv_run.kv_cache_config`, the Mamba group's
-    ``num_speculative_blocks`` the speculative tokens k = L (vLLM's Mamba layers set it to
-    ``num_speculative_tokens``), watermark 0."""
+    ``max_model_len``): the groups of :func:`~chunkproof.source.kv_run.kv_cache_config`, the
+    Mamba group's ``num_speculative_blocks`` the speculative tokens k = L (vLLM's Mamba
+    layers set it to ``num_speculative_tokens``) and one prefill checkpoint block when the
+    backend exports internal checkpoints (K), watermark 0."""
+    checkpoint_blocks = 1 if cfg.checkpoints else 0
     return call_with(
         tree["KVCacheManager"],
-        kv_cache_config=kv_cache_config(tree, cfg, num_blocks, cfg.lookahead),
+        kv_cache_config=kv_cache_config(tree, cfg, num_blocks, cfg.lookahead, checkpoint_blocks),
         max_model_len=max_model_len,
         max_in_flight_tokens=1 << 16,
         use_eagle=use_eagle,

@@ -64,7 +64,7 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L and R (-1: None)."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K and alpha (0: None)."""
 
     @property
     def block(self) -> int: ...
@@ -92,6 +92,12 @@ class KvConfig(Protocol):
 
     @property
     def retention(self) -> int: ...
+
+    @property
+    def checkpoints(self) -> bool: ...
+
+    @property
+    def checkpoint_alignment(self) -> int: ...
 
 
 class KvMissingError(SourceError):
@@ -430,13 +436,18 @@ def call_with(function: Any, **offered: Any) -> Any:
 
 
 def kv_cache_config(
-    tree: KvTree, cfg: KvConfig, num_blocks: int = 1 << 20, speculative_blocks: int = 0
+    tree: KvTree,
+    cfg: KvConfig,
+    num_blocks: int = 1 << 20,
+    speculative_blocks: int = 0,
+    checkpoint_blocks: int = 0,
 ) -> KvStub:
     """The cache config the scheduler's manager is built over for ``cfg``: attention block G
     (the split block), EAGLE-flagged when the drop D is configured, Mamba block B ("align"
-    mode, ``speculative_blocks`` blocks for speculative tokens, no prefill checkpoint blocks),
-    ``num_blocks`` blocks, retention interval R (read from the environment variable by
-    0.24-0.28, which is set here, and from the cache config by 0.29+)."""
+    mode, ``speculative_blocks`` blocks for speculative tokens, ``checkpoint_blocks`` prefill
+    checkpoint blocks aligned on alpha), ``num_blocks`` blocks, retention interval R (read
+    from the environment variable by 0.24-0.28, which is set here, and from the cache config
+    by 0.29+)."""
     retention = None if cfg.retention < 0 else cfg.retention
     tree.files[COORDINATOR_FILE]["envs"] = KvStub(
         "envs", VLLM_PREFIX_CACHE_RETENTION_INTERVAL=retention
@@ -450,7 +461,8 @@ def kv_cache_config(
         num_speculative_blocks=speculative_blocks,
         prefix_cacheable=True,
         dcp_sharded=False,
-        num_prefill_checkpoint_blocks=0,
+        num_prefill_checkpoint_blocks=checkpoint_blocks,
+        prefill_checkpoint_alignment=cfg.checkpoint_alignment or None,
     )
     groups = [
         KvStub("group", kv_cache_spec=attention, is_eagle_group=cfg.drop, role=None),

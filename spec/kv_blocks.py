@@ -5,9 +5,10 @@ smallest pool each release's start-up check accepts.
 The model's hybrid cache has two groups on one pool of N blocks, as vLLM's hybrid models share
 it: full attention of block G and Mamba in "align" mode of block B. Block 0 of the pool is the
 null block, never handed out. The rules hold for a request admitted at c = 0 with no prefix
-hit, scheduled synchronously (every chunk computed before the next is scheduled) and with no
-prefill checkpoint blocks (K = 0); ``tests/test_kv_alloc_fidelity.py`` checks them against
-each release's own ``KVCacheManager.allocate_slots`` (:mod:`chunkproof.source.kv_alloc_run`).
+hit, scheduled synchronously (every chunk computed before the next is scheduled); with a
+prefill checkpoint block (K = 1, rule 2c) without partial hits.
+``tests/test_kv_alloc_fidelity.py`` checks them against each release's own
+``KVCacheManager.allocate_slots`` (:mod:`chunkproof.source.kv_alloc_run`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chunkproof.model.arith import cdiv
+from chunkproof.model.arith import cdiv, ck30, ck32, ck33, valid
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
 from chunkproof.spec.slots import (
+    eagle_drop,
+    hit_unit,
     release_minor,
     tail_position,
     tail_position_v26,
@@ -55,7 +58,8 @@ def mamba_new_blocks(cfg: Config, start: int, end: int) -> int:
     """KV2 rule 2: a first chunk (``start`` 0) takes S + 1 Mamba blocks, S = k = L the
     speculative ones (vLLM's Mamba layers set ``num_speculative_blocks`` to
     ``num_speculative_tokens``) and the state block; a later chunk takes one more state block
-    when it ends in a later Mamba block than the chunk before it did, else none."""
+    when it ends in a later Mamba block than the chunk before it did, else none. Without a
+    prefill checkpoint (rule 2c) this is both what the chunk asks and what it takes."""
     if start == 0:
         return cfg.lookahead + 1
     if cdiv(end, cfg.block) > cdiv(start, cfg.block):
@@ -63,20 +67,134 @@ def mamba_new_blocks(cfg: Config, start: int, end: int) -> int:
     return 0
 
 
-def asked_blocks(cfg: Config, start: int, end: int, max_model_len: int, tail_copy: int) -> int:
-    """KV2 rules 1-2b: the blocks the chunk [start, end) asks of the pool, ``tail_copy`` the
-    copy-on-write blocks of rule 2b."""
+def checkpoint_gate(cfg: Config, start: int, end: int, position: int, prefill_end: int) -> int:
+    """KV2 rule 2c: whether the Mamba manager reserves a checkpoint block for the chunk [start,
+    end) (``_needs_internal_checkpoint`` from 0.30): the backend exports prefill checkpoints
+    (K), the chunk reaches ``prefill_end`` and the backend can export ``position`` in it
+    (``is_mamba_prefill_checkpoint_valid`` with the hash block H and the Mamba block B). For a
+    request that has taken no block before its chunk, the block-table test that follows holds
+    whenever that one does. 1 when it reserves one, else 0."""
+    if not cfg.checkpoints or end < prefill_end:
+        return 0
+    if valid(start, end, position, cfg.hash_block, cfg.block, cfg.checkpoint_alignment):
+        return 1
+    return 0
+
+
+def checkpoint_v29(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.29 (``_needs_internal_checkpoint``'s first form): a chunk that starts on the
+    Mamba grid and ends off it reserves a checkpoint block at column cdiv(end, B) - 2 when
+    that column is past the blocks the request holds (a first chunk holds none; a later one
+    its state and S speculative blocks at columns cdiv(start, B) - 1 on)."""
+    block = cfg.block
+    if not cfg.checkpoints or end % block == 0 or start % block != 0:
+        return 0
+    if cdiv(end, block) - 2 >= cdiv(start, block) + (cfg.lookahead if start > 0 else 0):
+        return 1
+    return 0
+
+
+def checkpoint_v30(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.30: the position is ck30(end, H, drop), keyed on the chunk's end."""
+    return checkpoint_gate(cfg, start, end, ck30(end, cfg.hash_block, eagle_drop(cfg)), 0)
+
+
+def prefill_end_gate(cfg: Config) -> int:
+    """Rule 2c from 0.31: the chunk must reach the prompt's end when the retention interval is 0
+    (the manager's ``prefill_end``, which the coordinator zeroes for any other interval)."""
+    if cfg.retention == 0:
+        return cfg.prompt
+    return 0
+
+
+def checkpoint_v31(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.31: 0.30's position and the prefill-end gate."""
+    position = ck30(end, cfg.hash_block, eagle_drop(cfg))
+    return checkpoint_gate(cfg, start, end, position, prefill_end_gate(cfg))
+
+
+def checkpoint_v32(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.32: ck32 on the cache-hit grid (B_s without partial hits)."""
+    position = ck32(end, hit_unit(cfg), eagle_drop(cfg))
+    return checkpoint_gate(cfg, start, end, position, prefill_end_gate(cfg))
+
+
+def checkpoint_v33(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.33 on: ck33, which keeps the position L_h tokens clear of the end."""
+    position = ck33(end, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
+    return checkpoint_gate(cfg, start, end, position, prefill_end_gate(cfg))
+
+
+def spanned_blocks(cfg: Config, start: int, end: int) -> int:
+    """The Mamba blocks the chunk [start, end) ends past its start's: cdiv(end, B) - cdiv(start,
+    B), what a running request's block table grows by (``num_required_blocks`` less the
+    blocks it holds)."""
+    return cdiv(end, cfg.block) - cdiv(start, cfg.block)
+
+
+def kept_in_place(cfg: Config, start: int, end: int, checkpoint: int) -> int:
+    """Rule 2c, 0.30-0.31: the Mamba blocks the chunk takes. A later chunk that writes a
+    checkpoint leaves its S speculative blocks where they are and takes up to S + 2 new ones
+    (the checkpoint, the state and S speculative); any other chunk takes rule 2's blocks and
+    the checkpoint block."""
+    if checkpoint == 1 and start > 0:
+        return min(spanned_blocks(cfg, start, end), cfg.lookahead + 2)
+    return mamba_new_blocks(cfg, start, end) + checkpoint
+
+
+def asked_v30(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.30: what the chunk asks of the Mamba group. A later chunk that writes a
+    checkpoint asks every block its table grows by, uncapped (``not (checkpoint_block and
+    blocks_allocated)``)."""
+    checkpoint = checkpoint_v30(cfg, start, end)
+    if checkpoint == 1 and start > 0:
+        return spanned_blocks(cfg, start, end)
+    return mamba_new_blocks(cfg, start, end) + checkpoint
+
+
+def taken_v30(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.30: what the chunk takes (:func:`kept_in_place`)."""
+    return kept_in_place(cfg, start, end, checkpoint_v30(cfg, start, end))
+
+
+def blocks_v31(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.31: the ask is capped at what the chunk takes (``physical_block_cap``), so
+    both are :func:`kept_in_place`."""
+    return kept_in_place(cfg, start, end, checkpoint_v31(cfg, start, end))
+
+
+def blocks_v29(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.29: the speculative blocks move past the checkpoint, so a chunk that writes
+    one asks and takes rule 2's blocks and the checkpoint block."""
+    return mamba_new_blocks(cfg, start, end) + checkpoint_v29(cfg, start, end)
+
+
+def blocks_v32(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.32: as 0.29 (the speculative blocks move past the checkpoint again), at
+    0.32's checkpoint."""
+    return mamba_new_blocks(cfg, start, end) + checkpoint_v32(cfg, start, end)
+
+
+def blocks_v33(cfg: Config, start: int, end: int) -> int:
+    """Rule 2c, 0.33 on: as 0.32, at 0.33's position."""
+    return mamba_new_blocks(cfg, start, end) + checkpoint_v33(cfg, start, end)
+
+
+def asked_blocks(cfg: Config, start: int, end: int, max_model_len: int, mamba: int) -> int:
+    """KV2 rules 1-2c: the blocks the chunk [start, end) asks of the pool, ``mamba`` what it
+    asks of the Mamba group (rules 2 and 2c) and the tail copy of rule 2b included."""
     held = 0
     if start > 0:
         held = attention_blocks(cfg, start, max_model_len)
-    new = attention_blocks(cfg, end, max_model_len) - held
-    return new + mamba_new_blocks(cfg, start, end) + tail_copy
+    return attention_blocks(cfg, end, max_model_len) - held + mamba
 
 
 def free_blocks(cfg: Config, start: int, pool: int, max_model_len: int) -> int:
     """KV2 rules 2-3: the free blocks of a pool of ``pool`` when the chunk starting at
     ``start`` asks: all but the null block at first; later the attention blocks up to
-    ``start`` and S + 1 Mamba blocks are held (the state block of two chunks back was freed)."""
+    ``start`` and S + 1 Mamba blocks are held (the state block of two chunks back, and a
+    checkpoint block, were freed: ``remove_skipped_blocks`` frees every block before the
+    state's)."""
     if start == 0:
         return pool - 1
     return pool - 1 - attention_blocks(cfg, start, max_model_len) - cfg.lookahead - 1
@@ -129,16 +247,32 @@ def startup_pool_v23(cfg: Config) -> int:
 
 
 def startup_pool_v29(cfg: Config) -> int:
-    """KV2 rule 4, 0.29 on, for max_model_len = P + 1: 0.23's count and the null block."""
-    return startup_pool_v23(cfg) + 1
+    """KV2 rule 4, 0.29 on, for max_model_len = P + 1: 0.23's count, the prefill checkpoint
+    block K (``2 + S + K`` Mamba blocks) and the null block."""
+    checkpoint = 1 if cfg.checkpoints else 0
+    return startup_pool_v23(cfg) + checkpoint + 1
+
+
+def admitted_fresh(cfg: Config) -> bool:
+    """The request of KV2's rules: admitted at c = 0 with no hit (local or external), T = P,
+    no junction."""
+    if cfg.start > 0 or cfg.external > 0 or cfg.tokens > cfg.prompt:
+        return False
+    return cfg.junction == 0
 
 
 def pool_in_scope(cfg: Config) -> bool:
-    """SPEC P8's scope, where KV2's rules hold: a request admitted at c = 0 with no hit (local
-    or external), T = P, no prefill checkpoints, no junction."""
-    if cfg.start > 0 or cfg.external > 0 or cfg.tokens > cfg.prompt:
-        return False
-    return not cfg.checkpoints and cfg.junction == 0
+    """SPEC P8's scope up to 0.28, where KV2's rules hold: :func:`admitted_fresh`, no prefill
+    checkpoints (0.15-0.28 have none: SPEC S1b)."""
+    return admitted_fresh(cfg) and not cfg.checkpoints
+
+
+def pool_in_scope_with_checkpoints(cfg: Config) -> bool:
+    """SPEC P8's scope from 0.29: :func:`admitted_fresh`, and prefill checkpoints (rule 2c)
+    only without partial hits. With both, whether the chunk from the tail asks rule 2b's copy
+    depends on whether the chunk before it wrote a checkpoint (the manager keys the
+    checkpoint instead of the tail), which the request's c does not tell."""
+    return admitted_fresh(cfg) and not (cfg.checkpoints and cfg.partial_hits)
 
 
 def pool_in_scope_without_speculative(cfg: Config) -> bool:
@@ -147,53 +281,84 @@ def pool_in_scope_without_speculative(cfg: Config) -> bool:
     return cfg.lookahead == 0 and pool_in_scope(cfg)
 
 
-def pool_refuses(cfg: Config, start: int, end: int, pool: int, tail_copy: int) -> bool:
+def pool_refuses(cfg: Config, start: int, end: int, pool: int, mamba: int) -> bool:
     """SPEC P8 for the chunk [start, end) in a pool of ``pool`` blocks, max_model_len = P + 1:
-    the chunk asks more blocks than are free (KV2 rule 3). Judged within the rules' scope only
-    (:func:`pool_in_scope`)."""
-    if end <= start or not pool_in_scope(cfg):
+    the chunk asks more blocks than are free (KV2 rule 3), ``mamba`` what it asks of the Mamba
+    group (rules 2-2c). Each release's predicate judges it within its scope only."""
+    if end <= start:
         return False
-    asked = asked_blocks(cfg, start, end, longest_model_len(cfg), tail_copy)
+    asked = asked_blocks(cfg, start, end, longest_model_len(cfg), mamba)
     return asked > free_blocks(cfg, start, pool, longest_model_len(cfg))
 
 
 def refused_v15(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.15-0.16 (KV2 rule 4: any pool starts)."""
-    return pool_refuses(cfg, c, e, any_pool(cfg), no_tail_copy(cfg, c))
+    if not pool_in_scope(cfg):
+        return False
+    return pool_refuses(cfg, c, e, any_pool(cfg), mamba_new_blocks(cfg, c, e))
 
 
 def refused_v17(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.17-0.22: as 0.15, S >= 1 not judged (:func:`pool_modelled`)."""
     if not pool_in_scope_without_speculative(cfg):
         return False
-    return pool_refuses(cfg, c, e, any_pool(cfg), no_tail_copy(cfg, c))
+    return pool_refuses(cfg, c, e, any_pool(cfg), mamba_new_blocks(cfg, c, e))
 
 
 def refused_v23(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.23-0.25 (the start-up minimum without the null block), S >= 1 not judged."""
     if not pool_in_scope_without_speculative(cfg):
         return False
-    return pool_refuses(cfg, c, e, startup_pool_v23(cfg), no_tail_copy(cfg, c))
+    return pool_refuses(cfg, c, e, startup_pool_v23(cfg), mamba_new_blocks(cfg, c, e))
 
 
 def refused_v26(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.26-0.28: 0.23's minimum and the tail copy of 0.26."""
-    return pool_refuses(cfg, c, e, startup_pool_v23(cfg), tail_copy_v26(cfg, c))
+    if not pool_in_scope(cfg):
+        return False
+    mamba = mamba_new_blocks(cfg, c, e) + tail_copy_v26(cfg, c)
+    return pool_refuses(cfg, c, e, startup_pool_v23(cfg), mamba)
 
 
 def refused_v29(cfg: Config, c: int, e: int) -> bool:
-    """P8 under 0.29-0.30: the minimum with the null block and the tail copy of 0.26."""
-    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), tail_copy_v26(cfg, c))
+    """P8 under 0.29: the minimum with the null block, the tail copy of 0.26 and the checkpoint
+    block of 0.29 (rule 2c)."""
+    if not pool_in_scope_with_checkpoints(cfg):
+        return False
+    mamba = blocks_v29(cfg, c, e) + tail_copy_v26(cfg, c)
+    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
+
+
+def refused_v30(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.30: 0.29's and the checkpoint block of 0.30 (rule 2c)."""
+    if not pool_in_scope_with_checkpoints(cfg):
+        return False
+    mamba = asked_v30(cfg, c, e) + tail_copy_v26(cfg, c)
+    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
 
 
 def refused_v31(cfg: Config, c: int, e: int) -> bool:
-    """P8 under 0.31: the tail copy of 0.31."""
-    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), tail_copy_v31(cfg, c))
+    """P8 under 0.31: the tail copy and the checkpoint block of 0.31."""
+    if not pool_in_scope_with_checkpoints(cfg):
+        return False
+    mamba = blocks_v31(cfg, c, e) + tail_copy_v31(cfg, c)
+    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
 
 
 def refused_v32(cfg: Config, c: int, e: int) -> bool:
-    """P8 under 0.32 on: the tail copy of 0.32 on."""
-    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), tail_copy_v32(cfg, c))
+    """P8 under 0.32: the tail copy of 0.32 on and the checkpoint block of 0.32."""
+    if not pool_in_scope_with_checkpoints(cfg):
+        return False
+    mamba = blocks_v32(cfg, c, e) + tail_copy_v32(cfg, c)
+    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
+
+
+def refused_v33(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.33 on: the tail copy of 0.32 on and the checkpoint block of 0.33."""
+    if not pool_in_scope_with_checkpoints(cfg):
+        return False
+    mamba = blocks_v33(cfg, c, e) + tail_copy_v32(cfg, c)
+    return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
 
 
 # -- the rules per release ------------------------------------------------------------------
@@ -201,37 +366,132 @@ def refused_v32(cfg: Config, c: int, e: int) -> bool:
 
 @dataclass(frozen=True)
 class PoolRules:
-    """A release group's pool rules (SPEC KV2): its tail copy (rule 2b), its start-up minimum
-    for max_model_len = P + 1 (rule 4), its P8 predicate, and whether the rules cover S >= 1
-    (P8's scope is then :func:`pool_in_scope`, else :func:`pool_in_scope_without_speculative`)."""
+    """A release group's pool rules (SPEC KV2): its tail copy (rule 2b), what a chunk asks of
+    the Mamba group and what it takes there (rules 2 and 2c), its start-up minimum for
+    max_model_len = P + 1 (rule 4), its P8 predicate and its scope (:attr:`in_scope`), one of
+    :func:`pool_in_scope` (``"fresh"``), :func:`pool_in_scope_without_speculative`
+    (``"no speculative"``: 0.17-0.25 do not cover S >= 1) and
+    :func:`pool_in_scope_with_checkpoints` (``"checkpoints"``: 0.29 on cover K = 1)."""
 
     releases: str
     first_minor: int
     tail_copy: Callable[[Any, int], int]
+    mamba_asked: Callable[[Any, int, int], int]
+    mamba_taken: Callable[[Any, int, int], int]
     startup_pool: Callable[[Any], int]
     refused: Callable[[Any, int, int], bool]
-    speculative: bool = True
+    covers: str = "fresh"
+
+    @property
+    def speculative(self) -> bool:
+        """Whether the rules cover S >= 1 (:func:`pool_modelled`)."""
+        return self.covers != "no speculative"
+
+    @property
+    def checkpoints(self) -> bool:
+        """Whether the rules cover prefill checkpoints (K = 1, rule 2c)."""
+        return self.covers == "checkpoints"
 
     @property
     def in_scope(self) -> Callable[[Any], bool]:
         """P8's scope under these rules: the configurations whose chunks it judges."""
+        if self.checkpoints:
+            return pool_in_scope_with_checkpoints
         return pool_in_scope if self.speculative else pool_in_scope_without_speculative
 
     @property
     def scope_words(self) -> str:
         """:attr:`in_scope` in words."""
+        fresh = "c0 = 0 with no hit, T = P, no junction"
+        if self.checkpoints:
+            return f"{fresh}, internal checkpoints only without partial hits"
         speculative = "" if self.speculative else ", L = 0"
-        return f"c0 = 0 with no hit, T = P, no internal checkpoints, no junction{speculative}"
+        return f"{fresh}, no internal checkpoints{speculative}"
 
 
 POOL_RULES = (
-    PoolRules("0.15-0.16", 15, no_tail_copy, any_pool, refused_v15),
-    PoolRules("0.17-0.22", 17, no_tail_copy, any_pool, refused_v17, False),
-    PoolRules("0.23-0.25", 23, no_tail_copy, startup_pool_v23, refused_v23, False),
-    PoolRules("0.26-0.28", 26, tail_copy_v26, startup_pool_v23, refused_v26),
-    PoolRules("0.29-0.30", 29, tail_copy_v26, startup_pool_v29, refused_v29),
-    PoolRules("0.31", 31, tail_copy_v31, startup_pool_v29, refused_v31),
-    PoolRules("0.32-0.34", 32, tail_copy_v32, startup_pool_v29, refused_v32),
+    PoolRules(
+        "0.15-0.16", 15, no_tail_copy, mamba_new_blocks, mamba_new_blocks, any_pool, refused_v15
+    ),
+    PoolRules(
+        "0.17-0.22",
+        17,
+        no_tail_copy,
+        mamba_new_blocks,
+        mamba_new_blocks,
+        any_pool,
+        refused_v17,
+        "no speculative",
+    ),
+    PoolRules(
+        "0.23-0.25",
+        23,
+        no_tail_copy,
+        mamba_new_blocks,
+        mamba_new_blocks,
+        startup_pool_v23,
+        refused_v23,
+        "no speculative",
+    ),
+    PoolRules(
+        "0.26-0.28",
+        26,
+        tail_copy_v26,
+        mamba_new_blocks,
+        mamba_new_blocks,
+        startup_pool_v23,
+        refused_v26,
+    ),
+    PoolRules(
+        "0.29",
+        29,
+        tail_copy_v26,
+        blocks_v29,
+        blocks_v29,
+        startup_pool_v29,
+        refused_v29,
+        "checkpoints",
+    ),
+    PoolRules(
+        "0.30",
+        30,
+        tail_copy_v26,
+        asked_v30,
+        taken_v30,
+        startup_pool_v29,
+        refused_v30,
+        "checkpoints",
+    ),
+    PoolRules(
+        "0.31",
+        31,
+        tail_copy_v31,
+        blocks_v31,
+        blocks_v31,
+        startup_pool_v29,
+        refused_v31,
+        "checkpoints",
+    ),
+    PoolRules(
+        "0.32",
+        32,
+        tail_copy_v32,
+        blocks_v32,
+        blocks_v32,
+        startup_pool_v29,
+        refused_v32,
+        "checkpoints",
+    ),
+    PoolRules(
+        "0.33-0.34",
+        33,
+        tail_copy_v32,
+        blocks_v33,
+        blocks_v33,
+        startup_pool_v29,
+        refused_v33,
+        "checkpoints",
+    ),
 )
 """The groups in release order; 0.18-0.22 are taken to be 0.17 (not read)."""
 
@@ -250,10 +510,11 @@ def pool_rules(version: str | None) -> PoolRules:
 
 
 def in_scope_possible(grid: Grid) -> bool:
-    """Whether ``grid`` may hold a configuration in P8's scope (:func:`pool_refuses`): an
-    admission at c0 = 0, T = P, no internal checkpoints, no junction. Read from its value
-    sets; a set this cannot read is taken to allow it. A range of no such grid gets no P8
-    verdict (a range with nothing in scope is never PROVED)."""
+    """Whether ``grid`` may hold a configuration in P8's scope (:func:`admitted_fresh`): an
+    admission at c0 = 0, T = P, no junction. Read from its value sets; a set this cannot read
+    is taken to allow it. A range of no such grid gets no P8 verdict (a range with nothing in
+    scope is never PROVED); the engines count each release's own scope (internal checkpoints
+    included) and give EMPTY where none of a range is inside it."""
     sets = grid.sets
 
     def allows_zero(values: Any) -> bool:
@@ -266,20 +527,18 @@ def in_scope_possible(grid: Grid) -> bool:
         for t in getattr(tokens, "terms", ())
     )
     tokens_allow = prompt_itself or getattr(tokens, "numbers", True) is not None
-    no_checkpoints = False in sets["checkpoints"].values({})
-    return (
-        allows_zero(sets["start"])
-        and allows_zero(sets["junction"])
-        and tokens_allow
-        and no_checkpoints
-    )
+    return allows_zero(sets["start"]) and allows_zero(sets["junction"]) and tokens_allow
 
 
 def pool_modelled(rules: PoolRules, cfg: Config) -> bool:
-    """Whether rules 1-3 cover ``cfg`` under ``rules``: not 0.17-0.25 with speculative blocks
-    (S >= 1), whose Mamba group frees on c - S tokens, so that an old state block can stay
-    held a chunk longer depending on the chunk before the last; that needs more state than c
-    and is not modelled."""
+    """Whether rules 1-3 cover ``cfg`` under ``rules``:
+    - not 0.17-0.25 with speculative blocks (S >= 1), whose Mamba group frees on c - S tokens,
+      so that an old state block can stay held a chunk longer depending on the chunk before
+      the last; that needs more state than c and is not modelled;
+    - prefill checkpoints (rule 2c) without partial hits
+      (:func:`pool_in_scope_with_checkpoints`)."""
+    if cfg.checkpoints and (cfg.partial_hits or not rules.checkpoints):
+        return False
     return rules.speculative or cfg.lookahead == 0
 
 
@@ -292,24 +551,25 @@ def lone_allocations(
 ) -> list[Allocation]:
     """KV2 rules 1-3 along ``chunks`` from c = 0 over a pool of ``num_blocks`` blocks: an
     :class:`Allocation` per chunk, up to the first the pool refuses (the same functions P8
-    judges with). The blocks a tail copy takes are back in the pool by the chunk's end."""
+    judges with). The blocks a tail copy takes are back in the pool by the chunk's end; a
+    checkpoint block is freed with the state of two chunks back, before the next chunk asks."""
     if not pool_modelled(rules, cfg):
-        raise ConfigError(f"the pool model does not cover {rules.releases} with L >= 1")
+        raise ConfigError(f"the pool model of {rules.releases} does not cover {cfg.describe()}")
     calls: list[Allocation] = []
     start = 0
     for chunk in chunks:
         end = start + chunk
-        asked = asked_blocks(cfg, start, end, max_model_len, rules.tail_copy(cfg, start))
+        mamba = rules.mamba_asked(cfg, start, end) + rules.tail_copy(cfg, start)
+        asked = asked_blocks(cfg, start, end, max_model_len, mamba)
         free = free_blocks(cfg, start, num_blocks, max_model_len)
         granted = asked <= free
+        attention = attention_blocks(cfg, start, max_model_len) if start > 0 else 0
+        held = cfg.lookahead + 1 if start > 0 else 0
         if granted:
             attention = attention_blocks(cfg, end, max_model_len)
-            mamba = cfg.lookahead + 1 + (mamba_new_blocks(cfg, start, end) if start > 0 else 0)
-        else:
-            attention = attention_blocks(cfg, start, max_model_len) if start > 0 else 0
-            mamba = cfg.lookahead + 1 if start > 0 else 0
-        after = num_blocks - 1 - attention - mamba
-        calls.append(Allocation(asked, granted, after, (attention, mamba)))
+            held += rules.mamba_taken(cfg, start, end)
+        after = num_blocks - 1 - attention - held
+        calls.append(Allocation(asked, granted, after, (attention, held)))
         if not granted:
             break
         start = end

@@ -20,7 +20,7 @@ from typing import Any
 from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
 from chunkproof.model.splits import max_chunk, prefill_end
-from chunkproof.spec.kv_blocks import pool_rules, refused_v32
+from chunkproof.spec.kv_blocks import pool_rules, refused_v33
 from chunkproof.spec.slots import (
     checkpoint_at,
     keeps,
@@ -87,8 +87,8 @@ PROPERTIES: dict[str, Property] = {
             "POOL",
             "no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) "
             "asks more KV blocks than are free in the smallest pool the release starts with (a "
-            "lone request admitted at c = 0 without a hit, T = P, no internal checkpoints or "
-            "junction; KV2)",
+            "lone request admitted at c = 0 without a hit, T = P, no junction, internal "
+            "checkpoints only without partial hits; KV2)",
         ),
     )
 }
@@ -220,7 +220,7 @@ EDGE_PROPERTIES: dict[str, Callable[..., bool]] = {
     "P3": crosses_block_end,
     "P4": misaligned,
     "P6": skips_resend,
-    "P8": refused_v32,
+    "P8": refused_v33,
 }
 """Properties of one chunk [c, e): predicate(cfg, c, e), P6 and P8 under 0.33's cache rules
 (a policy's own: :func:`edge_properties`)."""

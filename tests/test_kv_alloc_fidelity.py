@@ -10,6 +10,7 @@ release's grant, free blocks and blocks held per group, over pools from too smal
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -45,33 +46,38 @@ def scheduled_chunks(policy: Policy, cfg: Config, rng: random.Random) -> list[in
     return None
 
 
-def on_mamba_blocks(cfg: Config, chunks: list[int]) -> bool:
-    """Whether every chunk but the last ends on a Mamba block boundary (KV2's scope)."""
-    return all(sum(chunks[: i + 1]) % cfg.block == 0 for i in range(len(chunks) - 1))
+def with_checkpoints(cfg: Config, rng: random.Random, minor: int) -> Config:
+    """From 0.29, half the configurations without partial hits export internal prefill
+    checkpoints (K = 1, KV2 rule 2c), aligned from 0.30 on 1, H or 2H."""
+    if minor < 29 or cfg.partial_hits or rng.random() < 0.5:
+        return cfg
+    alignment = rng.choice((1, cfg.hash_block, 2 * cfg.hash_block)) if minor >= 30 else 0
+    return cfg.replace(checkpoints=True, checkpoint_alignment=alignment)
 
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_lone_prefill_allocations_are_the_release(version: str) -> None:
     """Chunk by chunk, the release's ``allocate_slots`` grants exactly where the model says,
     leaves the free blocks it says and holds the attention and Mamba blocks it says
-    (KV2 rules 1-3), for pools from 2 blocks to more than the request needs, on every
-    configuration the rules cover (:func:`~chunkproof.spec.kv_blocks.pool_modelled`)."""
+    (KV2 rules 1-3, with a prefill checkpoint block from 0.29: rule 2c), for pools from 2
+    blocks to more than the request needs, on every configuration the rules cover
+    (:func:`~chunkproof.spec.kv_blocks.pool_modelled`)."""
     rng = random.Random(f"{SEED}-alloc-{version}")
     policy = policy_for_release(version)
     root = release_root(version)
     rules = pool_rules(version)
     wrong, refused, checked = [], 0, 0
     while checked < CASES:
-        cfg = draw_config(rng, version)
+        cfg = with_checkpoints(draw_config(rng, version), rng, minor_of(version))
         cfg = cfg.replace(max_sched=rng.randint(1, 3 * cfg.block))
-        if not pool_modelled(rules, cfg):
+        if not pool_modelled(rules, cfg) or policy.accepts(cfg) is not None:
             continue
         chunks = scheduled_chunks(policy, cfg, rng)
         if chunks is None:
             continue
         checked += 1
         max_model_len = rng.choice((cfg.prompt, cfg.prompt + rng.randint(1, 8)))
-        whole = cdiv(max_model_len, cfg.split_block) + cfg.lookahead + 3
+        whole = cdiv(max_model_len, cfg.split_block) + 2 * cfg.lookahead + 4
         pool = rng.randint(2, whole)
         real = tree_allocations(root, cfg, eagle_drop(cfg), chunks, pool, max_model_len)
         model = lone_allocations(cfg, chunks, pool, max_model_len, rules)
@@ -82,6 +88,68 @@ def test_lone_prefill_allocations_are_the_release(version: str) -> None:
             wrong.append(f"{cfg.describe()} chunks={chunks} N={pool}: real {got}, model {want}")
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
     assert 0 < refused < CASES, refused  # both outcomes are exercised
+
+
+CHECKPOINT_RELEASES = [v for v in RELEASES if minor_of(v) >= 29]
+
+
+def draw_checkpoint_config(rng: random.Random, version: str) -> Config:
+    """A configuration with internal prefill checkpoints (K = 1) the release accepts and rule
+    2c covers: H = G = B (no partial hits), alpha 1, B/2 or B (from 0.30; 0.29 has none),
+    budgets up to six blocks so that chunks span the two Mamba blocks a checkpoint needs."""
+    policy = policy_for_release(version)
+    alignments = (1, 2, 4) if minor_of(version) >= 30 else (0,)
+    while True:
+        block = rng.choice((4, 8, 16))
+        lookahead = rng.choice((0, 1, 2))
+        cfg = Config(
+            block=block,
+            prompt=rng.randint(1, 8 * block),
+            max_sched=rng.randint(1, 6 * block),
+            lookahead=lookahead,
+            drop=lookahead >= 1 and rng.random() < 0.5,
+            retention=rng.choice((-1, 0, block, 2 * block)),
+            checkpoints=True,
+            checkpoint_alignment=rng.choice(alignments) * block // 4,
+        )
+        if policy.accepts(cfg) is None:
+            return cfg
+
+
+@pytest.mark.parametrize("version", CHECKPOINT_RELEASES)
+def test_checkpoint_blocks_are_the_release(version: str) -> None:
+    """KV2 rule 2c on the release's code: with a prefill checkpoint block, chunk by chunk, the
+    release grants, leaves free and holds what the model says, for pools from 2 blocks to
+    ample; a good share of the chunks write a checkpoint."""
+    rng = random.Random(f"{SEED}-checkpoint-{version}")
+    policy = policy_for_release(version)
+    root = release_root(version)
+    rules = pool_rules(version)
+    wrong, refused, writing, checked = [], 0, 0, 0
+    while checked < CASES:
+        cfg = draw_checkpoint_config(rng, version)
+        chunks = scheduled_chunks(policy, cfg, rng)
+        if chunks is None:
+            continue
+        checked += 1
+        ends = [sum(chunks[:i]) for i in range(len(chunks) + 1)]
+        first = cfg.lookahead + 1
+        writing += any(
+            rules.mamba_taken(cfg, s, e) > (1 if s else first) for s, e in itertools.pairwise(ends)
+        )
+        max_model_len = cfg.prompt + rng.randint(1, 8)
+        whole = cdiv(max_model_len, cfg.split_block) + 2 * cfg.lookahead + 4
+        pool = rng.randint(2, whole)
+        real = tree_allocations(root, cfg, eagle_drop(cfg), chunks, pool, max_model_len)
+        model = lone_allocations(cfg, chunks, pool, max_model_len, rules)
+        refused += not real[-1].granted
+        got = [(a.granted, a.free, a.held) for a in real]
+        want = [(a.granted, a.free, a.held) for a in model]
+        if got != want:
+            wrong.append(f"{cfg.describe()} chunks={chunks} N={pool}: real {got}, model {want}")
+    assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
+    assert 0 < refused < CASES, refused
+    assert writing >= CASES // 4, writing
 
 
 @pytest.mark.parametrize("version", RELEASES)

@@ -92,7 +92,8 @@ def test_the_tail_copy_by_release() -> None:
 
 def test_the_rules_say_where_they_stop() -> None:
     """0.17-0.25 with S >= 1 are not modelled, and their P8 judges nothing there; a request
-    with internal checkpoints or a junction is outside P8's scope in every release."""
+    with a junction is outside P8's scope in every release, one with internal checkpoints and
+    partial hits too (0.15-0.28 have no checkpoints)."""
     speculative = CFG.replace(prompt=9)
     for version in ("0.17.0", "0.20.0", "0.24.0"):
         rules = pool_rules(version)
@@ -108,6 +109,51 @@ def test_the_rules_say_where_they_stop() -> None:
     assert not pool_rules("0.28.0").refused(tight.replace(junction=1), 8, 9)
     assert pool_rules("0.24.0").refused(tight, 8, 9)
     assert not pool_rules("0.33.0").refused(TAIL_7, 6, 6)  # no chunk, nothing asked
+    with_checkpoints = CHECKPOINTED.replace(split_block=2)
+    assert with_checkpoints.partial_hits
+    assert not pool_modelled(pool_rules("0.33.0"), with_checkpoints)
+    assert not pool_rules("0.30.0").refused(with_checkpoints, 4, 13)
+    assert not pool_modelled(pool_rules("0.28.0"), CHECKPOINTED.replace(lookahead=0))
+
+
+CHECKPOINTED = Config(
+    block=4, prompt=13, max_sched=9, lookahead=1, checkpoints=True, checkpoint_alignment=1
+)
+"""B = G = H = 4, S = 1, K = 1 with alpha = 1, P = 13 (max_model_len 14)."""
+
+
+def test_a_chunk_that_writes_a_checkpoint_by_release() -> None:
+    """Rule 2c on [4, 13): its end's checkpoint position ck30(13, 4) = 12 is valid in it (4 is
+    on the hash grid, cdiv(13, 4) - 2 = 2 > 0, 4 + 4 <= 12 < 13), so the manager reserves a
+    checkpoint block from 0.30. The table grows by cdiv(13, 4) - cdiv(4, 4) = 3 blocks: 0.30
+    asks all 3 and takes min(3, S + 2) = 3; 0.31 asks and takes 3 (its cap S + 2); 0.32 on ask
+    and take 2. 0.29 reserves one at column cdiv(13, 4) - 2 = 2 when that is past the state and
+    S speculative blocks the request holds (columns 0 to S): so with S = 1 it asks 2, with
+    S = 2 only the state block's 1. A first chunk that writes one takes S + 2; the chunk
+    [0, 4) writes none."""
+    versions = ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+    rules = [pool_rules(v) for v in versions]
+    assert [r.mamba_asked(CHECKPOINTED, 4, 13) for r in rules] == [2, 3, 3, 2, 2]
+    assert [r.mamba_taken(CHECKPOINTED, 4, 13) for r in rules] == [2, 3, 3, 2, 2]
+    assert rules[0].mamba_asked(CHECKPOINTED.replace(lookahead=2), 4, 13) == 1
+    assert [r.mamba_asked(CHECKPOINTED, 0, 13) for r in rules] == [3, 3, 3, 3, 3]
+    assert [r.mamba_asked(CHECKPOINTED, 0, 4) for r in rules] == [2, 2, 2, 2, 2]
+    without = CHECKPOINTED.replace(checkpoints=False)
+    assert [r.mamba_asked(without, 4, 13) for r in rules] == [1, 1, 1, 1, 1]
+
+
+def test_the_checkpoint_block_is_beyond_the_startup_minimum_in_0_30_and_0_31() -> None:
+    """The finding rule 2c states: the minimum for max_model_len 14 is cdiv(14, 4) + 2 + S + K
+    + the null block = 9 blocks. After [0, 4) the request holds cdiv(4 + 1, 4) = 2 attention
+    blocks and S + 1 = 2 Mamba blocks, so [4, 13) has 9 - 1 - 4 = 4 free and asks 2 attention
+    blocks and the Mamba blocks of rule 2c: 5 in 0.30 and 0.31 (3 Mamba), 4 from 0.32, which
+    fits."""
+    refused = [pool_rules(v).refused(CHECKPOINTED, 4, 13) for v in ("0.30.0", "0.31.0")]
+    served = [pool_rules(v).refused(CHECKPOINTED, 4, 13) for v in ("0.32.0", "0.34.0")]
+    assert pool_rules("0.31.0").startup_pool(CHECKPOINTED) == 9
+    assert refused == [True, True] and served == [False, False]
+    calls = lone_allocations(CHECKPOINTED, [4, 9], 9, 14, pool_rules("0.30.0"))
+    assert [(c.asked, c.granted) for c in calls] == [(2 + 2, True), (2 + 3, False)]
 
 
 def test_the_first_chunk_has_every_block_but_the_null_one() -> None:

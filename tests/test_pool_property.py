@@ -15,9 +15,10 @@ from chunkproof.checker.reports.report import exploration_verdicts
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.spec.kv_blocks import (
+    mamba_new_blocks,
     pool_refuses,
     refused_v26,
-    refused_v32,
+    refused_v33,
     startup_pool_v23,
     startup_pool_v29,
 )
@@ -37,9 +38,9 @@ def test_the_tail_copy_takes_the_block_the_startup_minimum_lacks() -> None:
     asked, while the 9 blocks of 0.33's minimum (5 + 2 + S + the null block) leave
     9 - 1 - 4 - 2 = 2 free. The same chunk without the copy fits; the chunks before it do."""
     assert startup_pool_v29(TAIL_033) == 9
-    assert refused_v32(TAIL_033, 6, 9)
-    assert not pool_refuses(TAIL_033, 6, 9, 9, 0)
-    assert not any(refused_v32(TAIL_033, c, c + 2) for c in (0, 2, 4))
+    assert refused_v33(TAIL_033, 6, 9)
+    assert not pool_refuses(TAIL_033, 6, 9, 9, mamba_new_blocks(TAIL_033, 6, 9))
+    assert not any(refused_v33(TAIL_033, c, c + 2) for c in (0, 2, 4))
 
 
 def test_up_to_0_28_the_null_block_is_missing() -> None:
@@ -49,13 +50,13 @@ def test_up_to_0_28_the_null_block_is_missing() -> None:
     cfg = Config(block=8, prompt=9, max_sched=1)
     assert startup_pool_v23(cfg) == 4
     assert refused_v26(cfg, 8, 9)
-    assert not pool_refuses(cfg, 8, 9, startup_pool_v29(cfg), 0)
+    assert not pool_refuses(cfg, 8, 9, startup_pool_v29(cfg), mamba_new_blocks(cfg, 8, 9))
 
 
 def test_outside_the_rules_nothing_is_judged() -> None:
     """A request admitted at a hit, or one with output tokens, is outside KV2's scope."""
-    assert not refused_v32(TAIL_033.replace(start=2), 6, 9)
-    assert not refused_v32(TAIL_033.replace(tokens=10), 6, 9)
+    assert not refused_v33(TAIL_033.replace(start=2), 6, 9)
+    assert not refused_v33(TAIL_033.replace(tokens=10), 6, 9)
 
 
 def solver_args(command: str) -> list[str]:
@@ -110,14 +111,24 @@ def test_p8_where_the_rules_stop_is_one_line(cli: Cli, tmp_path: Path) -> None:
     assert "P8 POOL" not in run.out.split("not judged:")[1].split("\n", 1)[1]
 
 
-@pytest.mark.parametrize("ranges", ["--tokens P+1-2", "--start external", "--checkpoints on"])
+@pytest.mark.parametrize("ranges", ["--tokens P+1-2", "--start external", "--junction 1-2"])
 def test_a_range_with_nothing_in_p8_scope_gets_no_verdict(cli: Cli, ranges: str) -> None:
-    """Resumed requests, admissions at a hit and internal checkpoints are outside P8's scope:
-    a range of only those is never PROVED; asked for, P8 is one line and exit 2."""
+    """Resumed requests, admissions at a hit and a junction are outside P8's scope in every
+    release: a range of only those is never PROVED; asked for, P8 is one line and exit 2."""
     flags = ["--block", "8", "--prompt", "1-8", "--max-sched", "1-4", *ranges.split()]
     run = cli("explore", "vllm-0.33", "--property", "P8", *flags)
     assert run.code == 2 and run.out == "", run.out
-    assert run.err.strip().endswith("no internal checkpoints or junction; SPEC P8)"), run.err
+    assert run.err.strip().endswith("(c0 = 0, T = P, no junction; SPEC P8)"), run.err
+
+
+def test_checkpoints_with_partial_hits_are_empty(cli: Cli) -> None:
+    """Internal checkpoints are in P8's scope without partial hits only (KV2 rule 2c): with
+    partial hits (H < B) they give EMPTY, never PROVED."""
+    flags = ["--block", "8", "--prompt", "1-8", "--max-sched", "1-4", "--split-block", "B/2"]
+    flags += ["--checkpoints", "on", "--checkpoint-alignment", "1", "--json"]
+    run = cli("explore", "vllm-0.33", "--property", "P8", *flags)
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["status"] == "EMPTY", run.out
 
 
 @pytest.mark.parametrize("command", ["explore", "prove"])
@@ -134,7 +145,10 @@ def test_p8_counts_and_names_only_the_configurations_in_its_scope(
     run = cli(command, "vllm-0.33", "--property", "P8", *flags)
     (verdict,) = run.json()["verdicts"]
     assert (run.code, verdict["status"]) == (0, "PROVED"), run.out
-    scope = "in its scope (c0 = 0 with no hit, T = P, no internal checkpoints, no junction)"
+    scope = (
+        "in its scope (c0 = 0 with no hit, T = P, no junction, internal checkpoints only "
+        "without partial hits)"
+    )
     if command == "explore":
         everything = run.json()["explored"]["configs"]["main"]
         assert 0 < verdict["configs"] < everything, (verdict, everything)
@@ -147,9 +161,11 @@ def test_p8_counts_and_names_only_the_configurations_in_its_scope(
 
 
 def test_a_cell_with_nothing_in_p8_scope_is_not_proved(cli: Cli, tmp_path: Path) -> None:
-    """With internal checkpoints on both ways, the cell with them holds no configuration in
-    P8's scope: the prover proves the other cell and counts that one as empty for P8."""
-    ranges = ["--block", "16", "--lookahead", "0", "--drop", "off", "--checkpoints", "both"]
+    """With internal checkpoints on both ways and partial hits (H = G = B/2), the cell with
+    checkpoints holds no configuration in P8's scope: the prover proves the other cell and
+    counts that one as empty for P8."""
+    ranges = ["--block", "16", "--split-block", "B/2", "--lookahead", "0", "--drop", "off"]
+    ranges += ["--checkpoints", "both", "--checkpoint-alignment", "1"]
     flags = [*ranges, *SOLVER_ARGS, "--json", "--out", str(tmp_path)]
     run = cli("prove", "vllm-0.33", "--property", "P8", *flags)
     (verdict,) = run.json()["verdicts"]
@@ -163,8 +179,9 @@ def test_an_exploration_with_nothing_in_p8_scope_is_empty() -> None:
     """Below the command line (which refuses such a range first): an exploration whose every
     configuration lies outside P8's scope gives EMPTY, never PROVED."""
     policy = get_builtin("vllm-0.33")
-    texts = {"block": "8", "lookahead": "0", "prompt": "1-6", "max_sched": "1-4"}
-    space = user_space({**texts, "checkpoints": "on"}, None, production=False)
+    texts = {"block": "8", "split_block": "B/2", "lookahead": "0", "prompt": "1-6"}
+    texts |= {"max_sched": "1-4", "checkpoints": "on", "checkpoint_alignment": "1"}
+    space = user_space(texts, None, production=False)
     exploration = explore(RequestModel(policy, space, properties=("P8",)), ("P8",))
     assert exploration.tally.configs["main"] > 0
     (verdict,) = [v for v in exploration_verdicts(exploration, {}, None) if v.property == "P8"]

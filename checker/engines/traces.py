@@ -184,10 +184,11 @@ def pool_details(policy: Policy, cfg: Config, last: Step) -> dict[str, Any]:
     rules = pool_rules(policy.kv_release)
     pool = rules.startup_pool(cfg)
     copy = rules.tail_copy(cfg, last.c)
+    mamba = rules.mamba_asked(cfg, last.c, last.end) + copy
     return {
         "pool_rules": rules.releases,
         "pool": pool,
-        "asked": asked_blocks(cfg, last.c, last.end, longest_model_len(cfg), copy),
+        "asked": asked_blocks(cfg, last.c, last.end, longest_model_len(cfg), mamba),
         "tail_copy": copy,
         "free": free_blocks(cfg, last.c, pool, longest_model_len(cfg)),
     }

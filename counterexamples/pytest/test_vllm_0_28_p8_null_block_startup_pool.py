@@ -192,7 +192,7 @@ RECORDED = [
 
 
 def test_p8_pool(vllm: Extracted, pool: TreeAllocator) -> None:
-    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit, T = P, no internal checkpoints or junction; KV2)."""
+    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit, T = P, no junction, internal checkpoints only without partial hits; KV2)."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
     c, path = CONFIG.start, []
@@ -1106,7 +1106,7 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L and R (-1: None)."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K and alpha (0: None)."""
 
     @property
     def block(self) -> int: ...
@@ -1134,6 +1134,12 @@ class KvConfig(Protocol):
 
     @property
     def retention(self) -> int: ...
+
+    @property
+    def checkpoints(self) -> bool: ...
+
+    @property
+    def checkpoint_alignment(self) -> int: ...
 
 
 class KvMissingError(SourceError):
@@ -1472,13 +1478,18 @@ def call_with(function: Any, **offered: Any) -> Any:
 
 
 def kv_cache_config(
-    tree: KvTree, cfg: KvConfig, num_blocks: int = 1 << 20, speculative_blocks: int = 0
+    tree: KvTree,
+    cfg: KvConfig,
+    num_blocks: int = 1 << 20,
+    speculative_blocks: int = 0,
+    checkpoint_blocks: int = 0,
 ) -> KvStub:
     """The cache config the scheduler's manager is built over for ``cfg``: attention block G
     (the split block), EAGLE-flagged when the drop D is configured, Mamba block B ("align"
-    mode, ``speculative_blocks`` blocks for speculative tokens, no prefill checkpoint blocks),
-    ``num_blocks`` blocks, retention interval R (read from the environment variable by
-    0.24-0.28, which is set here, and from the cache config by 0.29+)."""
+    mode, ``speculative_blocks`` blocks for speculative tokens, ``checkpoint_blocks`` prefill
+    checkpoint blocks aligned on alpha), ``num_blocks`` blocks, retention interval R (read
+    from the environment variable by 0.24-0.28, which is set here, and from the cache config
+    by 0.29+)."""
     retention = None if cfg.retention < 0 else cfg.retention
     tree.files[COORDINATOR_FILE]["envs"] = KvStub(
         "envs", VLLM_PREFIX_CACHE_RETENTION_INTERVAL=retention
@@ -1492,7 +1503,8 @@ def kv_cache_config(
         num_speculative_blocks=speculative_blocks,
         prefix_cacheable=True,
         dcp_sharded=False,
-        num_prefill_checkpoint_blocks=0,
+        num_prefill_checkpoint_blocks=checkpoint_blocks,
+        prefill_checkpoint_alignment=cfg.checkpoint_alignment or None,
     )
     groups = [
         KvStub("group", kv_cache_spec=attention, is_eagle_group=cfg.drop, role=None),
@@ -1748,13 +1760,14 @@ def kv_manager(
     tree: KvTree, cfg: KvConfig, use_eagle: bool, num_blocks: int, max_model_len: int
 ) -> Any:
     """The tree's ``KVCacheManager`` for ``cfg`` over a pool of ``num_blocks`` blocks (and
-    ``max_model_len``): the
-    groups of :func:`~chunkproof.source.kv_run.kv_cache_config`, the Mamba group's
-    ``num_speculative_blocks`` the speculative tokens k = L (vLLM's Mamba layers set it to
-    ``num_speculative_tokens``), watermark 0."""
+    ``max_model_len``): the groups of :func:`~chunkproof.source.kv_run.kv_cache_config`, the
+    Mamba group's ``num_speculative_blocks`` the speculative tokens k = L (vLLM's Mamba
+    layers set it to ``num_speculative_tokens``) and one prefill checkpoint block when the
+    backend exports internal checkpoints (K), watermark 0."""
+    checkpoint_blocks = 1 if cfg.checkpoints else 0
     return call_with(
         tree["KVCacheManager"],
-        kv_cache_config=kv_cache_config(tree, cfg, num_blocks, cfg.lookahead),
+        kv_cache_config=kv_cache_config(tree, cfg, num_blocks, cfg.lookahead, checkpoint_blocks),
         max_model_len=max_model_len,
         max_in_flight_tokens=1 << 16,
         use_eagle=use_eagle,

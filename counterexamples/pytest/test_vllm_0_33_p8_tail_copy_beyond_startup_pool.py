@@ -1,7 +1,7 @@
 """Repro: P8 POOL breaks on vllm-0.33 (T=9 B=8 L=1 M=3 G=2 D=on).
 
 What goes wrong: chunk [6, 9) asks 3 KV blocks, 1 of them to copy the prompt's tail state with 2
-free, in a pool of 9 blocks, the fewest 0.32-0.34's start-up check accepts for max_model_len=10:
+free, in a pool of 9 blocks, the fewest 0.33-0.34's start-up check accepts for max_model_len=10:
 the running loop preempts the request, the last one running.
 
 The test reads the real Scheduler._mamba_block_aligned_split and
@@ -126,7 +126,7 @@ LARGEST_BUDGET = 3  # the most tokens one step can offer
 # request of P tokens needs (chunkproof's reading of that check, SPEC KV2 rule 4).
 KV_USE_EAGLE = True  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = 9
-POOL_RELEASES = "0.32-0.34"
+POOL_RELEASES = "0.33-0.34"
 MAX_MODEL_LEN = 10
 
 
@@ -180,14 +180,14 @@ RECORDED = [
     Step(c=2, budget=2, n=2, split=2, reservation=2, chunk=2),
     Step(c=4, budget=2, n=2, split=2, reservation=2, chunk=2),
     # P8: chunk [6, 9) asks 3 KV blocks, 1 of them to copy the prompt's tail state with 2 free, in
-    # a pool of 9 blocks, the fewest 0.32-0.34's start-up check accepts for max_model_len=10: the
+    # a pool of 9 blocks, the fewest 0.33-0.34's start-up check accepts for max_model_len=10: the
     # running loop preempts the request, the last one running
     Step(c=6, budget=3, n=3, split=3, reservation=3, chunk=3),
 ]
 
 
 def test_p8_pool(vllm: Extracted, pool: TreeAllocator) -> None:
-    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit, T = P, no internal checkpoints or junction; KV2)."""
+    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit, T = P, no junction, internal checkpoints only without partial hits; KV2)."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
     c, path = CONFIG.start, []
@@ -1103,7 +1103,7 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L and R (-1: None)."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K and alpha (0: None)."""
 
     @property
     def block(self) -> int: ...
@@ -1131,6 +1131,12 @@ class KvConfig(Protocol):
 
     @property
     def retention(self) -> int: ...
+
+    @property
+    def checkpoints(self) -> bool: ...
+
+    @property
+    def checkpoint_alignment(self) -> int: ...
 
 
 class KvMissingError(SourceError):
@@ -1469,13 +1475,18 @@ def call_with(function: Any, **offered: Any) -> Any:
 
 
 def kv_cache_config(
-    tree: KvTree, cfg: KvConfig, num_blocks: int = 1 << 20, speculative_blocks: int = 0
+    tree: KvTree,
+    cfg: KvConfig,
+    num_blocks: int = 1 << 20,
+    speculative_blocks: int = 0,
+    checkpoint_blocks: int = 0,
 ) -> KvStub:
     """The cache config the scheduler's manager is built over for ``cfg``: attention block G
     (the split block), EAGLE-flagged when the drop D is configured, Mamba block B ("align"
-    mode, ``speculative_blocks`` blocks for speculative tokens, no prefill checkpoint blocks),
-    ``num_blocks`` blocks, retention interval R (read from the environment variable by
-    0.24-0.28, which is set here, and from the cache config by 0.29+)."""
+    mode, ``speculative_blocks`` blocks for speculative tokens, ``checkpoint_blocks`` prefill
+    checkpoint blocks aligned on alpha), ``num_blocks`` blocks, retention interval R (read
+    from the environment variable by 0.24-0.28, which is set here, and from the cache config
+    by 0.29+)."""
     retention = None if cfg.retention < 0 else cfg.retention
     tree.files[COORDINATOR_FILE]["envs"] = KvStub(
         "envs", VLLM_PREFIX_CACHE_RETENTION_INTERVAL=retention
@@ -1489,7 +1500,8 @@ def kv_cache_config(
         num_speculative_blocks=speculative_blocks,
         prefix_cacheable=True,
         dcp_sharded=False,
-        num_prefill_checkpoint_blocks=0,
+        num_prefill_checkpoint_blocks=checkpoint_blocks,
+        prefill_checkpoint_alignment=cfg.checkpoint_alignment or None,
     )
     groups = [
         KvStub("group", kv_cache_spec=attention, is_eagle_group=cfg.drop, role=None),
@@ -1745,13 +1757,14 @@ def kv_manager(
     tree: KvTree, cfg: KvConfig, use_eagle: bool, num_blocks: int, max_model_len: int
 ) -> Any:
     """The tree's ``KVCacheManager`` for ``cfg`` over a pool of ``num_blocks`` blocks (and
-    ``max_model_len``): the
-    groups of :func:`~chunkproof.source.kv_run.kv_cache_config`, the Mamba group's
-    ``num_speculative_blocks`` the speculative tokens k = L (vLLM's Mamba layers set it to
-    ``num_speculative_tokens``), watermark 0."""
+    ``max_model_len``): the groups of :func:`~chunkproof.source.kv_run.kv_cache_config`, the
+    Mamba group's ``num_speculative_blocks`` the speculative tokens k = L (vLLM's Mamba
+    layers set it to ``num_speculative_tokens``) and one prefill checkpoint block when the
+    backend exports internal checkpoints (K), watermark 0."""
+    checkpoint_blocks = 1 if cfg.checkpoints else 0
     return call_with(
         tree["KVCacheManager"],
-        kv_cache_config=kv_cache_config(tree, cfg, num_blocks, cfg.lookahead),
+        kv_cache_config=kv_cache_config(tree, cfg, num_blocks, cfg.lookahead, checkpoint_blocks),
         max_model_len=max_model_len,
         max_in_flight_tokens=1 << 16,
         use_eagle=use_eagle,
