@@ -15,8 +15,10 @@ from chunkproof.checker.reports.report import exploration_verdicts
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.spec.kv_blocks import (
+    lone_allocations,
     mamba_new_blocks,
     pool_refuses,
+    pool_rules,
     refused_v26,
     refused_v33,
     startup_pool_v23,
@@ -53,10 +55,43 @@ def test_up_to_0_28_the_null_block_is_missing() -> None:
     assert not pool_refuses(cfg, 8, 9, startup_pool_v29(cfg), mamba_new_blocks(cfg, 8, 9))
 
 
+TAIL_RELEASES = ("0.26.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+
+
+def test_the_tail_chunk_by_release() -> None:
+    """[6, 9) of TAIL_033 after ends 2, 4, 6 at each release's minimum (KV2 rules 2b and 4):
+    0.31 on key the tail T = 6 and ask its copy, 3 blocks with 2 free; 0.29 and 0.30 key no
+    tail there (0.26-0.30's T is another under the drop) and serve 2 with 2 free in 9
+    blocks; 0.26-0.28's 8 blocks count the null block as the request's and refuse the 2."""
+    asked = {
+        v: [
+            (a.asked, a.granted)
+            for a in lone_allocations(TAIL_033, [2, 2, 2, 3], r.startup_pool(TAIL_033), 10, r)
+        ]
+        for v, r in ((v, pool_rules(v)) for v in TAIL_RELEASES)
+    }
+    first = [(4, True), (1, True), (1, True)]
+    assert asked == {
+        "0.26.0": [*first, (2, False)],
+        "0.29.0": [*first, (2, True)],
+        "0.30.0": [*first, (2, True)],
+        "0.31.0": [*first, (3, False)],
+        "0.32.0": [*first, (3, False)],
+        "0.33.0": [*first, (3, False)],
+    }
+    refused = [pool_rules(v).refused(TAIL_033, 6, 9) for v in TAIL_RELEASES]
+    assert refused == [True, False, False, True, True, True]
+
+
 def test_outside_the_rules_nothing_is_judged() -> None:
-    """A request admitted at a hit, or one with output tokens, is outside KV2's scope."""
+    """A request admitted at a hit, or one with output tokens, is outside KV2's scope, under
+    every release's rules."""
     assert not refused_v33(TAIL_033.replace(start=2), 6, 9)
     assert not refused_v33(TAIL_033.replace(tokens=10), 6, 9)
+    for version in TAIL_RELEASES:
+        rules = pool_rules(version)
+        assert not rules.refused(TAIL_033.replace(start=2), 6, 9), version
+        assert not rules.refused(TAIL_033.replace(junction=4), 6, 9), version
 
 
 def solver_args(command: str) -> list[str]:
