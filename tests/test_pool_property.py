@@ -119,7 +119,33 @@ def test_both_engines_find_the_least_tail_counterexample(
     (verdict,) = run.json()["verdicts"]
     assert run.code == 1 and verdict["status"] == "VIOLATED", run.out
     assert verdict["summary"].startswith("T=9 B=8 L=1 M=3 G=2 D=on: chunk [6, 9) asks 3 KV")
-    assert "1 of them to copy the prompt's tail state with 2 free" in verdict["summary"]
+    assert "1 of them to copy the prompt's tail state, with 2 free" in verdict["summary"]
+
+
+CHECKPOINT_RANGE = (
+    "--block 4 --lookahead 0 --drop off --checkpoints on --checkpoint-alignment 1 "
+    "--prompt 1-13 --max-sched 1-9"
+)
+"""0.30's least P8 counterexample with prefill checkpoints (KV2 rule 2c): T = 13."""
+
+
+@pytest.mark.parametrize(("policy", "status"), [("vllm-0.30", "VIOLATED"), ("vllm-0.32", "PROVED")])
+@pytest.mark.parametrize("command", ["explore", "prove"])
+def test_both_engines_find_the_checkpoint_chunk_0_32_fixed(
+    cli: Cli, tmp_path: Path, command: str, policy: str, status: str
+) -> None:
+    """[4, 13) writes a prefill checkpoint: 0.30 asks its 3 Mamba blocks uncapped beside 3
+    attention blocks, 6 with 5 free in the 8 blocks of its minimum; both engines find it, and
+    the verdict names the checkpoint's share. 0.32 asks 2 there, and both engines keep P8."""
+    flags = [*CHECKPOINT_RANGE.split(), *solver_args(command), "--json", "--out", str(tmp_path)]
+    run = cli(command, policy, "--property", "P8", *flags)
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["status"] == status, run.out
+    if status == "VIOLATED":
+        assert verdict["summary"].startswith(
+            "T=13 B=4 L=0 M=9 K=on alpha=1: chunk [4, 13) asks 6 KV blocks, 3 of them Mamba "
+            "blocks of a prefill checkpoint chunk, with 5 free, in a pool of 8 blocks"
+        ), verdict["summary"]
 
 
 @pytest.mark.parametrize("command", ["explore", "prove"])

@@ -11,7 +11,13 @@ from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import Step, step
 from chunkproof.spec import properties as props
-from chunkproof.spec.kv_blocks import asked_blocks, free_blocks, longest_model_len, pool_rules
+from chunkproof.spec.kv_blocks import (
+    asked_blocks,
+    free_blocks,
+    longest_model_len,
+    mamba_new_blocks,
+    pool_rules,
+)
 from chunkproof.spec.request import budget_bounds, encoder_forced
 from chunkproof.spec.slots import KvRules, crossing_claim, kv_rules, oracle
 
@@ -151,8 +157,11 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
             f"{last.budget}, so R* is never cached{suffix}"
         )
     if pid == "P8":
-        copy = details["tail_copy"]
-        tail = f", {copy} of them to copy the prompt's tail state" if copy else ""
+        copy, checkpoint = details["tail_copy"], details.get("checkpoint_blocks", 0)
+        parts = [f"{copy} of them to copy the prompt's tail state"] if copy else []
+        if checkpoint:
+            parts.append(f"{checkpoint} of them Mamba blocks of a prefill checkpoint chunk")
+        tail = "".join(f", {part}" for part in parts) + ("," if parts else "")
         then = (
             "the running loop preempts the request, the last one running"
             if last.c > 0
@@ -180,16 +189,20 @@ def verdict_details(policy: Policy, pid: str, cfg: Config, last: Step) -> dict[s
 
 def pool_details(policy: Policy, cfg: Config, last: Step) -> dict[str, Any]:
     """What P8's verdict names (SPEC KV2): the release's smallest pool for max_model_len = P + 1,
-    the blocks the last chunk asks (and how many of them copy the tail) and the free ones."""
+    the blocks the last chunk asks (how many of them copy the tail, rule 2b, and how many the
+    Mamba group asks for a chunk that writes a prefill checkpoint, rule 2c: more than rule 2's
+    exactly then) and the free ones."""
     rules = pool_rules(policy.kv_release)
     pool = rules.startup_pool(cfg)
     copy = rules.tail_copy(cfg, last.c)
-    mamba = rules.mamba_asked(cfg, last.c, last.end) + copy
+    mamba = rules.mamba_asked(cfg, last.c, last.end)
+    checkpoint = mamba if mamba > mamba_new_blocks(cfg, last.c, last.end) else 0
     return {
         "pool_rules": rules.releases,
         "pool": pool,
-        "asked": asked_blocks(cfg, last.c, last.end, longest_model_len(cfg), mamba),
+        "asked": asked_blocks(cfg, last.c, last.end, longest_model_len(cfg), mamba + copy),
         "tail_copy": copy,
+        "checkpoint_blocks": checkpoint,
         "free": free_blocks(cfg, last.c, pool, longest_model_len(cfg)),
     }
 

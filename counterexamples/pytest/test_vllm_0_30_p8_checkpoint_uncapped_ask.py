@@ -1,8 +1,8 @@
 """Repro: P8 POOL breaks on vllm-0.30 (T=13 B=4 L=0 M=9 K=on alpha=1).
 
-What goes wrong: chunk [4, 13) asks 6 KV blocks with 5 free, in a pool of 8 blocks, the fewest
-0.30's start-up check accepts for max_model_len=14: the running loop preempts the request, the
-last one running.
+What goes wrong: chunk [4, 13) asks 6 KV blocks, 3 of them Mamba blocks of a prefill checkpoint
+chunk, with 5 free, in a pool of 8 blocks, the fewest 0.30's start-up check accepts for
+max_model_len=14: the running loop preempts the request, the last one running.
 
 The test reads the real Scheduler._mamba_block_aligned_split and
 Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not imported: no
@@ -177,9 +177,9 @@ class Step(NamedTuple):
 # The counterexample: what vllm-0.30 does, step by step.
 RECORDED = [
     Step(c=0, budget=4, n=4, split=4, reservation=4, chunk=4),
-    # P8: chunk [4, 13) asks 6 KV blocks with 5 free, in a pool of 8 blocks, the fewest 0.30's
-    # start-up check accepts for max_model_len=14: the running loop preempts the request, the last
-    # one running
+    # P8: chunk [4, 13) asks 6 KV blocks, 3 of them Mamba blocks of a prefill checkpoint chunk,
+    # with 5 free, in a pool of 8 blocks, the fewest 0.30's start-up check accepts for
+    # max_model_len=14: the running loop preempts the request, the last one running
     Step(c=4, budget=9, n=9, split=9, reservation=9, chunk=9),
 ]
 

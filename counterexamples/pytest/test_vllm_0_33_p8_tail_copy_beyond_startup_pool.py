@@ -1,8 +1,8 @@
 """Repro: P8 POOL breaks on vllm-0.33 (T=9 B=8 L=1 M=3 G=2 D=on).
 
-What goes wrong: chunk [6, 9) asks 3 KV blocks, 1 of them to copy the prompt's tail state with 2
-free, in a pool of 9 blocks, the fewest 0.33-0.34's start-up check accepts for max_model_len=10:
-the running loop preempts the request, the last one running.
+What goes wrong: chunk [6, 9) asks 3 KV blocks, 1 of them to copy the prompt's tail state, with
+2 free, in a pool of 9 blocks, the fewest 0.33-0.34's start-up check accepts for
+max_model_len=10: the running loop preempts the request, the last one running.
 
 The test reads the real Scheduler._mamba_block_aligned_split and
 Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not imported: no
@@ -179,9 +179,9 @@ RECORDED = [
     Step(c=0, budget=2, n=2, split=2, reservation=2, chunk=2),
     Step(c=2, budget=2, n=2, split=2, reservation=2, chunk=2),
     Step(c=4, budget=2, n=2, split=2, reservation=2, chunk=2),
-    # P8: chunk [6, 9) asks 3 KV blocks, 1 of them to copy the prompt's tail state with 2 free, in
-    # a pool of 9 blocks, the fewest 0.33-0.34's start-up check accepts for max_model_len=10: the
-    # running loop preempts the request, the last one running
+    # P8: chunk [6, 9) asks 3 KV blocks, 1 of them to copy the prompt's tail state, with 2 free,
+    # in a pool of 9 blocks, the fewest 0.33-0.34's start-up check accepts for max_model_len=10:
+    # the running loop preempts the request, the last one running
     Step(c=6, budget=3, n=3, split=3, reservation=3, chunk=3),
 ]
 
