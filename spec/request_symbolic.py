@@ -114,11 +114,20 @@ class SymbolicRequest:
         budget: tuple[int, int] | None,
         window: str = props.DEFAULT_WINDOW,
         main: bool = True,
+        constants: dict[str, Any] | None = None,
     ) -> None:
         """``main``: the constraint excludes SPEC CLI's degenerate region (the verdicts' main
-        category); the scheduler step, which judges every configuration, passes False."""
+        category); the scheduler step, which judges every configuration, passes False.
+        ``constants``: every input the cell does not fix, as a constant (:meth:`at_config`);
+        the model then ranges over nothing and its constraint is true."""
         self.policy, self.cell, self.budget, self.window = policy, cell, budget, window
         self.main = main
+        if constants is not None:
+            self.symbols = {}
+            self._view(constants)
+            self.constraint = z3.BoolVal(True)
+            self.parameters = []
+            return
         self.symbols = {n: z3.Int(n) for n in _INTEGERS} | {n: z3.Bool(n) for n in _BOOLEANS}
         for index in range(len(cell.layout)):
             for part in ("start", "length"):
@@ -135,21 +144,15 @@ class SymbolicRequest:
         """The model at one configuration: every input the constant ``cfg`` holds, the policy
         alone symbolic (a candidate whose holes are Z3 constants, SPEC Y2). Its constraint is
         true: it ranges over nothing."""
-        self = cls.__new__(cls)
-        self.policy, self.window, self.main, self.budget = policy, window, False, None
         pairs = tuple(cfg.items)
         layout = tuple(ItemPattern(Ints(((s, s),)), False, Ints(((n, n),))) for s, n in pairs)
         values = tuple((name, int(getattr(cfg, name))) for name in CELL_INPUTS)
-        self.cell = Cell(values, cfg.lookahead >= 1, grid_from({}), layout)
-        fields: dict[str, Any] = {name: getattr(cfg, name) for name in _DERIVED}
+        cell = Cell(values, cfg.lookahead >= 1, grid_from({}), layout)
+        constants: dict[str, Any] = {name: getattr(cfg, name) for name in _DERIVED}
         for index, (start, length) in enumerate(pairs):
-            fields[_item_symbol(index, "start")] = start
-            fields[_item_symbol(index, "length")] = length
-        self.symbols = {}
-        self._view(fields)
-        self.constraint = z3.BoolVal(True)
-        self.parameters = []
-        return self
+            constants[_item_symbol(index, "start")] = start
+            constants[_item_symbol(index, "length")] = length
+        return cls(policy, cell, None, window, main=False, constants=constants)
 
     def _build(self, values: dict[str, Any]) -> None:
         """The view, the prefill end, the largest budget and the constraint, with the symbolic
