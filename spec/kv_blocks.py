@@ -67,6 +67,11 @@ def mamba_new_blocks(cfg: Config, start: int, end: int) -> int:
     return 0
 
 
+def no_checkpoint(cfg: Config, start: int, end: int) -> int:
+    """KV2 rule 2c before 0.29: no backend exports prefill checkpoints (SPEC S1b)."""
+    return 0
+
+
 def checkpoint_gate(cfg: Config, start: int, end: int, position: int, prefill_end: int) -> int:
     """KV2 rule 2c: whether the Mamba manager reserves a checkpoint block for the chunk [start,
     end) (``_needs_internal_checkpoint`` from 0.30): the backend exports prefill checkpoints
@@ -367,7 +372,8 @@ def refused_v33(cfg: Config, c: int, e: int) -> bool:
 @dataclass(frozen=True)
 class PoolRules:
     """A release group's pool rules (SPEC KV2): its tail copy (rule 2b), what a chunk asks of
-    the Mamba group and what it takes there (rules 2 and 2c), its start-up minimum for
+    the Mamba group and what it takes there (rules 2 and 2c), whether it writes a prefill
+    checkpoint (rule 2c), its start-up minimum for
     max_model_len = P + 1 (rule 4), its P8 predicate and its scope (:attr:`in_scope`), one of
     :func:`pool_in_scope` (``"fresh"``), :func:`pool_in_scope_without_speculative`
     (``"no speculative"``: 0.17-0.25 do not cover S >= 1) and
@@ -381,6 +387,8 @@ class PoolRules:
     startup_pool: Callable[[Any], int]
     refused: Callable[[Any, int, int], bool]
     covers: str = "fresh"
+    checkpoint: Callable[[Any, int, int], int] = no_checkpoint
+    """Rule 2c: 1 when the chunk [start, end) writes a prefill checkpoint, else 0."""
 
     @property
     def speculative(self) -> bool:
@@ -451,6 +459,7 @@ POOL_RULES = (
         startup_pool_v29,
         refused_v29,
         "checkpoints",
+        checkpoint_v29,
     ),
     PoolRules(
         "0.30",
@@ -461,6 +470,7 @@ POOL_RULES = (
         startup_pool_v29,
         refused_v30,
         "checkpoints",
+        checkpoint_v30,
     ),
     PoolRules(
         "0.31",
@@ -471,6 +481,7 @@ POOL_RULES = (
         startup_pool_v29,
         refused_v31,
         "checkpoints",
+        checkpoint_v31,
     ),
     PoolRules(
         "0.32",
@@ -481,6 +492,7 @@ POOL_RULES = (
         startup_pool_v29,
         refused_v32,
         "checkpoints",
+        checkpoint_v32,
     ),
     PoolRules(
         "0.33-0.34",
@@ -491,6 +503,7 @@ POOL_RULES = (
         startup_pool_v29,
         refused_v33,
         "checkpoints",
+        checkpoint_v33,
     ),
 )
 """The groups in release order; 0.18-0.22 are taken to be 0.17 (not read)."""

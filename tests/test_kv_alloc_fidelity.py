@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 
 import pytest
 from test_kv_lookup_fidelity import RELEASES, draw_config, minor_of
@@ -23,7 +24,7 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.source.kv_alloc_run import tree_allocations
 from chunkproof.source.releases import release_root
-from chunkproof.spec.kv_blocks import lone_allocations, pool_modelled, pool_rules
+from chunkproof.spec.kv_blocks import PoolRules, lone_allocations, pool_modelled, pool_rules
 from chunkproof.spec.slots import eagle_drop
 
 pytestmark = pytest.mark.fidelity
@@ -46,6 +47,29 @@ def scheduled_chunks(policy: Policy, cfg: Config, rng: random.Random) -> list[in
     return None
 
 
+def compare_allocations(
+    root: Path,
+    rules: PoolRules,
+    cfg: Config,
+    chunks: list[int],
+    max_model_len: int,
+    rng: random.Random,
+    wrong: list[str],
+) -> bool:
+    """The release's ``allocate_slots`` against the model's rules along ``chunks``, in a pool
+    drawn from 2 blocks to more than the request needs: a disagreement in grant, free blocks
+    or blocks held per group is added to ``wrong``; whether the release refused a chunk."""
+    whole = cdiv(max_model_len, cfg.split_block) + 2 * cfg.lookahead + 4
+    pool = rng.randint(2, whole)
+    real = tree_allocations(root, cfg, eagle_drop(cfg), chunks, pool, max_model_len)
+    model = lone_allocations(cfg, chunks, pool, max_model_len, rules)
+    got = [(a.granted, a.free, a.held) for a in real]
+    want = [(a.granted, a.free, a.held) for a in model]
+    if got != want:
+        wrong.append(f"{cfg.describe()} chunks={chunks} N={pool}: real {got}, model {want}")
+    return not real[-1].granted
+
+
 def with_checkpoints(cfg: Config, rng: random.Random, minor: int) -> Config:
     """From 0.29, half the configurations without partial hits export internal prefill
     checkpoints (K = 1, KV2 rule 2c), aligned from 0.30 on 1, H or 2H."""
@@ -66,7 +90,8 @@ def test_lone_prefill_allocations_are_the_release(version: str) -> None:
     policy = policy_for_release(version)
     root = release_root(version)
     rules = pool_rules(version)
-    wrong, refused, checked = [], 0, 0
+    wrong: list[str] = []
+    refused, checked = 0, 0
     while checked < CASES:
         cfg = with_checkpoints(draw_config(rng, version), rng, minor_of(version))
         cfg = cfg.replace(max_sched=rng.randint(1, 3 * cfg.block))
@@ -77,15 +102,7 @@ def test_lone_prefill_allocations_are_the_release(version: str) -> None:
             continue
         checked += 1
         max_model_len = rng.choice((cfg.prompt, cfg.prompt + rng.randint(1, 8)))
-        whole = cdiv(max_model_len, cfg.split_block) + 2 * cfg.lookahead + 4
-        pool = rng.randint(2, whole)
-        real = tree_allocations(root, cfg, eagle_drop(cfg), chunks, pool, max_model_len)
-        model = lone_allocations(cfg, chunks, pool, max_model_len, rules)
-        refused += not real[-1].granted
-        got = [(a.granted, a.free, a.held) for a in real]
-        want = [(a.granted, a.free, a.held) for a in model]
-        if got != want:
-            wrong.append(f"{cfg.describe()} chunks={chunks} N={pool}: real {got}, model {want}")
+        refused += compare_allocations(root, rules, cfg, chunks, max_model_len, rng, wrong)
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
     assert 0 < refused < CASES, refused  # both outcomes are exercised
 
@@ -125,28 +142,18 @@ def test_checkpoint_blocks_are_the_release(version: str) -> None:
     policy = policy_for_release(version)
     root = release_root(version)
     rules = pool_rules(version)
-    wrong, refused, writing, checked = [], 0, 0, 0
+    wrong: list[str] = []
+    refused, writing, checked = 0, 0, 0
     while checked < CASES:
         cfg = draw_checkpoint_config(rng, version)
         chunks = scheduled_chunks(policy, cfg, rng)
         if chunks is None:
             continue
         checked += 1
-        ends = [sum(chunks[:i]) for i in range(len(chunks) + 1)]
-        first = cfg.lookahead + 1
-        writing += any(
-            rules.mamba_taken(cfg, s, e) > (1 if s else first) for s, e in itertools.pairwise(ends)
-        )
+        ends = list(itertools.accumulate(chunks, initial=0))
+        writing += any(rules.checkpoint(cfg, s, e) for s, e in itertools.pairwise(ends))
         max_model_len = cfg.prompt + rng.randint(1, 8)
-        whole = cdiv(max_model_len, cfg.split_block) + 2 * cfg.lookahead + 4
-        pool = rng.randint(2, whole)
-        real = tree_allocations(root, cfg, eagle_drop(cfg), chunks, pool, max_model_len)
-        model = lone_allocations(cfg, chunks, pool, max_model_len, rules)
-        refused += not real[-1].granted
-        got = [(a.granted, a.free, a.held) for a in real]
-        want = [(a.granted, a.free, a.held) for a in model]
-        if got != want:
-            wrong.append(f"{cfg.describe()} chunks={chunks} N={pool}: real {got}, model {want}")
+        refused += compare_allocations(root, rules, cfg, chunks, max_model_len, rng, wrong)
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
     assert 0 < refused < CASES, refused
     assert writing >= CASES // 4, writing

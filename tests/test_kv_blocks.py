@@ -3,10 +3,20 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from chunkproof.model.config import Config
-from chunkproof.spec.kv_blocks import lone_allocations, pool_modelled, pool_rules
+from chunkproof.spec.kv_blocks import (
+    POOL_RULES,
+    asked_blocks,
+    free_blocks,
+    lone_allocations,
+    longest_model_len,
+    pool_modelled,
+    pool_rules,
+)
 
 LATEST = pool_rules("0.33.0")
 
@@ -178,3 +188,31 @@ def test_a_one_token_first_chunk_is_followed_like_any_other() -> None:
     """Rule 2 from c = 1: the chunk to 9 enters Mamba block 2 and takes a state block."""
     calls = lone_allocations(CFG, [1, 8], 64, 1 << 20, LATEST)
     assert [c.held[1] for c in calls] == [2, 3]
+
+
+def test_each_release_p8_is_its_own_rules() -> None:
+    """P8's predicate of every release group (written in the subset, for the engines) is the
+    composition of the group's own rules that the fidelity tests check: in its scope, the
+    chunk asks (rules 1-2c and 2b) more than is free in the start-up minimum (rules 3-4)."""
+    rng = random.Random(20_261_205)
+    for rules in POOL_RULES:
+        for _ in range(1000):
+            block = rng.choice((4, 8))
+            cfg = Config(
+                block=block,
+                split_block=rng.choice((block, block // 2)),
+                prompt=rng.randint(1, 8 * block),
+                max_sched=8,
+                lookahead=rng.choice((0, 1, 2)),
+                drop=rng.random() < 0.5,
+                checkpoints=rng.random() < 0.5,
+                checkpoint_alignment=rng.choice((1, block)),
+                retention=rng.choice((-1, 0, block)),
+            )
+            c = rng.choice((rng.randint(0, cfg.prompt - 1), (cfg.prompt - 1) // block * block))
+            e = rng.choice((rng.randint(c, cfg.prompt), cfg.prompt))
+            mml, pool = longest_model_len(cfg), rules.startup_pool(cfg)
+            mamba = rules.mamba_asked(cfg, c, e) + rules.tail_copy(cfg, c)
+            asked = asked_blocks(cfg, c, e, mml, mamba)
+            want = rules.in_scope(cfg) and e > c and asked > free_blocks(cfg, c, pool, mml)
+            assert rules.refused(cfg, c, e) == want, (rules.releases, cfg.describe(), c, e)

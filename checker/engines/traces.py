@@ -15,7 +15,6 @@ from chunkproof.spec.kv_blocks import (
     asked_blocks,
     free_blocks,
     longest_model_len,
-    mamba_new_blocks,
     pool_rules,
 )
 from chunkproof.spec.request import budget_bounds, encoder_forced
@@ -190,13 +189,12 @@ def verdict_details(policy: Policy, pid: str, cfg: Config, last: Step) -> dict[s
 def pool_details(policy: Policy, cfg: Config, last: Step) -> dict[str, Any]:
     """What P8's verdict names (SPEC KV2): the release's smallest pool for max_model_len = P + 1,
     the blocks the last chunk asks (how many of them copy the tail, rule 2b, and how many the
-    Mamba group asks for a chunk that writes a prefill checkpoint, rule 2c: more than rule 2's
-    exactly then) and the free ones."""
+    Mamba group asks when the chunk writes a prefill checkpoint, rule 2c) and the free ones."""
     rules = pool_rules(policy.kv_release)
     pool = rules.startup_pool(cfg)
     copy = rules.tail_copy(cfg, last.c)
     mamba = rules.mamba_asked(cfg, last.c, last.end)
-    checkpoint = mamba if mamba > mamba_new_blocks(cfg, last.c, last.end) else 0
+    checkpoint = mamba if rules.checkpoint(cfg, last.c, last.end) else 0
     return {
         "pool_rules": rules.releases,
         "pool": pool,
