@@ -30,6 +30,8 @@ from chunkproof.spec.slots import (
     resend_position,
     resend_position_v15,
     resend_position_v32,
+    resend_verified_v15,
+    resend_verified_v32,
     tail_position,
     tail_position_v26,
     tail_position_v31,
@@ -179,27 +181,38 @@ def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool) -> bool:
 
 def skips_resend(cfg: Config, c: int, e: int) -> bool:
     """P6 for chunk [c, e) under 0.33's rules (:func:`misses_resend`): R* = ck33(P, A, D, L_h)
-    and the 0.30+ retention mask."""
+    and the 0.30+ retention mask, within the scope where R* is checked
+    (:func:`~chunkproof.spec.slots.resend_verified_v32`)."""
+    if not resend_verified_v32(cfg):
+        return False
     r = resend_position(cfg)
     return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
 
 
 def skips_resend_v32(cfg: Config, c: int, e: int) -> bool:
-    """P6 under 0.32's rules: R* = ck32(P, A, D) and the 0.30+ retention mask."""
+    """P6 under 0.32's rules: R* = ck32(P, A, D) and the 0.30+ retention mask, within 0.33's
+    scope."""
+    if not resend_verified_v32(cfg):
+        return False
     r = resend_position_v32(cfg)
     return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
 
 
 def skips_resend_v30(cfg: Config, c: int, e: int) -> bool:
     """P6 under the rules of 0.30 and 0.31: R* = ck30(P, A, D) and the 0.30+ retention
-    mask."""
+    mask, within the scope where R* is checked (:func:`~chunkproof.spec.slots.
+    resend_verified_v15`)."""
+    if not resend_verified_v15(cfg):
+        return False
     r = resend_position_v15(cfg)
     return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
 
 
 def skips_resend_v15(cfg: Config, c: int, e: int) -> bool:
     """P6 under the rules of 0.15-0.29: R* = ck30(P, A, D) and 0.29's retention mask (its one
-    reachable boundary is P - 1)."""
+    reachable boundary is P - 1), within 0.30's scope."""
+    if not resend_verified_v15(cfg):
+        return False
     r = resend_position_v15(cfg)
     return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1))
 
@@ -270,7 +283,11 @@ class Scope:
 
 def property_scope(policy: Policy, pid: str) -> Scope | None:
     """The scope of ``pid`` under ``policy``'s release, or None when it judges every
-    configuration: P8 judges the KV pool's rules where they hold (SPEC P8, KV2)."""
+    configuration: P6 judges where the release's R* is checked to be where a real identical
+    resend lands (SPEC P6, KV1), P8 where the KV pool's rules hold (SPEC P8, KV2)."""
+    if pid == "P6":
+        resend = kv_rules(policy.kv_release)
+        return Scope(resend.verified, resend.verified_words)
     if pid != "P8":
         return None
     rules = pool_rules(policy.kv_release)

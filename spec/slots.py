@@ -51,6 +51,8 @@ __all__ = [
     "poisons",
     "release_minor",
     "resend_position",
+    "resend_verified_v15",
+    "resend_verified_v32",
 ]
 
 
@@ -247,6 +249,23 @@ def rekeyed(cfg: Config, checkpoint: int) -> bool:
     return own or on_grid or (cfg.junction > 0 and checkpoint == cfg.junction)
 
 
+def resend_verified_v15(cfg: Config) -> bool:
+    """SPEC KV1, 0.15-0.31: where R* is where an identical resend lands after a real prefill
+    (checked against each release's own caching and lookup, ``tests/test_kv_resend_fidelity.py``):
+    not under the EAGLE drop with fine hits. There the full-attention group hits on its own
+    block grid (its partial blocks are not keyed at every hash block), so the drop lands the
+    resend below ck30 in some prompts; that lookup is not modelled."""
+    return not (eagle_drop(cfg) and cfg.partial_hits)
+
+
+def resend_verified_v32(cfg: Config) -> bool:
+    """SPEC KV1, 0.32 on: as :func:`resend_verified_v15`, not under the EAGLE drop with L >= 2
+    (multi-module MTP). The coordinator then caches only ``num_computed - (L - 1)`` tokens
+    (``num_reprefillable_tokens``), so the full-attention group's cached prefix can stop short
+    of the unit the drop takes off, and the resend lands below ck32/ck33; not modelled."""
+    return not (eagle_drop(cfg) and cfg.lookahead >= 2)
+
+
 @dataclass(frozen=True)
 class KvRules:
     """A release's cache-side rules (SPEC KV1): where an identical resend lands (``resend``,
@@ -262,11 +281,18 @@ class KvRules:
     """Whether T is keyed by its own copy (rule 7) on the block grid and without fine hits too
     (0.32 on); up to 0.31 only a tail off the grid with h < B is (``cache_partial_block``), so
     a tail on the grid is rule 5's, under the mask."""
+    verified: Callable[[Any], bool] = resend_verified_v32
+    """Where ``resend`` is checked to be where a real identical resend lands (SPEC P6's scope)."""
+    verified_words: str = "no EAGLE drop with L >= 2"
+    """:attr:`verified` in words."""
 
 
-RULES_V15 = KvRules("0.15-0.29", resend_position_v15, keeps_v29, tail_position_v26, False)
-RULES_V30 = KvRules("0.30", resend_position_v15, keeps, tail_position_v26, False)
-RULES_V31 = KvRules("0.31", resend_position_v15, keeps, tail_position_v31, False)
+UP_TO_V31 = (resend_verified_v15, "no EAGLE drop with fine hits")
+RULES_V15 = KvRules(
+    "0.15-0.29", resend_position_v15, keeps_v29, tail_position_v26, False, *UP_TO_V31
+)
+RULES_V30 = KvRules("0.30", resend_position_v15, keeps, tail_position_v26, False, *UP_TO_V31)
+RULES_V31 = KvRules("0.31", resend_position_v15, keeps, tail_position_v31, False, *UP_TO_V31)
 RULES_V32 = KvRules("0.32", resend_position_v32, keeps)
 LATEST_RULES = KvRules("0.33-0.34", resend_position, keeps)
 

@@ -1715,6 +1715,48 @@ class CountingPool(RecordingPool):
         return None
 
 
+class CachingPool(CountingPool):
+    """:class:`CountingPool` that keeps what the cache code keys, as vLLM's prefix cache does:
+    a block the code keys (a full block through the retention mask, or a partial tail) is found
+    again under its group and the end its hash names, also once no request holds it (an
+    evictable block, counted free). The pool hands out fresh blocks rather than evicting, so an
+    entry stays until the code itself drops or moves it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.index: dict[tuple[int, int], PoolBlock] = {}
+
+    def cache_full_blocks(self, **call: Any) -> None:
+        super().cache_full_blocks(**call)
+        first, last = call["num_cached_blocks"], call["num_full_blocks"]
+        mask = call.get("block_mask") or [True] * (last - first)
+        for index, keep in zip(range(first, last), mask, strict=True):
+            block = call["blocks"][index]
+            if keep and not block.is_null:
+                self.index[(call["kv_cache_group_id"], block.block_hash_num_tokens)] = block
+
+    def cache_partial_block(self, **call: Any) -> bytes:
+        key = super().cache_partial_block(**call)
+        call["block"].block_hash = block_hash(call["num_tokens"])
+        self.index[(call["kv_cache_group_id"], call["num_tokens"])] = call["block"]
+        return key
+
+    def get_cached_block(self, key: Any, group_ids: Sequence[int]) -> list[PoolBlock] | None:  # type: ignore[override]
+        end = hash_end(key)
+        found = [self.index.get((group, end)) for group in group_ids]
+        return None if None in found else found  # type: ignore[return-value]
+
+    def _maybe_evict_cached_block(self, block: PoolBlock) -> bool:
+        for key in [key for key, cached in self.index.items() if cached is block]:
+            del self.index[key]
+        return super()._maybe_evict_cached_block(block)
+
+    def move_block_hashes(self, src_block: PoolBlock, dst_block: PoolBlock) -> None:
+        for key in [key for key, cached in self.index.items() if cached is src_block]:
+            self.index[key] = dst_block
+        super().move_block_hashes(src_block, dst_block)
+
+
 class KVCacheBlocks:
     """The manager's return value (vLLM's is a dataclass; decorators are not compiled)."""
 
@@ -1740,10 +1782,11 @@ class TreeAllocation:
     held: tuple[int, ...]
 
 
-def allocation_tree(root: Path) -> KvTree:
-    """The tree's cache files compiled over :class:`CountingPool`, with the manager's
-    ``KVCacheBlocks``, the request statuses and 0.34's ``untracked_list`` provided."""
-    tree = compiled_kv_tree(root, CountingPool)
+def allocation_tree(root: Path, pool: type = CountingPool) -> KvTree:
+    """The tree's cache files compiled over ``pool`` (:class:`CountingPool`, or
+    :class:`CachingPool` where a later request looks up what an earlier one cached), with the
+    manager's ``KVCacheBlocks``, the request statuses and 0.34's ``untracked_list`` provided."""
+    tree = compiled_kv_tree(root, pool)
     tree.files[MANAGER_FILE]["KVCacheBlocks"] = KVCacheBlocks
     for name, namespace in tree.files.items():
         if name != REQUEST_FILE:
@@ -1790,6 +1833,59 @@ def end_step(manager: Any) -> None:
             manager.block_pool.free_blocks(retained)
 
 
+def fresh_request(cfg: KvConfig, request_id: str, tree: KvTree) -> Any:
+    """A request of ``cfg``'s prompt as the waiting queue holds it: nothing computed."""
+    request = kv_request(cfg, request_id, tree)
+    request.__dict__.update(
+        num_computed_tokens=0,
+        status=RequestStatus.WAITING,
+        num_in_flight_tokens=0,
+        num_output_tokens=0,
+        shared_prefix_boundary=0,
+        spec_token_ids=[],
+        num_stale_output_tokens=0,
+    )
+    return request
+
+
+def schedule_chunk(manager: Any, request: Any, chunk: int, lookahead: int) -> bool:
+    """One step that schedules ``chunk`` tokens of a request already holding its hit:
+    ``allocate_slots`` between the step's start and end (:func:`end_step`); a granted chunk
+    is computed, and the request is running from then on. Whether the pool granted it."""
+    if hasattr(manager, "new_step_starts"):
+        manager.new_step_starts()
+    granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=lookahead)
+    end_step(manager)
+    if granted is not None:
+        request.__dict__.update(
+            num_computed_tokens=request.num_computed_tokens + chunk,
+            status=RequestStatus.RUNNING,
+        )
+    return granted is not None
+
+
+def resend_after_prefill(
+    root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
+) -> int:
+    """Where an identical resend lands after a real prefill (SPEC KV1): a fresh request of
+    ``cfg``'s prompt computes the chunks ending at ``ends`` under the tree's own
+    ``KVCacheManager`` over a :class:`CachingPool` of ``num_blocks`` blocks, finishes and is
+    freed; the hit the tree's ``get_computed_blocks`` then gives a request of the same prompt.
+    What each group cached is the tree's own (its retention mask, partial tails, the tokens
+    multi-module MTP may re-prefill), not a set given to the lookup."""
+    tree = allocation_tree(root, CachingPool)
+    manager = kv_manager(tree, cfg, use_eagle, num_blocks, 1 << 20)
+    first = fresh_request(cfg, "first", tree)
+    computed = 0
+    for end in ends:
+        if not schedule_chunk(manager, first, end - computed, cfg.lookahead):
+            raise ValueError(f"a pool of {num_blocks} blocks refused the chunk ending at {end}")
+        computed = end
+    manager.free(first)
+    hit: int = manager.get_computed_blocks(fresh_request(cfg, "resend", tree))[1]
+    return hit
+
+
 class TreeAllocator:
     """A fresh request of ``cfg``'s prompt under the tree's own ``KVCacheManager`` over a pool
     of ``num_blocks`` blocks and ``max_model_len``, scheduled chunk by chunk from c = 0
@@ -1808,36 +1904,19 @@ class TreeAllocator:
         tree = allocation_tree(root)
         self.cfg = cfg
         self.manager = kv_manager(tree, cfg, use_eagle, num_blocks, max_model_len)
-        self.request = kv_request(cfg, "r", tree)
-        self.request.__dict__.update(
-            num_computed_tokens=0,
-            status=RequestStatus.WAITING,
-            num_in_flight_tokens=0,
-            num_output_tokens=0,
-            shared_prefix_boundary=0,
-            spec_token_ids=[],
-            num_stale_output_tokens=0,
-        )
+        self.request = fresh_request(cfg, "r", tree)
 
     def allocate(self, chunk: int) -> TreeAllocation:
         """One step that schedules ``chunk`` tokens of the request: ``allocate_slots`` between
         the step's start and end (:func:`end_step`); a granted chunk is computed, and the
         request is running from then on."""
-        manager, request = self.manager, self.request
-        if hasattr(manager, "new_step_starts"):
-            manager.new_step_starts()
-        granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=self.cfg.lookahead)
-        end_step(manager)
+        manager = self.manager
+        granted = schedule_chunk(manager, self.request, chunk, self.cfg.lookahead)
         held = tuple(
             sum(1 for block in group.req_to_blocks.get("r", ()) if not block.is_null)
             for group in manager.coordinator.single_type_managers
         )
-        if granted is not None:
-            request.__dict__.update(
-                num_computed_tokens=request.num_computed_tokens + chunk,
-                status=RequestStatus.RUNNING,
-            )
-        return TreeAllocation(granted is not None, manager.block_pool.free, held)
+        return TreeAllocation(granted, manager.block_pool.free, held)
 
 
 def tree_allocations(
