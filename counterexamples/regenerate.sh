@@ -97,6 +97,11 @@ pick p8-tail-copy-beyond-startup-pool vllm-0.33 P8 --block 8 --split-block B/4 -
 # vllm-0.28 (P8): 0.23-0.28's start-up check counts the null block as the request's, so a
 # prompt of max_model_len = 9 tokens (B = 8) is refused its last token's blocks.
 pick p8-null-block-startup-pool vllm-0.28 P8 --block 8 --lookahead 0 --drop off --prompt 1-12 --max-sched 1-2
+# vllm-0.33 (KV2 rule 2d): an identical request left its state at the prompt's tail T = 2
+# (h = 2 < B = 4); the resend's first chunk [2, 3) at that hit asks 4 blocks (the partial
+# attention block's copy and the tail copy among them) with 3 free in the pool of 4 that held
+# the first request. The waiting loop never admits it.
+pick p8-seeded-partial-hit vllm-0.33 P8 --block 4 --hash-block 2 --lookahead 0 --drop off --start hash --prompt 1-8 --max-sched 1-4
 # vllm-0.30 (KV2 rule 2c): with prefill checkpoints on, the chunk [4, 13) writes one and asks
 # every Mamba block it spans (3), uncapped, beyond the one checkpoint block the sizer counts.
 pick p8-checkpoint-uncapped-ask vllm-0.30 P8 --block 4 --lookahead 0 --drop off --checkpoints on --checkpoint-alignment 1 --prompt 1-13 --max-sched 1-9

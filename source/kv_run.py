@@ -64,7 +64,10 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K and alpha (0: None)."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None) and c0."""
+
+    @property
+    def start(self) -> int: ...
 
     @property
     def block(self) -> int: ...

@@ -24,6 +24,11 @@ from chunkproof.spec.slots import (
     eagle_drop,
     hit_unit,
     release_minor,
+    seeded_hit_v15,
+    seeded_hit_v30,
+    seeded_hit_v31,
+    seeded_hit_v32,
+    seeded_hit_v33,
     tail_position,
     tail_position_v26,
     tail_position_v31,
@@ -54,14 +59,27 @@ def attention_blocks(cfg: Config, end: int, max_model_len: int) -> int:
     return cdiv(min(end + cfg.lookahead, max_model_len), cfg.split_block)
 
 
+def at_hit(cfg: Config, start: int) -> bool:
+    """Whether the chunk starting at ``start`` is the first of a request admitted at a local
+    prefix hit (c0 > 0; KV2 rule 2d)."""
+    return start > 0 and start == cfg.start
+
+
 def mamba_new_blocks(cfg: Config, start: int, end: int) -> int:
     """KV2 rule 2: a first chunk (``start`` 0) takes S + 1 Mamba blocks, S = k = L the
     speculative ones (vLLM's Mamba layers set ``num_speculative_blocks`` to
     ``num_speculative_tokens``) and the state block; a later chunk takes one more state block
     when it ends in a later Mamba block than the chunk before it did, else none. Without a
-    prefill checkpoint (rule 2c) this is both what the chunk asks and what it takes."""
+    prefill checkpoint (rule 2c) this is both what the chunk asks and what it takes.
+
+    Rule 2d: the first chunk at a local hit asks the hit's state block (cached, so free in the
+    pool and counted) and the new blocks it needs past the hit's, at most S + 1:
+    1 + min(max(cdiv(end, B) + S - cdiv(hit, B), 0), S + 1)."""
     if start == 0:
         return cfg.lookahead + 1
+    if at_hit(cfg, start):
+        past = max(cdiv(end, cfg.block) + cfg.lookahead - cdiv(start, cfg.block), 0)
+        return 1 + min(past, cfg.lookahead + 1)
     if cdiv(end, cfg.block) > cdiv(start, cfg.block):
         return 1
     return 0
@@ -186,8 +204,14 @@ def blocks_v33(cfg: Config, start: int, end: int) -> int:
 
 
 def asked_blocks(cfg: Config, start: int, end: int, max_model_len: int, mamba: int) -> int:
-    """KV2 rules 1-2c: the blocks the chunk [start, end) asks of the pool, ``mamba`` what it
-    asks of the Mamba group (rules 2 and 2c) and the tail copy of rule 2b included."""
+    """KV2 rules 1-2d: the blocks the chunk [start, end) asks of the pool, ``mamba`` what it
+    asks of the Mamba group (rules 2, 2c and 2d) and the tail copy of rule 2b included. A
+    later chunk asks the attention blocks past those it holds; a first chunk every one, at a
+    local hit (rule 2d) the hit's too (cached, so free in the pool and counted) and one more
+    when the hit ends inside a block of G (its partial block is copied)."""
+    if at_hit(cfg, start):
+        partial = 1 if start % cfg.split_block != 0 else 0
+        return attention_blocks(cfg, end, max_model_len) + partial + mamba
     held = 0
     if start > 0:
         held = attention_blocks(cfg, start, max_model_len)
@@ -199,8 +223,9 @@ def free_blocks(cfg: Config, start: int, pool: int, max_model_len: int) -> int:
     ``start`` asks: all but the null block at first; later the attention blocks up to
     ``start`` and S + 1 Mamba blocks are held (the state block of two chunks back, and a
     checkpoint block, were freed: ``remove_skipped_blocks`` frees every block before the
-    state's)."""
-    if start == 0:
+    state's). At a local hit (rule 2d) all but the null block are free too: the blocks an
+    identical request cached are free until the hit takes them."""
+    if start == 0 or at_hit(cfg, start):
         return pool - 1
     return pool - 1 - attention_blocks(cfg, start, max_model_len) - cfg.lookahead - 1
 
@@ -280,10 +305,89 @@ def pool_in_scope_with_checkpoints(cfg: Config) -> bool:
     return admitted_fresh(cfg) and not (cfg.checkpoints and cfg.partial_hits)
 
 
-def pool_in_scope_without_speculative(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.17-0.25: :func:`pool_in_scope` and L = 0 (S >= 1 is not
+def admitted_at_seeded_hit(cfg: Config, seeded: bool) -> bool:
+    """The request of KV2 rule 2d: admitted at a local hit c0 that an identical request's
+    prefill left (``seeded``: :func:`~chunkproof.spec.slots.lands_at_start` under the
+    release's cache rules, which also needs R* to be checked there), T = P, no junction, no
+    internal checkpoints."""
+    if not seeded or cfg.tokens > cfg.prompt or cfg.junction > 0:
+        return False
+    return not cfg.checkpoints
+
+
+def seed_fits(cfg: Config, pool: int, copy: int) -> bool:
+    """KV2 rule 2d's seed: the identical request's chunks [0, c0) and [c0, P) each get their
+    blocks in a pool of ``pool`` blocks by rules 1-3 (no checkpoints; ``copy`` the tail copy
+    its second chunk asks, rule 2b), so it finished in the pool the request then finds."""
+    start = cfg.start
+    mml = longest_model_len(cfg)
+    held = attention_blocks(cfg, start, mml)
+    first = held + cfg.lookahead + 1
+    state = 1 if cdiv(cfg.prompt, cfg.block) > cdiv(start, cfg.block) else 0
+    later = attention_blocks(cfg, cfg.prompt, mml) - held + state + copy
+    return first <= pool - 1 and later <= pool - 1 - held - cfg.lookahead - 1
+
+
+def scope_v15(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.15-0.16: :func:`pool_in_scope`, or a hit seeded under
+    0.15-0.29's cache rules whose seed fits the pool (:func:`seed_fits`)."""
+    seeded = seeded_hit_v15(cfg) and seed_fits(cfg, any_pool(cfg), 0)
+    return pool_in_scope(cfg) or admitted_at_seeded_hit(cfg, seeded)
+
+
+def scope_v17(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.17-0.22: :func:`scope_v15` with L = 0 (S >= 1 is not
     modelled there, :func:`pool_modelled`)."""
-    return cfg.lookahead == 0 and pool_in_scope(cfg)
+    return cfg.lookahead == 0 and scope_v15(cfg)
+
+
+def scope_v23(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.23-0.25: as 0.17, in 0.23's start-up minimum."""
+    seeded = seeded_hit_v15(cfg) and seed_fits(cfg, startup_pool_v23(cfg), 0)
+    return cfg.lookahead == 0 and (pool_in_scope(cfg) or admitted_at_seeded_hit(cfg, seeded))
+
+
+def scope_v26(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.26-0.28: as 0.15, in 0.23's minimum with 0.26's tail copy."""
+    copy = tail_copy_v26(cfg, cfg.start)
+    seeded = seeded_hit_v15(cfg) and seed_fits(cfg, startup_pool_v23(cfg), copy)
+    return pool_in_scope(cfg) or admitted_at_seeded_hit(cfg, seeded)
+
+
+def scope_v29(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.29: :func:`pool_in_scope_with_checkpoints`, or a seeded hit
+    whose seed fits 0.29's minimum."""
+    copy = tail_copy_v26(cfg, cfg.start)
+    seeded = seeded_hit_v15(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
+    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
+
+
+def scope_v30(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.30: as 0.29, the hit seeded under 0.30's cache rules."""
+    copy = tail_copy_v26(cfg, cfg.start)
+    seeded = seeded_hit_v30(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
+    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
+
+
+def scope_v31(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.31: as 0.29, the hit seeded under 0.31's rules."""
+    copy = tail_copy_v31(cfg, cfg.start)
+    seeded = seeded_hit_v31(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
+    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
+
+
+def scope_v32(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.32: as 0.29, the hit seeded under 0.32's rules."""
+    copy = tail_copy_v32(cfg, cfg.start)
+    seeded = seeded_hit_v32(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
+    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
+
+
+def scope_v33(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.33 on: as 0.29, the hit seeded under 0.33's rules."""
+    copy = tail_copy_v32(cfg, cfg.start)
+    seeded = seeded_hit_v33(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
+    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
 
 
 def pool_refuses(cfg: Config, start: int, end: int, pool: int, mamba: int) -> bool:
@@ -298,28 +402,28 @@ def pool_refuses(cfg: Config, start: int, end: int, pool: int, mamba: int) -> bo
 
 def refused_v15(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.15-0.16 (KV2 rule 4: any pool starts)."""
-    if not pool_in_scope(cfg):
+    if not scope_v15(cfg):
         return False
     return pool_refuses(cfg, c, e, any_pool(cfg), mamba_new_blocks(cfg, c, e))
 
 
 def refused_v17(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.17-0.22: as 0.15, S >= 1 not judged (:func:`pool_modelled`)."""
-    if not pool_in_scope_without_speculative(cfg):
+    if not scope_v17(cfg):
         return False
     return pool_refuses(cfg, c, e, any_pool(cfg), mamba_new_blocks(cfg, c, e))
 
 
 def refused_v23(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.23-0.25 (the start-up minimum without the null block), S >= 1 not judged."""
-    if not pool_in_scope_without_speculative(cfg):
+    if not scope_v23(cfg):
         return False
     return pool_refuses(cfg, c, e, startup_pool_v23(cfg), mamba_new_blocks(cfg, c, e))
 
 
 def refused_v26(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.26-0.28: 0.23's minimum and the tail copy of 0.26."""
-    if not pool_in_scope(cfg):
+    if not scope_v26(cfg):
         return False
     mamba = mamba_new_blocks(cfg, c, e) + tail_copy_v26(cfg, c)
     return pool_refuses(cfg, c, e, startup_pool_v23(cfg), mamba)
@@ -328,7 +432,7 @@ def refused_v26(cfg: Config, c: int, e: int) -> bool:
 def refused_v29(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.29: the minimum with the null block, the tail copy of 0.26 and the checkpoint
     block of 0.29 (rule 2c)."""
-    if not pool_in_scope_with_checkpoints(cfg):
+    if not scope_v29(cfg):
         return False
     mamba = blocks_v29(cfg, c, e) + tail_copy_v26(cfg, c)
     return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
@@ -336,7 +440,7 @@ def refused_v29(cfg: Config, c: int, e: int) -> bool:
 
 def refused_v30(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.30: 0.29's and the checkpoint block of 0.30 (rule 2c)."""
-    if not pool_in_scope_with_checkpoints(cfg):
+    if not scope_v30(cfg):
         return False
     mamba = asked_v30(cfg, c, e) + tail_copy_v26(cfg, c)
     return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
@@ -344,7 +448,7 @@ def refused_v30(cfg: Config, c: int, e: int) -> bool:
 
 def refused_v31(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.31: the tail copy and the checkpoint block of 0.31."""
-    if not pool_in_scope_with_checkpoints(cfg):
+    if not scope_v31(cfg):
         return False
     mamba = blocks_v31(cfg, c, e) + tail_copy_v31(cfg, c)
     return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
@@ -352,7 +456,7 @@ def refused_v31(cfg: Config, c: int, e: int) -> bool:
 
 def refused_v32(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.32: the tail copy of 0.32 on and the checkpoint block of 0.32."""
-    if not pool_in_scope_with_checkpoints(cfg):
+    if not scope_v32(cfg):
         return False
     mamba = blocks_v32(cfg, c, e) + tail_copy_v32(cfg, c)
     return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
@@ -360,7 +464,7 @@ def refused_v32(cfg: Config, c: int, e: int) -> bool:
 
 def refused_v33(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.33 on: the tail copy of 0.32 on and the checkpoint block of 0.33."""
-    if not pool_in_scope_with_checkpoints(cfg):
+    if not scope_v33(cfg):
         return False
     mamba = blocks_v33(cfg, c, e) + tail_copy_v32(cfg, c)
     return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
@@ -373,11 +477,11 @@ def refused_v33(cfg: Config, c: int, e: int) -> bool:
 class PoolRules:
     """A release group's pool rules (SPEC KV2): its tail copy (rule 2b), what a chunk asks of
     the Mamba group and what it takes there (rules 2 and 2c), whether it writes a prefill
-    checkpoint (rule 2c), its start-up minimum for
-    max_model_len = P + 1 (rule 4), its P8 predicate and its scope (:attr:`in_scope`), one of
-    :func:`pool_in_scope` (``"fresh"``), :func:`pool_in_scope_without_speculative`
-    (``"no speculative"``: 0.17-0.25 do not cover S >= 1) and
-    :func:`pool_in_scope_with_checkpoints` (``"checkpoints"``: 0.29 on cover K = 1)."""
+    checkpoint (rule 2c), its start-up minimum for max_model_len = P + 1 (rule 4), its P8
+    predicate and its scope (:attr:`in_scope`: a fresh admission, or a local hit an identical
+    request's prefill left, rule 2d). ``covers`` is what the fresh admissions cover: ``"fresh"``
+    (:func:`pool_in_scope`), ``"no speculative"`` (0.17-0.25 do not cover S >= 1) or
+    ``"checkpoints"`` (0.29 on cover K = 1)."""
 
     releases: str
     first_minor: int
@@ -386,6 +490,8 @@ class PoolRules:
     mamba_taken: Callable[[Any, int, int], int]
     startup_pool: Callable[[Any], int]
     refused: Callable[[Any, int, int], bool]
+    in_scope: Callable[[Any], bool]
+    """P8's scope under these rules: the configurations whose chunks it judges."""
     covers: str = "fresh"
     checkpoint: Callable[[Any, int, int], int] = no_checkpoint
     """Rule 2c: 1 when the chunk [start, end) writes a prefill checkpoint, else 0."""
@@ -401,25 +507,26 @@ class PoolRules:
         return self.covers == "checkpoints"
 
     @property
-    def in_scope(self) -> Callable[[Any], bool]:
-        """P8's scope under these rules: the configurations whose chunks it judges."""
-        if self.checkpoints:
-            return pool_in_scope_with_checkpoints
-        return pool_in_scope if self.speculative else pool_in_scope_without_speculative
-
-    @property
     def scope_words(self) -> str:
         """:attr:`in_scope` in words."""
-        fresh = "c0 = 0 with no hit, T = P, no junction"
+        fresh = "c0 = 0 with no hit, or a local hit an identical prompt's prefill left"
+        fresh += " (T = P, no junction)"
         if self.checkpoints:
-            return f"{fresh}, internal checkpoints only without partial hits"
+            return f"{fresh}, internal checkpoints only at c0 = 0 without partial hits"
         speculative = "" if self.speculative else ", L = 0"
         return f"{fresh}, no internal checkpoints{speculative}"
 
 
 POOL_RULES = (
     PoolRules(
-        "0.15-0.16", 15, no_tail_copy, mamba_new_blocks, mamba_new_blocks, any_pool, refused_v15
+        "0.15-0.16",
+        15,
+        no_tail_copy,
+        mamba_new_blocks,
+        mamba_new_blocks,
+        any_pool,
+        refused_v15,
+        scope_v15,
     ),
     PoolRules(
         "0.17-0.22",
@@ -429,6 +536,7 @@ POOL_RULES = (
         mamba_new_blocks,
         any_pool,
         refused_v17,
+        scope_v17,
         "no speculative",
     ),
     PoolRules(
@@ -439,6 +547,7 @@ POOL_RULES = (
         mamba_new_blocks,
         startup_pool_v23,
         refused_v23,
+        scope_v23,
         "no speculative",
     ),
     PoolRules(
@@ -449,6 +558,7 @@ POOL_RULES = (
         mamba_new_blocks,
         startup_pool_v23,
         refused_v26,
+        scope_v26,
     ),
     PoolRules(
         "0.29",
@@ -458,6 +568,7 @@ POOL_RULES = (
         blocks_v29,
         startup_pool_v29,
         refused_v29,
+        scope_v29,
         "checkpoints",
         checkpoint_v29,
     ),
@@ -469,6 +580,7 @@ POOL_RULES = (
         taken_v30,
         startup_pool_v29,
         refused_v30,
+        scope_v30,
         "checkpoints",
         checkpoint_v30,
     ),
@@ -480,6 +592,7 @@ POOL_RULES = (
         blocks_v31,
         startup_pool_v29,
         refused_v31,
+        scope_v31,
         "checkpoints",
         checkpoint_v31,
     ),
@@ -491,6 +604,7 @@ POOL_RULES = (
         blocks_v32,
         startup_pool_v29,
         refused_v32,
+        scope_v32,
         "checkpoints",
         checkpoint_v32,
     ),
@@ -502,6 +616,7 @@ POOL_RULES = (
         blocks_v33,
         startup_pool_v29,
         refused_v33,
+        scope_v33,
         "checkpoints",
         checkpoint_v33,
     ),
@@ -523,24 +638,28 @@ def pool_rules(version: str | None) -> PoolRules:
 
 
 def in_scope_possible(grid: Grid) -> bool:
-    """Whether ``grid`` may hold a configuration in P8's scope (:func:`admitted_fresh`): an
-    admission at c0 = 0, T = P, no junction. Read from its value sets; a set this cannot read
-    is taken to allow it. A range of no such grid gets no P8 verdict (a range with nothing in
-    scope is never PROVED); the engines count each release's own scope (internal checkpoints
-    included) and give EMPTY where none of a range is inside it."""
+    """Whether ``grid`` may hold a configuration in P8's scope: an admission at c0 = 0 or at a
+    local hit (:func:`admitted_fresh`, :func:`admitted_at_seeded_hit`), T = P, no junction.
+    Read from its value sets; a set this cannot read is taken to allow it. A range of no such
+    grid gets no P8 verdict (a range with nothing in scope is never PROVED); the engines count
+    each release's own scope (internal checkpoints and seeded hits included) and give EMPTY
+    where none of a range is inside it."""
     sets = grid.sets
 
     def allows_zero(values: Any) -> bool:
         numbers = getattr(values, "numbers", None)
         return "0" in getattr(values, "kinds", ("0",)) or (numbers is not None and numbers.low == 0)
 
+    starts = sets["start"]
+    local = {"block", "hash"} & set(getattr(starts, "kinds", ()))
+    admits = allows_zero(starts) or bool(local) or getattr(starts, "numbers", None) is not None
     tokens = sets["tokens"]
     prompt_itself = any(
         t.base == "prompt" and t.mul == t.div == 1 and t.low <= 0 <= t.high
         for t in getattr(tokens, "terms", ())
     )
     tokens_allow = prompt_itself or getattr(tokens, "numbers", True) is not None
-    return allows_zero(sets["start"]) and allows_zero(sets["junction"]) and tokens_allow
+    return admits and allows_zero(sets["junction"]) and tokens_allow
 
 
 def pool_modelled(rules: PoolRules, cfg: Config) -> bool:

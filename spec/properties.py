@@ -89,8 +89,9 @@ PROPERTIES: dict[str, Property] = {
             "POOL",
             "no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) "
             "asks more KV blocks than are free in the smallest pool the release starts with (a "
-            "lone request admitted at c = 0 without a hit, T = P, no junction, internal "
-            "checkpoints only without partial hits; KV2)",
+            "lone request admitted at c = 0 without a hit, or at a local hit an identical "
+            "prompt's prefill left in that pool, T = P, no junction, internal checkpoints only "
+            "at c = 0 without partial hits; KV2)",
         ),
     )
 }

@@ -266,6 +266,63 @@ def resend_verified_v32(cfg: Config) -> bool:
     return not (eagle_drop(cfg) and cfg.lookahead >= 2)
 
 
+def lands_at_start(cfg: Config, resend: int, kept: bool, tail: int, grid_tail: bool) -> bool:
+    """Whether an identical resend lands at the start c0 after an identical request computed
+    [0, c0) and [c0, N) (SPEC KV1; the slot oracle's resend hit for those ends): c0 is a local
+    hit on the hit grid A at most R* = ``resend``, and the first chunk left state@c0 live: on
+    the block grid where the retention mask keeps its column (``kept``, rule 5) or as the
+    prompt's tail T (``tail``, rule 7: keyed by its own copy off the grid, where a hit on A
+    has fine hits, and on it too with ``grid_tail``). The second chunk keys nothing in
+    (c0, R*]: its running column ends past N > R*, and the claim it may poison, B*cdiv(c0, B),
+    is past an off-grid c0, which is then T, and T <= R* only where T = R*."""
+    start = cfg.start
+    if start <= 0 or cfg.external > 0 or start > resend or start % hit_unit(cfg) != 0:
+        return False
+    if cacheable(cfg, start) < start:
+        return False
+    if start % cfg.block == 0:
+        return kept or (start == tail and grid_tail)
+    return start == tail
+
+
+def seeded_hit_v15(cfg: Config) -> bool:
+    """:func:`lands_at_start` under the rules of 0.15-0.29, where R* is checked."""
+    resend = resend_position_v15(cfg)
+    kept = keeps_v29(cfg, cfg.start // cfg.block - 1)
+    tail = tail_position_v26(cfg)
+    return resend_verified_v15(cfg) and lands_at_start(cfg, resend, kept, tail, False)
+
+
+def seeded_hit_v30(cfg: Config) -> bool:
+    """:func:`lands_at_start` under the rules of 0.30, where R* is checked."""
+    resend = resend_position_v15(cfg)
+    kept = keeps(cfg, cfg.start // cfg.block - 1)
+    tail = tail_position_v26(cfg)
+    return resend_verified_v15(cfg) and lands_at_start(cfg, resend, kept, tail, False)
+
+
+def seeded_hit_v31(cfg: Config) -> bool:
+    """:func:`lands_at_start` under the rules of 0.31, where R* is checked."""
+    resend = resend_position_v15(cfg)
+    kept = keeps(cfg, cfg.start // cfg.block - 1)
+    tail = tail_position_v31(cfg)
+    return resend_verified_v15(cfg) and lands_at_start(cfg, resend, kept, tail, False)
+
+
+def seeded_hit_v32(cfg: Config) -> bool:
+    """:func:`lands_at_start` under the rules of 0.32, where R* is checked."""
+    resend = resend_position_v32(cfg)
+    kept = keeps(cfg, cfg.start // cfg.block - 1)
+    return resend_verified_v32(cfg) and lands_at_start(cfg, resend, kept, tail_position(cfg), True)
+
+
+def seeded_hit_v33(cfg: Config) -> bool:
+    """:func:`lands_at_start` under the rules of 0.33 on, where R* is checked."""
+    resend = resend_position(cfg)
+    kept = keeps(cfg, cfg.start // cfg.block - 1)
+    return resend_verified_v32(cfg) and lands_at_start(cfg, resend, kept, tail_position(cfg), True)
+
+
 @dataclass(frozen=True)
 class KvRules:
     """A release's cache-side rules (SPEC KV1): where an identical resend lands (``resend``,
@@ -285,15 +342,28 @@ class KvRules:
     """Where ``resend`` is checked to be where a real identical resend lands (SPEC P6's scope)."""
     verified_words: str = "no EAGLE drop with L >= 2"
     """:attr:`verified` in words."""
+    seeded: Callable[[Any], bool] = seeded_hit_v33
+    """Whether an identical resend lands at the start c0 after a prefill ending at c0 and P
+    (:func:`lands_at_start` under these rules, where R* is checked)."""
 
 
 UP_TO_V31 = (resend_verified_v15, "no EAGLE drop with fine hits")
 RULES_V15 = KvRules(
-    "0.15-0.29", resend_position_v15, keeps_v29, tail_position_v26, False, *UP_TO_V31
+    "0.15-0.29",
+    resend_position_v15,
+    keeps_v29,
+    tail_position_v26,
+    False,
+    *UP_TO_V31,
+    seeded_hit_v15,
 )
-RULES_V30 = KvRules("0.30", resend_position_v15, keeps, tail_position_v26, False, *UP_TO_V31)
-RULES_V31 = KvRules("0.31", resend_position_v15, keeps, tail_position_v31, False, *UP_TO_V31)
-RULES_V32 = KvRules("0.32", resend_position_v32, keeps)
+RULES_V30 = KvRules(
+    "0.30", resend_position_v15, keeps, tail_position_v26, False, *UP_TO_V31, seeded_hit_v30
+)
+RULES_V31 = KvRules(
+    "0.31", resend_position_v15, keeps, tail_position_v31, False, *UP_TO_V31, seeded_hit_v31
+)
+RULES_V32 = KvRules("0.32", resend_position_v32, keeps, seeded=seeded_hit_v32)
 LATEST_RULES = KvRules("0.33-0.34", resend_position, keeps)
 
 

@@ -34,9 +34,9 @@ CASES = 120
 
 
 def scheduled_chunks(policy: Policy, cfg: Config, rng: random.Random) -> list[int] | None:
-    """The chunks the release's stages give a prefill from c = 0 under random budgets (a
-    budget whose step gives 0 or raises is drawn again); ``None`` if none finishes."""
-    computed, chunks = 0, list[int]()
+    """The chunks the release's stages give a prefill from its start c0 under random budgets
+    (a budget whose step gives 0 or raises is drawn again); ``None`` if none finishes."""
+    computed, chunks = cfg.start, list[int]()
     for _ in range(40 * cfg.prompt):
         if computed >= cfg.prompt:
             return chunks

@@ -193,14 +193,17 @@ def test_a_one_token_first_chunk_is_followed_like_any_other() -> None:
 def test_each_release_p8_is_its_own_rules() -> None:
     """P8's predicate of every release group (written in the subset, for the engines) is the
     composition of the group's own rules that the fidelity tests check: in its scope, the
-    chunk asks (rules 1-2c and 2b) more than is free in the start-up minimum (rules 3-4)."""
+    chunk asks (rules 1-2d and 2b) more than is free in the start-up minimum (rules 3-4), from
+    c0 = 0 or from a local hit."""
     rng = random.Random(20_261_205)
     for rules in POOL_RULES:
         for _ in range(1000):
             block = rng.choice((4, 8))
+            split = rng.choice((block, block // 2))
             cfg = Config(
                 block=block,
-                split_block=rng.choice((block, block // 2)),
+                split_block=split,
+                hash_block=rng.choice((split, split // 2)),
                 prompt=rng.randint(1, 8 * block),
                 max_sched=8,
                 lookahead=rng.choice((0, 1, 2)),
@@ -209,10 +212,54 @@ def test_each_release_p8_is_its_own_rules() -> None:
                 checkpoint_alignment=rng.choice((1, block)),
                 retention=rng.choice((-1, 0, block)),
             )
-            c = rng.choice((rng.randint(0, cfg.prompt - 1), (cfg.prompt - 1) // block * block))
+            unit = cfg.hash_block if cfg.partial_hits else cfg.sched_block
+            if rng.random() < 0.5 and cfg.prompt > unit:
+                cfg = cfg.replace(start=unit * rng.randint(1, (cfg.prompt - 1) // unit))
+            low = cfg.start
+            c = rng.choice((rng.randint(low, cfg.prompt - 1), low, max(low, cfg.prompt - block)))
             e = rng.choice((rng.randint(c, cfg.prompt), cfg.prompt))
             mml, pool = longest_model_len(cfg), rules.startup_pool(cfg)
             mamba = rules.mamba_asked(cfg, c, e) + rules.tail_copy(cfg, c)
             asked = asked_blocks(cfg, c, e, mml, mamba)
             want = rules.in_scope(cfg) and e > c and asked > free_blocks(cfg, c, pool, mml)
             assert rules.refused(cfg, c, e) == want, (rules.releases, cfg.describe(), c, e)
+
+
+def test_the_first_chunk_at_a_seeded_partial_hit_by_hand() -> None:
+    """Rule 2d at the tail T = 2 (h = 2 < B = G = 4, P = 3, 0.33): 1 attention block and 1 for
+    the partial one, the hit's Mamba state block, no new one (the chunk stays in its Mamba
+    block) and the tail copy: 4 blocks, with 3 of the minimum's 4 free; 5 blocks serve it."""
+    cfg = Config(block=4, hash_block=2, prompt=3, max_sched=4, start=2)
+    mamba = LATEST.mamba_asked(cfg, 2, 3) + LATEST.tail_copy(cfg, 2)
+    assert (mamba, asked_blocks(cfg, 2, 3, 4, mamba)) == (2, 4)
+    assert (LATEST.startup_pool(cfg), free_blocks(cfg, 2, 4, 4)) == (4, 3)
+    assert LATEST.in_scope(cfg) and LATEST.refused(cfg, 2, 3)
+    assert asked_blocks(cfg, 2, 3, 4, mamba) <= free_blocks(cfg, 2, 5, 4)
+
+
+def test_a_hit_on_the_block_grid_fits_the_minimum_exactly() -> None:
+    """Rule 2d at c0 = R* = 8 (B = G = 4, L = 1, P = 12): every attention block up to 13, the
+    hit's state block and S + 1 new ones: 4 + 3 = 7, all the minimum of 8 leaves free."""
+    cfg = Config(block=4, prompt=12, max_sched=4, lookahead=1, start=8)
+    mamba = LATEST.mamba_asked(cfg, 8, 12)
+    assert (mamba, asked_blocks(cfg, 8, 12, 13, mamba)) == (3, 7)
+    assert free_blocks(cfg, 8, LATEST.startup_pool(cfg), 13) == 7
+    assert LATEST.in_scope(cfg) and not LATEST.refused(cfg, 8, 12)
+
+
+@pytest.mark.parametrize(
+    ("release", "cfg", "why"),
+    [
+        ("0.33.0", Config(block=4, prompt=12, max_sched=4, start=4, retention=0), "mask"),
+        ("0.33.0", Config(block=4, hash_block=2, prompt=13, max_sched=4, start=6), "not T"),
+        ("0.33.0", Config(block=4, prompt=9, max_sched=4, start=4, lookahead=2, drop=True), "R*"),
+        ("0.30.0", Config(block=4, hash_block=2, prompt=3, max_sched=4, start=2), "seed"),
+    ],
+)
+def test_a_hit_p8_does_not_judge(release: str, cfg: Config, why: str) -> None:
+    """Outside rule 2d's scope: a column the retention mask drops, a partial hit that is not
+    the prompt's tail, a drop P6 does not model, a seed the minimum cannot hold (0.30 copies
+    the tail into 2 blocks)."""
+    rules = pool_rules(release)
+    assert not rules.in_scope(cfg), why
+    assert not rules.refused(cfg, cfg.start, cfg.prompt), why

@@ -31,6 +31,15 @@ MISSES = [
         id="0.33-tail-copy",
     ),
     pytest.param(
+        "vllm-0.33",
+        "--block 4 --hash-block 2 --lookahead 0 --drop off --start hash --prompt 1-8 "
+        "--max-sched 1-4",
+        ("0.31.0", "0.32.0", "0.33.0", "0.34.0"),
+        (),
+        "refuses its KV blocks with 3 of 4 blocks free",
+        id="0.33-seeded-partial-hit",
+    ),
+    pytest.param(
         "vllm-0.28",
         "--block 8 --lookahead 0 --drop off --prompt 1-12 --max-sched 1-2",
         ("0.28.0",),
@@ -55,7 +64,9 @@ MISSES = [
         id="0.31-checkpoint-in-place",
     ),
 ]
-"""The P8 classes: the tail copy 0.26 on asks beyond the start-up minimum; the minimum of
+"""The P8 classes: the tail copy 0.26 on asks beyond the start-up minimum, also at the first
+chunk of a resend admitted at the tail's hit (KV2 rule 2d: the repro seeds the hit through the
+tree's own lookup, then fails from 0.31, where the seed's own tail copy fits); the minimum of
 0.23-0.28 counts the null block among the request's blocks; a chunk that writes a prefill
 checkpoint asks every Mamba block it spans (0.30) or keeps its speculative blocks in place and
 takes S + 2 (0.30-0.31), beyond the minimum's 2 + S + K Mamba blocks (KV2 rule 2c). The last

@@ -594,3 +594,36 @@ def test_a_release_before_0_32_keys_its_tail_off_the_grid() -> None:
     later = Config(block=4, prompt=9, max_sched=8, hash_block=1, partial_hits=True)
     assert rules.tail(later) == 9
     assert oracle(later, [8, 9], rules=rules).live.get(9) == 9
+
+
+SEEDED_RELEASES = ("0.15.0", "0.24.0", "0.26.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+"""One release of each cache-rule group (SPEC KV1), the retention mask of 0.24 on included."""
+
+
+@pytest.mark.parametrize("version", SEEDED_RELEASES)
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_seeded_hit_is_the_oracle_resend_hit(version: str, data: st.DataObject) -> None:
+    """``KvRules.seeded`` (KV2 rule 2d's hit, in the policy subset for the engines) holds
+    exactly when the slot oracle says an identical resend lands at c0 after a prefill ending at
+    c0 and P, wherever R* is checked (P6's scope)."""
+    rules = kv_rules(version)
+    minor = int(version.split(".")[1])
+    block = data.draw(st.sampled_from((4, 8)))
+    split = data.draw(st.sampled_from((block, block // 2)))
+    hash_block = data.draw(st.sampled_from((split, split // 2)))
+    cfg = Config(
+        block=block,
+        split_block=split,
+        hash_block=hash_block,
+        partial_hits=hash_block < block and minor >= 26,
+        prompt=data.draw(st.integers(2, 6 * block)),
+        max_sched=8,
+        lookahead=data.draw(st.integers(0, 2)),
+        drop=data.draw(st.booleans()),
+        retention=data.draw(st.sampled_from((-1, 0, block, 2 * block))) if minor >= 24 else -1,
+    )
+    start = data.draw(st.integers(1, cfg.prompt - 1))
+    landed = oracle(cfg, [start, cfg.prompt], rules=rules).resend_hit == start
+    seeded = cfg.replace(start=start)
+    assert rules.seeded(seeded) == (landed and rules.verified(cfg)), seeded.describe()

@@ -161,11 +161,11 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
         if checkpoint:
             parts.append(f"{checkpoint} of them Mamba blocks of a prefill checkpoint chunk")
         tail = "".join(f", {part}" for part in parts) + ("," if parts else "")
-        then = (
-            "the running loop preempts the request, the last one running"
-            if last.c > 0
-            else "the waiting loop cannot admit the request"
-        )
+        then = "the running loop preempts the request, the last one running"
+        if last.c == cfg.start:
+            then = "the waiting loop cannot admit the request"
+        if last.c == cfg.start > 0:
+            then += f" at the local hit c0={cfg.start} an identical prompt's prefill left"
         return (
             f"chunk [{last.c}, {e}) asks {details['asked']} KV blocks{tail} with "
             f"{details['free']} free, in a pool of {details['pool']} blocks, the fewest "

@@ -192,7 +192,7 @@ RECORDED = [
 
 
 def test_p8_pool(vllm: Extracted, pool: TreeAllocator) -> None:
-    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit, T = P, no junction, internal checkpoints only without partial hits; KV2)."""
+    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit, or at a local hit an identical prompt's prefill left in that pool, T = P, no junction, internal checkpoints only at c = 0 without partial hits; KV2)."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
     c, path = CONFIG.start, []
@@ -1106,7 +1106,10 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K and alpha (0: None)."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None) and c0."""
+
+    @property
+    def start(self) -> int: ...
 
     @property
     def block(self) -> int: ...
@@ -1851,17 +1854,29 @@ def fresh_request(cfg: KvConfig, request_id: str, tree: KvTree) -> Any:
     return request
 
 
-def schedule_chunk(manager: Any, request: Any, chunk: int, lookahead: int) -> bool:
-    """One step that schedules ``chunk`` tokens of a request already holding its hit:
-    ``allocate_slots`` between the step's start and end (:func:`end_step`); a granted chunk
-    is computed, and the request is running from then on. Whether the pool granted it."""
+def schedule_chunk(
+    manager: Any, request: Any, chunk: int, lookahead: int, hit: int = 0, hit_blocks: Any = None
+) -> bool:
+    """One step that schedules ``chunk`` tokens of a request: ``allocate_slots`` between the
+    step's start and end (:func:`end_step`), given the local hit and its blocks at admission
+    as the waiting loop gives them; a granted chunk is computed, and the request is running
+    from then on. Whether the pool granted it."""
     if hasattr(manager, "new_step_starts"):
         manager.new_step_starts()
-    granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=lookahead)
+    if hit_blocks is None:
+        granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=lookahead)
+    else:
+        granted = manager.allocate_slots(
+            request,
+            chunk,
+            num_new_computed_tokens=hit,
+            new_computed_blocks=hit_blocks,
+            num_lookahead_tokens=lookahead,
+        )
     end_step(manager)
     if granted is not None:
         request.__dict__.update(
-            num_computed_tokens=request.num_computed_tokens + chunk,
+            num_computed_tokens=request.num_computed_tokens + hit + chunk,
             status=RequestStatus.RUNNING,
         )
     return granted is not None
@@ -1890,11 +1905,15 @@ def resend_after_prefill(
 
 
 class TreeAllocator:
-    """A fresh request of ``cfg``'s prompt under the tree's own ``KVCacheManager`` over a pool
-    of ``num_blocks`` blocks and ``max_model_len``, scheduled chunk by chunk from c = 0
-    (:meth:`allocate`). ``use_eagle`` is the manager's flag (the effective EAGLE drop, as
+    """A request of ``cfg``'s prompt under the tree's own ``KVCacheManager`` over a pool of
+    ``num_blocks`` blocks and ``max_model_len``, scheduled chunk by chunk (:meth:`allocate`)
+    from its start c0. ``use_eagle`` is the manager's flag (the effective EAGLE drop, as
     :func:`~chunkproof.source.kv_run.kv_coordinator` is given it); the lookahead slots are the
-    scheduler's ``num_lookahead_tokens``, the k = L draft tokens (0 without a drafter)."""
+    scheduler's ``num_lookahead_tokens``, the k = L draft tokens (0 without a drafter).
+
+    At c0 > 0 the hit is seeded as SPEC KV2 rule 2d has it: over a :class:`CachingPool`, an
+    identical request computes [0, c0) and [c0, P) and finishes, and the request is admitted
+    with the hit the tree's ``get_computed_blocks`` then gives it, which must be c0."""
 
     def __init__(
         self,
@@ -1904,17 +1923,36 @@ class TreeAllocator:
         num_blocks: int,
         max_model_len: int = 1 << 20,
     ) -> None:
-        tree = allocation_tree(root)
+        start = cfg.start
+        tree = allocation_tree(root, CachingPool if start > 0 else CountingPool)
         self.cfg = cfg
         self.manager = kv_manager(tree, cfg, use_eagle, num_blocks, max_model_len)
+        self.hit, self.hit_blocks = 0, None
+        if start > 0:
+            seed = fresh_request(cfg, "seed", tree)
+            for chunk in (start, cfg.prompt - start):
+                if not schedule_chunk(self.manager, seed, chunk, cfg.lookahead):
+                    raise SourceError(
+                        f"the pool of {num_blocks} blocks refuses the identical request that "
+                        f"seeds the hit at {start} its chunk of {chunk} tokens"
+                    )
+            self.manager.free(seed)
         self.request = fresh_request(cfg, "r", tree)
+        if start > 0:
+            self.hit_blocks, self.hit = self.manager.get_computed_blocks(self.request)[:2]
+            if self.hit != start:
+                raise SourceError(
+                    f"the tree's lookup gives the identical request a hit of {self.hit}, "
+                    f"not c0 = {start}"
+                )
 
     def allocate(self, chunk: int) -> TreeAllocation:
-        """One step that schedules ``chunk`` tokens of the request: ``allocate_slots`` between
-        the step's start and end (:func:`end_step`); a granted chunk is computed, and the
-        request is running from then on."""
+        """One step that schedules ``chunk`` tokens of the request (:func:`schedule_chunk`,
+        with the hit at its first)."""
         manager = self.manager
-        granted = schedule_chunk(manager, self.request, chunk, self.cfg.lookahead)
+        hit, blocks = self.hit, self.hit_blocks
+        self.hit, self.hit_blocks = 0, None
+        granted = schedule_chunk(manager, self.request, chunk, self.cfg.lookahead, hit, blocks)
         held = tuple(
             sum(1 for block in group.req_to_blocks.get("r", ()) if not block.is_null)
             for group in manager.coordinator.single_type_managers
