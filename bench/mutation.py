@@ -124,6 +124,7 @@ _POOL_SELECTION = (
     "tests/test_kv_blocks.py",
     "tests/test_pool_property.py",
     "tests/test_kv_alloc_fidelity.py",
+    "tests/test_kv_hit_fidelity.py",
     "tests/test_p8_repro.py",
 )
 POOL = Catalogue(
@@ -137,8 +138,8 @@ POOL = Catalogue(
     ),
 )
 """The KV block pool of SPEC KV2 (``--catalogue pool``): its rules and P8. Its selection: the
-rules' and P8's own tests, then the rules against each release's ``allocate_slots`` and the P8
-repros on the real trees; the quick stage, the first two (about 20 s). Canary: 0.33's tail
+rules' and P8's own tests, then the rules against each release's ``allocate_slots`` (fresh and
+at a seeded hit) and the P8 repros on the real trees; the quick stage, the first two (about 20 s). Canary: 0.33's tail
 copy is no longer asked."""
 
 CATALOGUES = {"model": MODEL, "system": SYSTEM, "pool": POOL}
@@ -174,6 +175,10 @@ EQUIVALENT = {
         "item: it is tested only at admission (at c > 0 the call tests items from c on), "
         "first and with nothing held (held_embeds is 0 at c0), and it fits the cache and the "
         "budget alone (items_fit_encoder)"
+    ),
+    "model/stages.py: return 1 if eagle_family(cfg, 0) else 0 :: 30 '0' -> '1'": (
+        "eagle_family reads the configuration only (use_eagle is the engine's flag, the same at "
+        "every c); its c argument is there for the step view's signature"
     ),
     "spec/request_symbolic.py: for pattern, item in zip(self.cell.layout, self.view.mm_items, "
     "strict=True): :: 70 'True' -> 'False'": (

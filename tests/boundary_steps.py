@@ -31,6 +31,23 @@ BOUNDARY_STEPS = [
         8,
         16,
         8,
+    ),  # V8: a chunk that reaches E and writes an internal checkpoint is not stopped at the
+    # partial tail tau = 4 (F on, H = 1 < B = 4): [0, 5) whole, not [0, 4).
+    (
+        "vllm-0.32",
+        {
+            "block": 4,
+            "split_block": 2,
+            "hash_block": 1,
+            "prompt": 5,
+            "max_sched": 16,
+            "lookahead": 2,
+            "checkpoints": True,
+            "checkpoint_alignment": 1,
+        },
+        0,
+        5,
+        5,
     ),
 ]
 """Single steps at the edges of a rule, which the random fidelity inputs seldom reach: (policy,
