@@ -139,8 +139,8 @@ POOL = Catalogue(
 )
 """The KV block pool of SPEC KV2 (``--catalogue pool``): its rules and P8. Its selection: the
 rules' and P8's own tests, then the rules against each release's ``allocate_slots`` (fresh and
-at a seeded hit) and the P8 repros on the real trees; the quick stage, the first two (about 20 s). Canary: 0.33's tail
-copy is no longer asked."""
+at a seeded hit) and the P8 repros on the real trees; the quick stage, the first two (about
+20 s). Canary: 0.33's tail copy is no longer asked."""
 
 CATALOGUES = {"model": MODEL, "system": SYSTEM, "pool": POOL}
 SWAPS = {

@@ -4,11 +4,12 @@ smallest pool each release's start-up check accepts.
 
 The model's hybrid cache has two groups on one pool of N blocks, as vLLM's hybrid models share
 it: full attention of block G and Mamba in "align" mode of block B. Block 0 of the pool is the
-null block, never handed out. The rules hold for a request admitted at c = 0 with no prefix
-hit, scheduled synchronously (every chunk computed before the next is scheduled); with a
-prefill checkpoint block (K = 1, rule 2c) without partial hits.
-``tests/test_kv_alloc_fidelity.py`` checks them against each release's own
-``KVCacheManager.allocate_slots`` (:mod:`chunkproof.source.kv_alloc_run`).
+null block, never handed out. The rules hold for a lone request scheduled synchronously (every
+chunk computed before the next is scheduled): admitted at c = 0 with no prefix hit, with a
+prefill checkpoint block (K = 1, rule 2c) without partial hits; or admitted at a local hit an
+identical request's prefill left in the same pool (rule 2d), without checkpoints.
+``tests/test_kv_alloc_fidelity.py`` and ``tests/test_kv_hit_fidelity.py`` check them against
+each release's own ``KVCacheManager.allocate_slots`` (:mod:`chunkproof.source.kv_alloc_run`).
 """
 
 from __future__ import annotations
@@ -328,27 +329,24 @@ def seed_fits(cfg: Config, pool: int, copy: int) -> bool:
     return first <= pool - 1 and later <= pool - 1 - held - cfg.lookahead - 1
 
 
-def scope_v15(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.15-0.16: :func:`pool_in_scope`, or a hit seeded under
-    0.15-0.29's cache rules whose seed fits the pool (:func:`seed_fits`)."""
-    seeded = seeded_hit_v15(cfg) and seed_fits(cfg, any_pool(cfg), 0)
-    return pool_in_scope(cfg) or admitted_at_seeded_hit(cfg, seeded)
-
-
-def scope_v17(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.17-0.22: :func:`scope_v15` with L = 0 (S >= 1 is not
-    modelled there, :func:`pool_modelled`)."""
-    return cfg.lookahead == 0 and scope_v15(cfg)
+def pool_in_scope_without_speculative(cfg: Config) -> bool:
+    """SPEC P8's scope under 0.17-0.22: :func:`pool_in_scope` and L = 0 (S >= 1 is not
+    modelled there, :func:`pool_modelled`). As in 0.15-0.16, no hit is in scope: any pool
+    starts, and the smallest, the null block alone, holds no seed (:func:`seed_fits`)."""
+    return cfg.lookahead == 0 and pool_in_scope(cfg)
 
 
 def scope_v23(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.23-0.25: as 0.17, in 0.23's start-up minimum."""
+    """SPEC P8's scope under 0.23-0.25: :func:`pool_in_scope_without_speculative`, or a hit
+    seeded under 0.15-0.29's cache rules whose seed fits 0.23's start-up minimum
+    (:func:`seed_fits`), with L = 0."""
     seeded = seeded_hit_v15(cfg) and seed_fits(cfg, startup_pool_v23(cfg), 0)
     return cfg.lookahead == 0 and (pool_in_scope(cfg) or admitted_at_seeded_hit(cfg, seeded))
 
 
 def scope_v26(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.26-0.28: as 0.15, in 0.23's minimum with 0.26's tail copy."""
+    """SPEC P8's scope under 0.26-0.28: as 0.23 with L >= 1 too, the seed's tail copy that of
+    0.26."""
     copy = tail_copy_v26(cfg, cfg.start)
     seeded = seeded_hit_v15(cfg) and seed_fits(cfg, startup_pool_v23(cfg), copy)
     return pool_in_scope(cfg) or admitted_at_seeded_hit(cfg, seeded)
@@ -402,14 +400,14 @@ def pool_refuses(cfg: Config, start: int, end: int, pool: int, mamba: int) -> bo
 
 def refused_v15(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.15-0.16 (KV2 rule 4: any pool starts)."""
-    if not scope_v15(cfg):
+    if not pool_in_scope(cfg):
         return False
     return pool_refuses(cfg, c, e, any_pool(cfg), mamba_new_blocks(cfg, c, e))
 
 
 def refused_v17(cfg: Config, c: int, e: int) -> bool:
     """P8 under 0.17-0.22: as 0.15, S >= 1 not judged (:func:`pool_modelled`)."""
-    if not scope_v17(cfg):
+    if not pool_in_scope_without_speculative(cfg):
         return False
     return pool_refuses(cfg, c, e, any_pool(cfg), mamba_new_blocks(cfg, c, e))
 
@@ -478,10 +476,10 @@ class PoolRules:
     """A release group's pool rules (SPEC KV2): its tail copy (rule 2b), what a chunk asks of
     the Mamba group and what it takes there (rules 2 and 2c), whether it writes a prefill
     checkpoint (rule 2c), its start-up minimum for max_model_len = P + 1 (rule 4), its P8
-    predicate and its scope (:attr:`in_scope`: a fresh admission, or a local hit an identical
-    request's prefill left, rule 2d). ``covers`` is what the fresh admissions cover: ``"fresh"``
-    (:func:`pool_in_scope`), ``"no speculative"`` (0.17-0.25 do not cover S >= 1) or
-    ``"checkpoints"`` (0.29 on cover K = 1)."""
+    predicate and its scope (:attr:`in_scope`: a fresh admission, or from 0.23 a local hit an
+    identical request's prefill left, rule 2d). ``covers`` is what the fresh admissions cover:
+    ``"fresh"`` (:func:`pool_in_scope`), ``"no speculative"`` (0.17-0.25 do not cover S >= 1)
+    or ``"checkpoints"`` (0.29 on cover K = 1)."""
 
     releases: str
     first_minor: int
@@ -509,8 +507,10 @@ class PoolRules:
     @property
     def scope_words(self) -> str:
         """:attr:`in_scope` in words."""
-        fresh = "c0 = 0 with no hit, or a local hit an identical prompt's prefill left"
-        fresh += " (T = P, no junction)"
+        fresh = "c0 = 0 with no hit, T = P, no junction"
+        if self.first_minor >= 23:
+            fresh = "c0 = 0 with no hit, or a local hit an identical prompt's prefill left"
+            fresh += " (T = P, no junction)"
         if self.checkpoints:
             return f"{fresh}, internal checkpoints only at c0 = 0 without partial hits"
         speculative = "" if self.speculative else ", L = 0"
@@ -526,7 +526,7 @@ POOL_RULES = (
         mamba_new_blocks,
         any_pool,
         refused_v15,
-        scope_v15,
+        pool_in_scope,
     ),
     PoolRules(
         "0.17-0.22",
@@ -536,7 +536,7 @@ POOL_RULES = (
         mamba_new_blocks,
         any_pool,
         refused_v17,
-        scope_v17,
+        pool_in_scope_without_speculative,
         "no speculative",
     ),
     PoolRules(
@@ -681,11 +681,13 @@ def lone_allocations(
     max_model_len: int,
     rules: PoolRules,
 ) -> list[Allocation]:
-    """KV2 rules 1-3 along ``chunks`` from c = 0 over a pool of ``num_blocks`` blocks: an
-    :class:`Allocation` per chunk, up to the first the pool refuses (the same functions P8
-    judges with). The blocks a tail copy takes are back in the pool by the chunk's end; a
-    checkpoint block is freed with the state of two chunks back, before the next chunk asks."""
-    if not pool_modelled(rules, cfg):
+    """KV2 rules 1-3 along ``chunks`` of a fresh request (c0 = 0; rule 2d's first chunk at a
+    hit is judged by the P8 predicates, its blocks held after it are not modelled) over a pool
+    of ``num_blocks`` blocks: an :class:`Allocation` per chunk, up to the first the pool
+    refuses (the same functions P8 judges with). The blocks a tail copy takes are back in the
+    pool by the chunk's end; a checkpoint block is freed with the state of two chunks back,
+    before the next chunk asks."""
+    if not pool_modelled(rules, cfg) or cfg.start > 0:
         raise ConfigError(f"the pool model of {rules.releases} does not cover {cfg.describe()}")
     calls: list[Allocation] = []
     start = 0

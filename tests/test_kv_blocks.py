@@ -263,3 +263,16 @@ def test_a_hit_p8_does_not_judge(release: str, cfg: Config, why: str) -> None:
     rules = pool_rules(release)
     assert not rules.in_scope(cfg), why
     assert not rules.refused(cfg, cfg.start, cfg.prompt), why
+
+
+@pytest.mark.parametrize("release", ["0.30.0", "0.31.0"])
+def test_a_first_chunk_that_writes_a_checkpoint_takes_s_plus_2(release: str) -> None:
+    """Rule 2c, 0.30-0.31: the first chunk [0, 20) (B = 16, L = 1, alpha = 4) writes a
+    checkpoint and asks and takes S + 2 = 3 Mamba blocks, the checkpoint block beside rule 2's
+    S + 1, though it spans only 2 blocks (the cap min(d, S + 2) is a later chunk's); the
+    releases' own allocate_slots ask 5 blocks with the 2 attention ones and hold 3 Mamba."""
+    cfg = Config(block=16, prompt=70, max_sched=64, lookahead=1, checkpoints=True)
+    cfg = cfg.replace(checkpoint_alignment=4, retention=16)
+    rules = pool_rules(release)
+    assert rules.checkpoint(cfg, 0, 20) == 1
+    assert (rules.mamba_asked(cfg, 0, 20), rules.mamba_taken(cfg, 0, 20)) == (3, 3)
