@@ -306,16 +306,6 @@ def pool_in_scope_with_checkpoints(cfg: Config) -> bool:
     return admitted_fresh(cfg) and not (cfg.checkpoints and cfg.partial_hits)
 
 
-def admitted_at_seeded_hit(cfg: Config, seeded: bool) -> bool:
-    """The request of KV2 rule 2d: admitted at a local hit c0 that an identical request's
-    prefill left (``seeded``: :func:`~chunkproof.spec.slots.lands_at_start` under the
-    release's cache rules, which also needs R* to be checked there), T = P, no junction, no
-    internal checkpoints."""
-    if not seeded or cfg.tokens > cfg.prompt or cfg.junction > 0:
-        return False
-    return not cfg.checkpoints
-
-
 def seed_fits(cfg: Config, pool: int, copy: int) -> bool:
     """KV2 rule 2d's seed: the identical request's chunks [0, c0) and [c0, P) each get their
     blocks in a pool of ``pool`` blocks by rules 1-3 (no checkpoints; ``copy`` the tail copy
@@ -329,6 +319,20 @@ def seed_fits(cfg: Config, pool: int, copy: int) -> bool:
     return first <= pool - 1 and later <= pool - 1 - held - cfg.lookahead - 1
 
 
+def fresh_or_seeded(cfg: Config, fresh: bool, seeded: bool, pool: int, copy: int) -> bool:
+    """SPEC P8's scope from 0.23: a fresh admission the release's rules cover (``fresh``), or
+    KV2 rule 2d's request: admitted at a local hit c0 that an identical request's prefill left
+    (``seeded``: :func:`~chunkproof.spec.slots.lands_at_start` under the release's cache rules,
+    which also needs R* to be checked there) in the release's start-up minimum ``pool``, which
+    held that request (:func:`seed_fits`, ``copy`` its tail copy); T = P, no junction, no
+    internal checkpoints."""
+    if fresh:
+        return True
+    if not seeded or cfg.tokens > cfg.prompt or cfg.junction > 0 or cfg.checkpoints:
+        return False
+    return seed_fits(cfg, pool, copy)
+
+
 def pool_in_scope_without_speculative(cfg: Config) -> bool:
     """SPEC P8's scope under 0.17-0.22: :func:`pool_in_scope` and L = 0 (S >= 1 is not
     modelled there, :func:`pool_modelled`). As in 0.15-0.16, no hit is in scope: any pool
@@ -337,55 +341,53 @@ def pool_in_scope_without_speculative(cfg: Config) -> bool:
 
 
 def scope_v23(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.23-0.25: :func:`pool_in_scope_without_speculative`, or a hit
-    seeded under 0.15-0.29's cache rules whose seed fits 0.23's start-up minimum
-    (:func:`seed_fits`), with L = 0."""
-    seeded = seeded_hit_v15(cfg) and seed_fits(cfg, startup_pool_v23(cfg), 0)
-    return cfg.lookahead == 0 and (pool_in_scope(cfg) or admitted_at_seeded_hit(cfg, seeded))
+    """P8's scope under 0.23-0.25 (:func:`fresh_or_seeded`), with L = 0 (S >= 1 is not
+    modelled there, :func:`pool_modelled`)."""
+    judged = fresh_or_seeded(cfg, pool_in_scope(cfg), seeded_hit_v15(cfg), startup_pool_v23(cfg), 0)
+    return cfg.lookahead == 0 and judged
 
 
 def scope_v26(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.26-0.28: as 0.23 with L >= 1 too, the seed's tail copy that of
-    0.26."""
+    """P8's scope under 0.26-0.28 (:func:`fresh_or_seeded`), 0.26's tail copy."""
     copy = tail_copy_v26(cfg, cfg.start)
-    seeded = seeded_hit_v15(cfg) and seed_fits(cfg, startup_pool_v23(cfg), copy)
-    return pool_in_scope(cfg) or admitted_at_seeded_hit(cfg, seeded)
+    return fresh_or_seeded(
+        cfg, pool_in_scope(cfg), seeded_hit_v15(cfg), startup_pool_v23(cfg), copy
+    )
 
 
 def scope_v29(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.29: :func:`pool_in_scope_with_checkpoints`, or a seeded hit
-    whose seed fits 0.29's minimum."""
+    """P8's scope under 0.29 (:func:`fresh_or_seeded`), checkpoints at c0 = 0."""
+    fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v26(cfg, cfg.start)
-    seeded = seeded_hit_v15(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
-    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
+    return fresh_or_seeded(cfg, fresh, seeded_hit_v15(cfg), startup_pool_v29(cfg), copy)
 
 
 def scope_v30(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.30: as 0.29, the hit seeded under 0.30's cache rules."""
+    """P8's scope under 0.30: as 0.29, the hit seeded under 0.30's cache rules."""
+    fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v26(cfg, cfg.start)
-    seeded = seeded_hit_v30(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
-    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
+    return fresh_or_seeded(cfg, fresh, seeded_hit_v30(cfg), startup_pool_v29(cfg), copy)
 
 
 def scope_v31(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.31: as 0.29, the hit seeded under 0.31's rules."""
+    """P8's scope under 0.31: as 0.29, 0.31's cache rules and tail copy."""
+    fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v31(cfg, cfg.start)
-    seeded = seeded_hit_v31(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
-    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
+    return fresh_or_seeded(cfg, fresh, seeded_hit_v31(cfg), startup_pool_v29(cfg), copy)
 
 
 def scope_v32(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.32: as 0.29, the hit seeded under 0.32's rules."""
+    """P8's scope under 0.32: as 0.29, 0.32's cache rules and tail copy."""
+    fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v32(cfg, cfg.start)
-    seeded = seeded_hit_v32(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
-    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
+    return fresh_or_seeded(cfg, fresh, seeded_hit_v32(cfg), startup_pool_v29(cfg), copy)
 
 
 def scope_v33(cfg: Config) -> bool:
-    """SPEC P8's scope under 0.33 on: as 0.29, the hit seeded under 0.33's rules."""
+    """P8's scope under 0.33 on: as 0.32, 0.33's cache rules."""
+    fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v32(cfg, cfg.start)
-    seeded = seeded_hit_v33(cfg) and seed_fits(cfg, startup_pool_v29(cfg), copy)
-    return pool_in_scope_with_checkpoints(cfg) or admitted_at_seeded_hit(cfg, seeded)
+    return fresh_or_seeded(cfg, fresh, seeded_hit_v33(cfg), startup_pool_v29(cfg), copy)
 
 
 def pool_refuses(cfg: Config, start: int, end: int, pool: int, mamba: int) -> bool:
@@ -639,7 +641,7 @@ def pool_rules(version: str | None) -> PoolRules:
 
 def in_scope_possible(grid: Grid) -> bool:
     """Whether ``grid`` may hold a configuration in P8's scope: an admission at c0 = 0 or at a
-    local hit (:func:`admitted_fresh`, :func:`admitted_at_seeded_hit`), T = P, no junction.
+    local hit (:func:`admitted_fresh`, :func:`fresh_or_seeded`), T = P, no junction.
     Read from its value sets; a set this cannot read is taken to allow it. A range of no such
     grid gets no P8 verdict (a range with nothing in scope is never PROVED); the engines count
     each release's own scope (internal checkpoints and seeded hits included) and give EMPTY

@@ -287,40 +287,37 @@ def lands_at_start(cfg: Config, resend: int, kept: bool, tail: int, grid_tail: b
 
 def seeded_hit_v15(cfg: Config) -> bool:
     """:func:`lands_at_start` under the rules of 0.15-0.29, where R* is checked."""
-    resend = resend_position_v15(cfg)
     kept = keeps_v29(cfg, cfg.start // cfg.block - 1)
-    tail = tail_position_v26(cfg)
-    return resend_verified_v15(cfg) and lands_at_start(cfg, resend, kept, tail, False)
+    lands = lands_at_start(cfg, resend_position_v15(cfg), kept, tail_position_v26(cfg), False)
+    return resend_verified_v15(cfg) and lands
 
 
 def seeded_hit_v30(cfg: Config) -> bool:
     """:func:`lands_at_start` under the rules of 0.30, where R* is checked."""
-    resend = resend_position_v15(cfg)
     kept = keeps(cfg, cfg.start // cfg.block - 1)
-    tail = tail_position_v26(cfg)
-    return resend_verified_v15(cfg) and lands_at_start(cfg, resend, kept, tail, False)
+    lands = lands_at_start(cfg, resend_position_v15(cfg), kept, tail_position_v26(cfg), False)
+    return resend_verified_v15(cfg) and lands
 
 
 def seeded_hit_v31(cfg: Config) -> bool:
     """:func:`lands_at_start` under the rules of 0.31, where R* is checked."""
-    resend = resend_position_v15(cfg)
     kept = keeps(cfg, cfg.start // cfg.block - 1)
-    tail = tail_position_v31(cfg)
-    return resend_verified_v15(cfg) and lands_at_start(cfg, resend, kept, tail, False)
+    lands = lands_at_start(cfg, resend_position_v15(cfg), kept, tail_position_v31(cfg), False)
+    return resend_verified_v15(cfg) and lands
 
 
 def seeded_hit_v32(cfg: Config) -> bool:
     """:func:`lands_at_start` under the rules of 0.32, where R* is checked."""
-    resend = resend_position_v32(cfg)
     kept = keeps(cfg, cfg.start // cfg.block - 1)
-    return resend_verified_v32(cfg) and lands_at_start(cfg, resend, kept, tail_position(cfg), True)
+    lands = lands_at_start(cfg, resend_position_v32(cfg), kept, tail_position(cfg), True)
+    return resend_verified_v32(cfg) and lands
 
 
 def seeded_hit_v33(cfg: Config) -> bool:
     """:func:`lands_at_start` under the rules of 0.33 on, where R* is checked."""
-    resend = resend_position(cfg)
     kept = keeps(cfg, cfg.start // cfg.block - 1)
-    return resend_verified_v32(cfg) and lands_at_start(cfg, resend, kept, tail_position(cfg), True)
+    lands = lands_at_start(cfg, resend_position(cfg), kept, tail_position(cfg), True)
+    return resend_verified_v32(cfg) and lands
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,11 @@ def test_an_unknown_release_gets_the_newest_rules() -> None:
     assert pool_rules(None) is pool_rules("0.99.0") is pool_rules("0.34.0")
 
 
+def test_a_release_before_every_group_gets_the_oldest_rules() -> None:
+    """As :func:`~chunkproof.spec.slots.kv_rules` does (0.15-0.29's rules below 0.15)."""
+    assert pool_rules("0.14.0") is pool_rules("0.15.0") is POOL_RULES[0]
+
+
 def test_a_tail_on_the_mamba_grid_is_not_copied() -> None:
     """Rule 2b copies a tail only off the grid: with P = 9 and h = 2 the tail of 0.26-0.31 is
     8 = B, whose state the running block keeps."""
