@@ -489,8 +489,18 @@ def _bools(flag: str) -> Callable[[str], ValueSet]:
     return lambda text: parse_bools(text, flag)
 
 
-def _terms(flag: str, bases: Mapping[str, str]) -> Callable[[str], ValueSet]:
-    return lambda text: parse_terms(text, flag, bases)
+def _terms(flag: str, bases: Mapping[str, str], minimum: int = 0) -> Callable[[str], ValueSet]:
+    """Integers and forms of ``flag`` (:func:`parse_terms`), every integer at least ``minimum``
+    (a block size of 0 is not a configuration: SPEC S1)."""
+
+    def parse(text: str) -> ValueSet:
+        values = parse_terms(text, flag, bases)
+        if values.numbers is not None and values.numbers.low < minimum:
+            low = values.numbers.low
+            raise ConfigError(f"{flag}: {low} is not allowed, values start at {minimum}")
+        return values
+
+    return parse
 
 
 INPUTS: tuple[Input, ...] = (
@@ -500,7 +510,7 @@ INPUTS: tuple[Input, ...] = (
         "--split-block",
         "G",
         "cache_config.block_size (the split's grid)",
-        _terms("--split-block", {"B": "block"}),
+        _terms("--split-block", {"B": "block"}, 1),
         "B",
     ),
     Input(
@@ -508,7 +518,7 @@ INPUTS: tuple[Input, ...] = (
         "--hash-block",
         "H",
         "hash block (prefix-match unit)",
-        _terms("--hash-block", {"B": "block", "G": "split_block"}),
+        _terms("--hash-block", {"B": "block", "G": "split_block"}, 1),
         "G",
     ),
     Input("lookahead", "--lookahead", "L", "MTP prefill lookahead", _ints("--lookahead"), "0-4"),

@@ -45,6 +45,8 @@ TRACE = ["trace", "vllm-0.33", "--lookahead", "3", "--budget", "16"]
         [*TRACE, "--block", "16", "--prompt", "1000000000", "--budget", "1"],  # too long
         ["explore", "vllm-0.33", "--prompt", "1-100000000"],  # too large to enumerate
         ["explore", "vllm-0.33", "--split-block", "B/0"],
+        ["explore", "vllm-0.33", "--split-block", "0"],  # a zero block size, as --block 0
+        ["explore", "vllm-0.33", "--hash-block", "0,G", "--start", "hash"],
         ["check", "--block", "0"],  # a zero block size is refused before any engine runs
         ["explore", "vllm-0.33", "--max-sched", "0-4"],
         ["system", "vllm-0.33", "--prompt", "0"],
