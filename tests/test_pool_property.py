@@ -122,6 +122,34 @@ def test_both_engines_find_the_least_tail_counterexample(
     assert "1 of them to copy the prompt's tail state, with 2 free" in verdict["summary"]
 
 
+HIT_RANGE = "--block 4 --hash-block 2 --lookahead 0 --drop off --prompt 1-16 --max-sched 1-8"
+"""Admissions at a local hit (KV2 rule 2d): on the partial-hit grid (H = 2 < B = 4), 0.33's
+least P8 counterexample is the resend at the tail c0 = 2 of a 3-token prompt."""
+
+
+@pytest.mark.parametrize(("starts", "status"), [("hash", "VIOLATED"), ("block", "PROVED")])
+@pytest.mark.parametrize("command", ["explore", "prove"])
+def test_both_engines_judge_a_seeded_hit(
+    cli: Cli, tmp_path: Path, command: str, starts: str, status: str
+) -> None:
+    """At the partial hit c0 = 2 (the tail of P = 3) the first chunk asks 4 blocks with 3 free
+    in the pool of 4 that held the identical request: both engines find it with the same
+    words. At hits on the block grid both keep P8 (the seed's fit is the request's)."""
+    flags = [*HIT_RANGE.split(), "--start", starts, *solver_args(command)]
+    run = cli(command, "vllm-0.33", "--property", "P8", *flags, "--json", "--out", str(tmp_path))
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["status"] == status, run.out
+    if status == "VIOLATED":
+        assert verdict["summary"].startswith(
+            "T=3 B=4 L=0 M=1 H=2 c0=2: chunk [2, 3) asks 4 KV blocks, 1 of them to copy the "
+            "prompt's tail state, with 3 free, in a pool of 4 blocks"
+        ), verdict["summary"]
+        assert (
+            "the waiting loop cannot admit the request at the local hit c0=2"
+            in (verdict["summary"])
+        )
+
+
 CHECKPOINT_RANGE = (
     "--block 4 --lookahead 0 --drop off --checkpoints on --checkpoint-alignment 1 "
     "--prompt 1-13 --max-sched 1-9"
