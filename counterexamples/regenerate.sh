@@ -85,6 +85,10 @@ pick p0-external-hit-assert vllm-0.17 P0 --block 4 --lookahead 0 --prompt 1-8 --
 # vllm-0.17 (V2, EAGLE drop on, with L = 1 as 0.17 requires): a chunk from a mid-block end
 # crosses the block end (#51113 class).
 pick p3-poisoned-slot-eagle vllm-0.17 P3 "${CLASSIC[@]}"
+# vllm-0.26 (P3 under 0.24-0.29's retention mask, R = 0): under the EAGLE drop the mask keeps
+# the column of N - 1 = 4, so the chunk [1, 5) keys 4 onto the block holding state@1 (0.30's
+# mask keeps the drop's boundaries instead and keys nothing there).
+pick p3-retention-mask-drop vllm-0.26 P3 --block 4 --lookahead 1 --drop on --retention 0 --prompt 1-12 --max-sched 1-4
 # vllm-0.27 (#40707): two images the encoder cache holds one at a time; the encoder cap, before
 # the split, leaves the 2 tokens before the second image and the split floors them to 0.
 pick p1-encoder-two-items vllm-0.27 P1 --block 4 --lookahead 0 --drop off --prompt 16 --max-sched 6 --items 1+4,6+4

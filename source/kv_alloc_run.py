@@ -268,15 +268,13 @@ def schedule_chunk(
     return granted is not None
 
 
-def resend_after_prefill(
+def real_prefill(
     root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
-) -> int:
-    """Where an identical resend lands after a real prefill (SPEC KV1): a fresh request of
-    ``cfg``'s prompt computes the chunks ending at ``ends`` under the tree's own
-    ``KVCacheManager`` over a :class:`CachingPool` of ``num_blocks`` blocks, finishes and is
-    freed; the hit the tree's ``get_computed_blocks`` then gives a request of the same prompt.
-    What each group cached is the tree's own (its retention mask, partial tails, the tokens
-    multi-module MTP may re-prefill), not a set given to the lookup."""
+) -> tuple[KvTree, Any]:
+    """The tree and its ``KVCacheManager`` over a :class:`CachingPool` of ``num_blocks``
+    blocks after a fresh request of ``cfg``'s prompt computed the chunks ending at ``ends``
+    and was freed: what each group cached is the tree's own (its retention mask, partial
+    tails, the tokens multi-module MTP may re-prefill), not a set given to the lookup."""
     tree = allocation_tree(root, CachingPool)
     manager = kv_manager(tree, cfg, use_eagle, num_blocks, 1 << 20)
     first = fresh_request(cfg, "first", tree)
@@ -286,6 +284,27 @@ def resend_after_prefill(
             raise ValueError(f"a pool of {num_blocks} blocks refused the chunk ending at {end}")
         computed = end
     manager.free(first)
+    return tree, manager
+
+
+def keyed_after_prefill(
+    root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
+) -> dict[int, set[int]]:
+    """Per KV cache group, the ends whose hash the tree's cache keys after the prefill of
+    :func:`real_prefill` (the entries a later lookup can find)."""
+    manager = real_prefill(root, cfg, use_eagle, ends, num_blocks)[1]
+    keyed: dict[int, set[int]] = {}
+    for group, end in manager.block_pool.index:
+        keyed.setdefault(group, set()).add(end)
+    return keyed
+
+
+def resend_after_prefill(
+    root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
+) -> int:
+    """Where an identical resend lands after a real prefill (SPEC KV1): the hit the tree's
+    ``get_computed_blocks`` gives a request of the same prompt after :func:`real_prefill`."""
+    tree, manager = real_prefill(root, cfg, use_eagle, ends, num_blocks)
     hit: int = manager.get_computed_blocks(fresh_request(cfg, "resend", tree))[1]
     return hit
 

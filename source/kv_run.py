@@ -588,21 +588,38 @@ def registered(coordinator: Any, cfg: KvConfig, computed: int) -> dict[int, set[
 @dataclass(frozen=True)
 class TreeResend:
     """What the tree's cache code says of an identical resend of a prompt (SPEC KV1):
-    ``position`` R*, the hit it gets when every state of the prompt is cached; ``kept``
-    whether the retention mask keeps R*'s Mamba block (the block ending at R*, keyed when
-    the prompt is cached); ``fine_hits`` whether the coordinator turned fine hits on."""
+    ``position`` R*, the hit it gets when the Mamba group holds every state of the prompt and
+    the attention group what the tree keys (:func:`tree_resend`); ``kept`` whether the
+    retention mask keeps R*'s Mamba block (the block ending at R*, keyed when the prompt is
+    cached); ``fine_hits`` whether the coordinator turned fine hits on."""
 
     position: int
     kept: bool
     fine_hits: bool
 
 
+def attention_entries(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> set[int]:
+    """The entries the full-attention group holds for an identical resend's lookup (SPEC KV1):
+    every hash-block end, except under the EAGLE drop with fine hits, where the lookup needs an
+    attention entry one unit past the Mamba state and a real prefill leaves only what the tree
+    keys when the prompt is cached (its full blocks and partial tail, one ``cache_blocks``
+    call; up to 0.31 whatever the chunk ends, checked by ``tests/test_kv_resend_fidelity.py``)."""
+    if not (use_eagle and fine_hits(kv_coordinator(tree, cfg, use_eagle))):
+        return every_hash_end(cfg)
+    cached = kv_coordinator(tree, cfg, use_eagle)
+    keyed = registered(cached, cfg, cfg.prompt).get(ATTENTION_GROUP, set())
+    tails: set[int] = cached.block_pool.tails.get(ATTENTION_GROUP, set())
+    return keyed | tails
+
+
 def tree_resend(root: Path, cfg: KvConfig, use_eagle: bool) -> TreeResend:
     """R*, its retention and the fine-hit flag of ``cfg`` under the cache code of the tree at
-    ``root`` (:class:`TreeResend`), ``use_eagle`` the scheduler's flag."""
+    ``root`` (:class:`TreeResend`), ``use_eagle`` the scheduler's flag: the lookup of a Mamba
+    group holding every hash-block end and an attention group holding
+    :func:`attention_entries`."""
     tree = compiled_kv_tree(root)
-    dense = every_hash_end(cfg)
     lookup = kv_coordinator(tree, cfg, use_eagle)
-    position = resend_hit(tree, lookup, cfg, dense, dense)
+    attention = attention_entries(tree, cfg, use_eagle)
+    position = resend_hit(tree, lookup, cfg, attention, every_hash_end(cfg))
     keyed = registered(kv_coordinator(tree, cfg, use_eagle), cfg, cfg.prompt)
     return TreeResend(position, position in keyed.get(MAMBA_GROUP, ()), fine_hits(lookup))

@@ -26,6 +26,7 @@ from chunkproof.spec.slots import (
     hit_unit,
     release_minor,
     seeded_hit_v15,
+    seeded_hit_v28,
     seeded_hit_v30,
     seeded_hit_v31,
     seeded_hit_v32,
@@ -347,19 +348,29 @@ def scope_v23(cfg: Config) -> bool:
     return cfg.lookahead == 0 and judged
 
 
-def scope_v26(cfg: Config) -> bool:
-    """P8's scope under 0.26-0.28 (:func:`fresh_or_seeded`), 0.26's tail copy."""
+def scope_tail_copy(cfg: Config, seeded: bool) -> bool:
+    """P8's scope under 0.26-0.28 (:func:`fresh_or_seeded`), 0.26's tail copy, ``seeded`` the
+    release's seeded hit."""
     copy = tail_copy_v26(cfg, cfg.start)
-    return fresh_or_seeded(
-        cfg, pool_in_scope(cfg), seeded_hit_v15(cfg), startup_pool_v23(cfg), copy
-    )
+    return fresh_or_seeded(cfg, pool_in_scope(cfg), seeded, startup_pool_v23(cfg), copy)
+
+
+def scope_v26(cfg: Config) -> bool:
+    """P8's scope under 0.26-0.27 (:func:`scope_tail_copy`)."""
+    return scope_tail_copy(cfg, seeded_hit_v15(cfg))
+
+
+def scope_v28(cfg: Config) -> bool:
+    """P8's scope under 0.28 (:func:`scope_tail_copy`): its seeded hit takes
+    ``num_reprefillable_tokens`` into R* (SPEC KV1)."""
+    return scope_tail_copy(cfg, seeded_hit_v28(cfg))
 
 
 def scope_v29(cfg: Config) -> bool:
     """P8's scope under 0.29 (:func:`fresh_or_seeded`), checkpoints at c0 = 0."""
     fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v26(cfg, cfg.start)
-    return fresh_or_seeded(cfg, fresh, seeded_hit_v15(cfg), startup_pool_v29(cfg), copy)
+    return fresh_or_seeded(cfg, fresh, seeded_hit_v28(cfg), startup_pool_v29(cfg), copy)
 
 
 def scope_v30(cfg: Config) -> bool:
@@ -421,12 +432,20 @@ def refused_v23(cfg: Config, c: int, e: int) -> bool:
     return pool_refuses(cfg, c, e, startup_pool_v23(cfg), mamba_new_blocks(cfg, c, e))
 
 
-def refused_v26(cfg: Config, c: int, e: int) -> bool:
-    """P8 under 0.26-0.28: 0.23's minimum and the tail copy of 0.26."""
-    if not scope_v26(cfg):
-        return False
+def refuses_tail_copy(cfg: Config, c: int, e: int) -> bool:
+    """P8's refusal under 0.26-0.28: 0.23's minimum and the tail copy of 0.26."""
     mamba = mamba_new_blocks(cfg, c, e) + tail_copy_v26(cfg, c)
     return pool_refuses(cfg, c, e, startup_pool_v23(cfg), mamba)
+
+
+def refused_v26(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.26-0.27 (:func:`refuses_tail_copy`)."""
+    return scope_v26(cfg) and refuses_tail_copy(cfg, c, e)
+
+
+def refused_v28(cfg: Config, c: int, e: int) -> bool:
+    """P8 under 0.28 (:func:`refuses_tail_copy`, 0.28's scope)."""
+    return scope_v28(cfg) and refuses_tail_copy(cfg, c, e)
 
 
 def refused_v29(cfg: Config, c: int, e: int) -> bool:
@@ -553,7 +572,7 @@ POOL_RULES = (
         "no speculative",
     ),
     PoolRules(
-        "0.26-0.28",
+        "0.26-0.27",
         26,
         tail_copy_v26,
         mamba_new_blocks,
@@ -561,6 +580,16 @@ POOL_RULES = (
         startup_pool_v23,
         refused_v26,
         scope_v26,
+    ),
+    PoolRules(
+        "0.28",
+        28,
+        tail_copy_v26,
+        mamba_new_blocks,
+        mamba_new_blocks,
+        startup_pool_v23,
+        refused_v28,
+        scope_v28,
     ),
     PoolRules(
         "0.29",

@@ -27,10 +27,11 @@ from chunkproof.spec.slots import (
     keeps_v29,
     kv_rules,
     poisons,
+    poisons_v29,
+    resend_landing_v15,
+    resend_landing_v28,
     resend_position,
-    resend_position_v15,
     resend_position_v32,
-    resend_verified_v15,
     resend_verified_v32,
     tail_position,
     tail_position_v26,
@@ -117,36 +118,48 @@ def stuck(cfg: Config, c: int, chunk: int) -> bool:
 
 
 def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
-    """P3 for chunk [c, e): the slot oracle keys a block end onto a block holding state@c
-    (slot note 4.2, oracle rule 5: :func:`chunkproof.spec.slots.poisons`)."""
+    """P3 for chunk [c, e) under the retention mask of 0.30 on: the slot oracle keys a block
+    end onto a block holding state@c (slot note 4.2, oracle rule 5:
+    :func:`chunkproof.spec.slots.poisons`)."""
     return poisons(cfg, c, e)
+
+
+def crosses_block_end_v29(cfg: Config, c: int, e: int) -> bool:
+    """P3 under the retention mask of 0.15-0.29 (:func:`chunkproof.spec.slots.poisons_v29`)."""
+    return poisons_v29(cfg, c, e)
 
 
 def misaligned(cfg: Config, c: int, e: int) -> bool:
     """P4 for chunk [c, e) under the cache rules of 0.32 on (SPEC KV1: the partial tail at
     ck33(N, h, drop, L_h)): :func:`misaligned_at`."""
-    return misaligned_at(cfg, c, e, tail_position(cfg))
+    return misaligned_at(cfg, c, e, tail_position(cfg), poisons(cfg, c, e))
+
+
+def misaligned_v15(cfg: Config, c: int, e: int) -> bool:
+    """P4 under the cache rules of 0.15-0.29 (the partial tail at h*floor(N/h), before 0.26
+    without partial hits; 0.29's retention mask): :func:`misaligned_at`."""
+    return misaligned_at(cfg, c, e, tail_position_v26(cfg), poisons_v29(cfg, c, e))
 
 
 def misaligned_v26(cfg: Config, c: int, e: int) -> bool:
-    """P4 under the cache rules of 0.15-0.30 (the partial tail at h*floor(N/h); before 0.26
-    there are no partial hits): :func:`misaligned_at`."""
-    return misaligned_at(cfg, c, e, tail_position_v26(cfg))
+    """P4 under the cache rules of 0.30 (the partial tail at h*floor(N/h)):
+    :func:`misaligned_at`."""
+    return misaligned_at(cfg, c, e, tail_position_v26(cfg), poisons(cfg, c, e))
 
 
 def misaligned_v31(cfg: Config, c: int, e: int) -> bool:
     """P4 under the cache rules of 0.31 (the partial tail less h under the drop)."""
-    return misaligned_at(cfg, c, e, tail_position_v31(cfg))
+    return misaligned_at(cfg, c, e, tail_position_v31(cfg), poisons(cfg, c, e))
 
 
-def misaligned_at(cfg: Config, c: int, e: int, tail: int) -> bool:
+def misaligned_at(cfg: Config, c: int, e: int, tail: int, poisoned: bool) -> bool:
     """P4 for chunk [c, e) with e > c: an end before E off the Mamba grid B, unless it is a
-    sub-block advance (B > m) that keeps P3, or a position the cache keys soundly off the
-    grid: the prompt's partial tail ``tail`` (the release's T, SPEC KV1) under partial hits,
-    and the junction J with the exact shared-prefix checkpoint (slot note 3 R2, 4.1: "every
-    non-final chunk end must be on the grid, or equal the partial-tail boundary").
-    Encoder-forced ends (exemption b) need the step's stage values: the callers exempt them
-    (:func:`chunkproof.spec.request.encoder_forced`)."""
+    sub-block advance (B > m) that keeps P3 (``poisoned``: the release's P3 for the chunk), or
+    a position the cache keys soundly off the grid: the prompt's partial tail ``tail`` (the
+    release's T, SPEC KV1) under partial hits, and the junction J with the exact shared-prefix
+    checkpoint (slot note 3 R2, 4.1: "every non-final chunk end must be on the grid, or equal
+    the partial-tail boundary"). Encoder-forced ends (exemption b) need the step's stage
+    values: the callers exempt them (:func:`chunkproof.spec.request.encoder_forced`)."""
     if e <= c or e >= prefill_end(cfg) or e % cfg.block == 0:
         return False
     if cfg.partial_hits and e == tail:
@@ -154,7 +167,7 @@ def misaligned_at(cfg: Config, c: int, e: int, tail: int) -> bool:
     if cfg.exact_junction and e == cfg.junction and e <= cfg.prompt:
         return False
     sub_block = cfg.block > max_chunk(cfg)
-    return not (sub_block and not crosses_block_end(cfg, c, e))
+    return not (sub_block and not poisoned)
 
 
 def in_window(cfg: Config, c: int, n: int, e: int) -> bool:
@@ -200,21 +213,24 @@ def skips_resend_v32(cfg: Config, c: int, e: int) -> bool:
 
 
 def skips_resend_v30(cfg: Config, c: int, e: int) -> bool:
-    """P6 under the rules of 0.30 and 0.31: R* = ck30(P, A, D) and the 0.30+ retention
-    mask, within the scope where R* is checked (:func:`~chunkproof.spec.slots.
-    resend_verified_v15`)."""
-    if not resend_verified_v15(cfg):
-        return False
-    r = resend_position_v15(cfg)
+    """P6 under the rules of 0.30 and 0.31: R* after a real prefill
+    (:func:`~chunkproof.spec.slots.resend_landing_v28`) and the 0.30+ retention mask."""
+    r = resend_landing_v28(cfg)
     return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
 
 
+def skips_resend_v28(cfg: Config, c: int, e: int) -> bool:
+    """P6 under the rules of 0.28-0.29: R* after a real prefill
+    (:func:`~chunkproof.spec.slots.resend_landing_v28`) and 0.29's retention mask (its one
+    reachable boundary is P - 1)."""
+    r = resend_landing_v28(cfg)
+    return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1))
+
+
 def skips_resend_v15(cfg: Config, c: int, e: int) -> bool:
-    """P6 under the rules of 0.15-0.29: R* = ck30(P, A, D) and 0.29's retention mask (its one
-    reachable boundary is P - 1), within 0.30's scope."""
-    if not resend_verified_v15(cfg):
-        return False
-    r = resend_position_v15(cfg)
+    """P6 under the rules of 0.15-0.27: R* after a real prefill
+    (:func:`~chunkproof.spec.slots.resend_landing_v15`) and 0.29's retention mask."""
+    r = resend_landing_v15(cfg)
     return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1))
 
 
@@ -240,7 +256,8 @@ EDGE_PROPERTIES: dict[str, Callable[..., bool]] = {
 (a policy's own: :func:`edge_properties`)."""
 
 RELEASE_P6: dict[str, Callable[..., bool]] = {
-    "0.15-0.29": skips_resend_v15,
+    "0.15-0.27": skips_resend_v15,
+    "0.28-0.29": skips_resend_v28,
     "0.30": skips_resend_v30,
     "0.31": skips_resend_v30,
     "0.32": skips_resend_v32,
@@ -248,8 +265,20 @@ RELEASE_P6: dict[str, Callable[..., bool]] = {
 }
 """P6 per release group of :func:`chunkproof.spec.slots.kv_rules` (SPEC KV1)."""
 
+RELEASE_P3: dict[str, Callable[..., bool]] = {
+    "0.15-0.27": crosses_block_end_v29,
+    "0.28-0.29": crosses_block_end_v29,
+    "0.30": crosses_block_end,
+    "0.31": crosses_block_end,
+    "0.32": crosses_block_end,
+    "0.33-0.34": crosses_block_end,
+}
+"""P3 per release group of :func:`chunkproof.spec.slots.kv_rules`: the retention mask that
+decides whether a crossing chunk's claim is keyed (SPEC KV1)."""
+
 RELEASE_P4: dict[str, Callable[..., bool]] = {
-    "0.15-0.29": misaligned_v26,
+    "0.15-0.27": misaligned_v15,
+    "0.28-0.29": misaligned_v15,
     "0.30": misaligned_v26,
     "0.31": misaligned_v31,
     "0.32": misaligned,
@@ -259,12 +288,13 @@ RELEASE_P4: dict[str, Callable[..., bool]] = {
 
 
 def edge_properties(policy: Policy) -> dict[str, Callable[..., bool]]:
-    """:data:`EDGE_PROPERTIES` with P4, P6 and P8 under the cache rules of ``policy``'s
-    release (:attr:`~chunkproof.model.policy.Policy.kv_release`): its partial tail, its R* and
-    its block pool (SPEC KV2)."""
+    """:data:`EDGE_PROPERTIES` with P3, P4, P6 and P8 under the cache rules of ``policy``'s
+    release (:attr:`~chunkproof.model.policy.Policy.kv_release`): its retention mask, its
+    partial tail, its R* and its block pool (SPEC KV1, KV2)."""
     rules = kv_rules(policy.kv_release)
     return {
         **EDGE_PROPERTIES,
+        "P3": RELEASE_P3[rules.releases],
         "P4": RELEASE_P4[rules.releases],
         "P6": RELEASE_P6[rules.releases],
         "P8": pool_rules(policy.kv_release).refused,
@@ -288,6 +318,8 @@ def property_scope(policy: Policy, pid: str) -> Scope | None:
     resend lands (SPEC P6, KV1), P8 where the KV pool's rules hold (SPEC P8, KV2)."""
     if pid == "P6":
         resend = kv_rules(policy.kv_release)
+        if resend.verified is None:
+            return None
         return Scope(resend.verified, resend.verified_words)
     if pid != "P8":
         return None

@@ -45,13 +45,14 @@ __all__ = [
     "SlotReport",
     "SlotSetup",
     "checkpoint_at",
+    "crosses",
     "crossing_claim",
     "kv_rules",
     "oracle",
     "poisons",
+    "poisons_v29",
     "release_minor",
     "resend_position",
-    "resend_verified_v15",
     "resend_verified_v32",
 ]
 
@@ -108,6 +109,39 @@ def resend_position_v15(cfg: Config) -> int:
     if eagle_drop(cfg) and not cfg.partial_hits:
         return dropped_block_hit(cfg, cfg.prompt - 1)
     return ck30(cfg.prompt, hit_unit(cfg), eagle_drop(cfg))
+
+
+def attention_hit(cfg: Config, final: int) -> int:
+    """SPEC KV1, under the EAGLE drop with fine hits up to 0.31: the largest entry the
+    full-attention group holds after a real prefill at most the lookup's cap N - 1. The group
+    keys its full blocks of G up to the final cacheable count ``final``, and its partial tail
+    h*floor(N/h) once ``final`` reaches it (``cache_partial_block``), not every hash-block end
+    (checked against each release's own caching, ``tests/test_kv_resend_fidelity.py``)."""
+    cap = min(final, cfg.prompt - 1)
+    tail = fl(cfg.prompt, cfg.hash_block)
+    if tail <= cap:
+        return max(fl(cap, cfg.split_block), tail)
+    return fl(cap, cfg.split_block)
+
+
+def resend_landing_v15(cfg: Config) -> int:
+    """R* of 0.15-0.27 after a real prefill (SPEC KV1): :func:`resend_position_v15`, except
+    under the EAGLE drop with fine hits, where the Mamba hit is one hash block below the
+    attention group's (:func:`attention_hit`, the final count h*floor(N/h)). That is at most
+    ck30(N, h, drop), the lookup's R* when every hash-block end is keyed."""
+    if eagle_drop(cfg) and cfg.partial_hits:
+        return max(attention_hit(cfg, fl(cfg.prompt, cfg.hash_block)) - cfg.hash_block, 0)
+    return resend_position_v15(cfg)
+
+
+def resend_landing_v28(cfg: Config) -> int:
+    """R* of 0.28-0.31 after a real prefill (SPEC KV1): as :func:`resend_landing_v15`, the
+    coordinator caching only ``num_computed - (L - 1)`` tokens (``num_reprefillable_tokens``,
+    multi-module MTP, 0.28 on), so the attention group's final count is at most N - (L - 1)."""
+    if eagle_drop(cfg) and cfg.partial_hits:
+        final = min(fl(cfg.prompt, cfg.hash_block), cfg.prompt - max(cfg.lookahead - 1, 0))
+        return max(attention_hit(cfg, final) - cfg.hash_block, 0)
+    return resend_position_v15(cfg)
 
 
 def prompt_checkpoint(cfg: Config) -> int:
@@ -211,18 +245,27 @@ def keeps_v29(cfg: Config, column: int) -> bool:
     return segment_keeps(cfg, column) or found
 
 
-def poisons(cfg: Config, start: int, end: int) -> bool:
-    """SPEC P3 for chunk [s, e): slot note 6 rule 5's violation branch (4.2).
-
-    s is mid-block (s > 0, s mod B != 0), the chunk runs past its block's end
-    B*ceil(s/B) (so col(s) != col(e)), the cacheable count reaches that end (so column col(s) is
-    registered now), and the retention mask keeps col(s): the cache keys B*ceil(s/B) onto the
-    block holding state@s.
-    """
+def crosses(cfg: Config, start: int, end: int) -> bool:
+    """Slot note 6 rule 5's violation branch (4.2) before the retention mask: s is mid-block
+    (s > 0, s mod B != 0), the chunk runs past its block's end B*ceil(s/B) (so col(s) !=
+    col(e)), and the cacheable count reaches that end (so column col(s) is registered now)."""
     if start <= 0 or start % cfg.block == 0:
         return False
     claim = cfg.block * cdiv(start, cfg.block)
-    return end > claim and cacheable(cfg, end) >= claim and keeps(cfg, start // cfg.block)
+    return end > claim and cacheable(cfg, end) >= claim
+
+
+def poisons(cfg: Config, start: int, end: int) -> bool:
+    """SPEC P3 for chunk [s, e) under the retention mask of 0.30 on (:func:`keeps`): the
+    chunk :func:`crosses` its start's block end and the mask keeps col(s), so the cache keys
+    B*ceil(s/B) onto the block holding state@s."""
+    return crosses(cfg, start, end) and keeps(cfg, start // cfg.block)
+
+
+def poisons_v29(cfg: Config, start: int, end: int) -> bool:
+    """SPEC P3 under the retention mask of 0.15-0.29 (:func:`keeps_v29`: its one reachable
+    boundary is N - 1, under the EAGLE drop too)."""
+    return crosses(cfg, start, end) and keeps_v29(cfg, start // cfg.block)
 
 
 def checkpoint_at(cfg: Config, start: int, end: int) -> int:
@@ -249,20 +292,14 @@ def rekeyed(cfg: Config, checkpoint: int) -> bool:
     return own or on_grid or (cfg.junction > 0 and checkpoint == cfg.junction)
 
 
-def resend_verified_v15(cfg: Config) -> bool:
-    """SPEC KV1, 0.15-0.31: where R* is where an identical resend lands after a real prefill
-    (checked against each release's own caching and lookup, ``tests/test_kv_resend_fidelity.py``):
-    not under the EAGLE drop with fine hits. There the full-attention group hits on its own
-    block grid (its partial blocks are not keyed at every hash block), so the drop lands the
-    resend below ck30 in some prompts; that lookup is not modelled."""
-    return not (eagle_drop(cfg) and cfg.partial_hits)
-
-
 def resend_verified_v32(cfg: Config) -> bool:
-    """SPEC KV1, 0.32 on: as :func:`resend_verified_v15`, not under the EAGLE drop with L >= 2
-    (multi-module MTP). The coordinator then caches only ``num_computed - (L - 1)`` tokens
-    (``num_reprefillable_tokens``), so the full-attention group's cached prefix can stop short
-    of the unit the drop takes off, and the resend lands below ck32/ck33; not modelled."""
+    """SPEC KV1, 0.32 on: where R* is where an identical resend lands after a real prefill
+    (checked against each release's own caching and lookup, ``tests/test_kv_resend_fidelity.py``):
+    not under the EAGLE drop with L >= 2 (multi-module MTP). The coordinator then caches only
+    ``num_computed - (L - 1)`` tokens (``num_reprefillable_tokens``), so the full-attention
+    group's cached prefix can stop short of the unit the drop takes off, and which partial
+    tails it keys depends on the chunk ends; the resend then lands below ck32/ck33 in some
+    prefills, which is not modelled."""
     return not (eagle_drop(cfg) and cfg.lookahead >= 2)
 
 
@@ -286,24 +323,27 @@ def lands_at_start(cfg: Config, resend: int, kept: bool, tail: int, grid_tail: b
 
 
 def seeded_hit_v15(cfg: Config) -> bool:
-    """:func:`lands_at_start` under the rules of 0.15-0.29, where R* is checked."""
+    """:func:`lands_at_start` under the rules of 0.15-0.27."""
     kept = keeps_v29(cfg, cfg.start // cfg.block - 1)
-    lands = lands_at_start(cfg, resend_position_v15(cfg), kept, tail_position_v26(cfg), False)
-    return resend_verified_v15(cfg) and lands
+    return lands_at_start(cfg, resend_landing_v15(cfg), kept, tail_position_v26(cfg), False)
+
+
+def seeded_hit_v28(cfg: Config) -> bool:
+    """:func:`lands_at_start` under the rules of 0.28-0.29."""
+    kept = keeps_v29(cfg, cfg.start // cfg.block - 1)
+    return lands_at_start(cfg, resend_landing_v28(cfg), kept, tail_position_v26(cfg), False)
 
 
 def seeded_hit_v30(cfg: Config) -> bool:
-    """:func:`lands_at_start` under the rules of 0.30, where R* is checked."""
+    """:func:`lands_at_start` under the rules of 0.30."""
     kept = keeps(cfg, cfg.start // cfg.block - 1)
-    lands = lands_at_start(cfg, resend_position_v15(cfg), kept, tail_position_v26(cfg), False)
-    return resend_verified_v15(cfg) and lands
+    return lands_at_start(cfg, resend_landing_v28(cfg), kept, tail_position_v26(cfg), False)
 
 
 def seeded_hit_v31(cfg: Config) -> bool:
-    """:func:`lands_at_start` under the rules of 0.31, where R* is checked."""
+    """:func:`lands_at_start` under the rules of 0.31."""
     kept = keeps(cfg, cfg.start // cfg.block - 1)
-    lands = lands_at_start(cfg, resend_position_v15(cfg), kept, tail_position_v31(cfg), False)
-    return resend_verified_v15(cfg) and lands
+    return lands_at_start(cfg, resend_landing_v28(cfg), kept, tail_position_v31(cfg), False)
 
 
 def seeded_hit_v32(cfg: Config) -> bool:
@@ -322,12 +362,14 @@ def seeded_hit_v33(cfg: Config) -> bool:
 
 @dataclass(frozen=True)
 class KvRules:
-    """A release's cache-side rules (SPEC KV1): where an identical resend lands (``resend``,
-    R*) and which Mamba columns its retention mask keeps (``keeps``), both functions of the
-    policy subset."""
+    """A release's cache-side rules (SPEC KV1): where an identical resend lands after a real
+    prefill (``resend``, R*), where the lookup lands when every group holds an entry at every
+    hash-block end (``lookup``), and which Mamba columns its retention mask keeps (``keeps``),
+    all functions of the policy subset."""
 
     releases: str
     resend: Callable[[Any], int]
+    lookup: Callable[[Any], int]
     keeps: Callable[[Any, int], bool]
     tail: Callable[[Any], int] = tail_position
     """Where the prompt's partial tail T is keyed (rule 7)."""
@@ -335,33 +377,48 @@ class KvRules:
     """Whether T is keyed by its own copy (rule 7) on the block grid and without fine hits too
     (0.32 on); up to 0.31 only a tail off the grid with h < B is (``cache_partial_block``), so
     a tail on the grid is rule 5's, under the mask."""
-    verified: Callable[[Any], bool] = resend_verified_v32
-    """Where ``resend`` is checked to be where a real identical resend lands (SPEC P6's scope)."""
+    verified: Callable[[Any], bool] | None = resend_verified_v32
+    """Where ``resend`` is checked to be where a real identical resend lands (SPEC P6's
+    scope); None: everywhere."""
     verified_words: str = "no EAGLE drop with L >= 2"
     """:attr:`verified` in words."""
     seeded: Callable[[Any], bool] = seeded_hit_v33
     """Whether an identical resend lands at the start c0 after a prefill ending at c0 and P
     (:func:`lands_at_start` under these rules, where R* is checked)."""
 
+    def in_scope(self, cfg: Any) -> bool:
+        """Whether ``resend`` is checked for ``cfg`` (:attr:`verified`)."""
+        return self.verified is None or self.verified(cfg)
 
-UP_TO_V31 = (resend_verified_v15, "no EAGLE drop with fine hits")
-RULES_V15 = KvRules(
-    "0.15-0.29",
-    resend_position_v15,
-    keeps_v29,
-    tail_position_v26,
-    False,
-    *UP_TO_V31,
-    seeded_hit_v15,
+
+def _rules_v15(releases: str, resend: Callable[[Any], int], **rules: Any) -> KvRules:
+    """The rules of a release group up to 0.31: the lookup of ck30, a partial tail keyed only
+    off the grid, R* checked everywhere (SPEC KV1)."""
+    return KvRules(
+        releases,
+        resend,
+        resend_position_v15,
+        grid_tail=False,
+        verified=None,
+        verified_words="",
+        **rules,
+    )
+
+
+RULES_V15 = _rules_v15(
+    "0.15-0.27", resend_landing_v15, keeps=keeps_v29, tail=tail_position_v26, seeded=seeded_hit_v15
 )
-RULES_V30 = KvRules(
-    "0.30", resend_position_v15, keeps, tail_position_v26, False, *UP_TO_V31, seeded_hit_v30
+RULES_V28 = _rules_v15(
+    "0.28-0.29", resend_landing_v28, keeps=keeps_v29, tail=tail_position_v26, seeded=seeded_hit_v28
 )
-RULES_V31 = KvRules(
-    "0.31", resend_position_v15, keeps, tail_position_v31, False, *UP_TO_V31, seeded_hit_v31
+RULES_V30 = _rules_v15(
+    "0.30", resend_landing_v28, keeps=keeps, tail=tail_position_v26, seeded=seeded_hit_v30
 )
-RULES_V32 = KvRules("0.32", resend_position_v32, keeps, seeded=seeded_hit_v32)
-LATEST_RULES = KvRules("0.33-0.34", resend_position, keeps)
+RULES_V31 = _rules_v15(
+    "0.31", resend_landing_v28, keeps=keeps, tail=tail_position_v31, seeded=seeded_hit_v31
+)
+RULES_V32 = KvRules("0.32", resend_position_v32, resend_position_v32, keeps, seeded=seeded_hit_v32)
+LATEST_RULES = KvRules("0.33-0.34", resend_position, resend_position, keeps)
 
 
 def release_minor(version: str | None) -> int | None:
@@ -378,8 +435,10 @@ def kv_rules(version: str | None) -> KvRules:
     minor = release_minor(version)
     if minor is None:
         return LATEST_RULES
-    if minor <= 29:
+    if minor <= 27:
         return RULES_V15
+    if minor <= 29:
+        return RULES_V28
     if minor == 30:
         return RULES_V30
     if minor == 31:
@@ -389,10 +448,14 @@ def kv_rules(version: str | None) -> KvRules:
     return LATEST_RULES
 
 
-def crossing_claim(cfg: Config, start: int, end: int) -> int | None:
-    """The claim B*ceil(s/B) that :func:`poisons` keys onto the block holding state@s, else
-    None."""
-    return cfg.block * cdiv(start, cfg.block) if poisons(cfg, start, end) else None
+def crossing_claim(cfg: Config, start: int, end: int, rules: KvRules | None = None) -> int | None:
+    """The claim B*ceil(s/B) that chunk [s, e) keys onto the block holding state@s (SPEC P3:
+    it :func:`crosses` its start's block end and the retention mask of ``rules``, the
+    latest release's by default, keeps col(s)), else None."""
+    kept = (rules or LATEST_RULES).keeps
+    if crosses(cfg, start, end) and kept(cfg, start // cfg.block):
+        return cfg.block * cdiv(start, cfg.block)
+    return None
 
 
 # -- the oracle over a whole prefill -------------------------------------------------------------
@@ -545,7 +608,7 @@ def oracle(
             claim = (column + 1) * setup.block
             if column == running:
                 live[claim] = end
-            elif claim == crossing_claim(setup, start, end):
+            elif claim == crossing_claim(setup, start, end, rules):
                 live[claim] = start
                 violations.append(Poison(claim=claim, held=start, step=step))
             elif claim == start:

@@ -70,9 +70,9 @@ def brute_force(policy: Policy, cfg: Config, window: str) -> Truth:
                 violated["P1"] |= b == high
                 continue
             stack.append(s.end)
-            violated["P3"] |= props.crosses_block_end(cfg, c, s.end)
-            forced = encoder_forced(s.order, stage_values(s))  # SPEC P4 exemption (b)
             edge = props.edge_properties(policy)
+            violated["P3"] |= edge["P3"](cfg, c, s.end)
+            forced = encoder_forced(s.order, stage_values(s))  # SPEC P4 exemption (b)
             violated["P4"] |= edge["P4"](cfg, c, s.end) and not forced
             violated["P5"] |= props.WINDOW_PROPERTIES[window](cfg, c, s.n, s.end)
             violated["P6"] |= edge["P6"](cfg, c, s.end)

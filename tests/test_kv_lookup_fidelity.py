@@ -119,7 +119,7 @@ def draw_ends(rng: random.Random, prompt: int) -> list[int]:
 @pytest.mark.parametrize("version", RELEASES)
 def test_resend_lands_at_the_release_r_star(version: str) -> None:
     """With every block of the prompt cached in both groups, the release's lookup gives an
-    identical resend R* of the release (``kv_rules(version).resend``)."""
+    identical resend the release's lookup R* (``kv_rules(version).lookup``)."""
     rng = random.Random(f"{SEED}-dense-{version}")
     rules = kv_rules(version)
     wrong = []
@@ -127,24 +127,28 @@ def test_resend_lands_at_the_release_r_star(version: str) -> None:
         cfg = draw_config(rng, version)
         dense = every_hash_end(cfg)
         real = real_hit(version, cfg, dense, dense)
-        if real != rules.resend(cfg):
-            wrong.append(f"{cfg.describe()}: real {real}, model {rules.resend(cfg)}")
+        if real != rules.lookup(cfg):
+            wrong.append(f"{cfg.describe()}: real {real}, model {rules.lookup(cfg)}")
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:8])
 
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_resend_hit_on_the_oracle_live_states(version: str) -> None:
     """With the Mamba group holding exactly the claims the slot oracle says a chunk-end
-    sequence left live (under the release's rules) and full attention every block, the
-    release's lookup gives the oracle's resend hit."""
+    sequence left live (under the release's rules) and full attention what a prefill of the
+    prompt keys (:func:`~chunkproof.source.kv_run.attention_entries`), the release's lookup
+    gives the oracle's resend hit, where P6 judges (``KvRules.in_scope``)."""
     rng = random.Random(f"{SEED}-live-{version}")
     rules = kv_rules(version)
     wrong = []
     for _ in range(CASES):
         cfg = draw_config(rng, version)
         ends = draw_ends(rng, cfg.prompt)
+        if not rules.in_scope(cfg):
+            continue
         report = oracle(cfg, ends, rules=rules)
-        real = real_hit(version, cfg, every_hash_end(cfg), set(report.live))
+        attention = kv_run.attention_entries(compiled_release(version), cfg, eagle_drop(cfg))
+        real = real_hit(version, cfg, attention, set(report.live))
         if real != report.resend_hit:
             wrong.append(f"{cfg.describe()} ends={ends}: real {real}, model {report.resend_hit}")
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:8])
@@ -232,16 +236,18 @@ def test_retention_acceptance_is_the_release_validator(version: str) -> None:
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_tree_resend_is_the_release_rules(version: str) -> None:
-    """What a P6 repro asks of a tree (:func:`~chunkproof.source.kv_run.tree_resend`): R*
-    is ``kv_rules(version).resend``, its Mamba block is kept exactly when
-    ``kv_rules(version).keeps`` keeps R*'s column, and the coordinator's fine hits are the
-    configuration's."""
+    """What a P6 repro asks of a tree (:func:`~chunkproof.source.kv_run.tree_resend`) where
+    P6 judges (``KvRules.in_scope``): R* is ``kv_rules(version).resend``, its Mamba block is
+    kept exactly when ``kv_rules(version).keeps`` keeps R*'s column, and the coordinator's
+    fine hits are the configuration's."""
     rng = random.Random(f"{SEED}-tree-resend-{version}")
     rules = kv_rules(version)
     root = release_root(version)
     wrong = []
     for _ in range(CASES // 3):
         cfg = draw_config(rng, version)
+        if not rules.in_scope(cfg):
+            continue
         real = kv_run.tree_resend(root, cfg, eagle_drop(cfg))
         r = rules.resend(cfg)
         kept = r > 0 and r % cfg.block == 0 and rules.keeps(cfg, r // cfg.block - 1)

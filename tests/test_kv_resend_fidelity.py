@@ -7,7 +7,9 @@ release's ``allocate_slots`` over a pool that keeps what the cache code keys
 (:func:`chunkproof.source.kv_alloc_run.resend_after_prefill`; release code is trusted in
 tests), and an identical request is looked up. Inside P6's scope (``KvRules.verified``) the
 release's hit must be the slot oracle's resend hit for those chunk ends; outside it, some
-prompt of the sample must show why the scope is cut.
+prompt of the sample must show why the scope is cut. And on every release, the Mamba claims the
+release's cache keys after a real prefill are the oracle's live claims (SPEC P3: rule 5 under
+the release's retention mask).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from test_kv_lookup_fidelity import RELEASES, draw_config
 
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
-from chunkproof.source.kv_alloc_run import resend_after_prefill
+from chunkproof.source.kv_alloc_run import keyed_after_prefill, resend_after_prefill
+from chunkproof.source.kv_run import MAMBA_GROUP
 from chunkproof.source.releases import release_root
 from chunkproof.spec.slots import eagle_drop, kv_rules, oracle
 
@@ -67,7 +70,7 @@ def test_resend_after_a_real_prefill_inside_p6_scope(version: str) -> None:
     wrong, inside = [], 0
     for _ in range(CASES):
         cfg, ends = drawn_ends(version, rng)
-        if not rules.verified(cfg):
+        if not rules.in_scope(cfg):
             continue
         inside += 1
         real, model = real_and_model(version, cfg, ends)
@@ -77,8 +80,9 @@ def test_resend_after_a_real_prefill_inside_p6_scope(version: str) -> None:
     assert not wrong, f"{len(wrong)} of {inside}: " + "; ".join(wrong[:6])
 
 
-OUTSIDE_RELEASES = RELEASES[RELEASES.index("0.26.0") :]
-"""The releases with configurations outside P6's scope (fine hits from 0.26)."""
+OUTSIDE_RELEASES = RELEASES[RELEASES.index("0.32.0") :]
+"""The releases with configurations outside P6's scope (the drop with L >= 2 from 0.32; up to
+0.31 the scope is every configuration)."""
 
 
 @pytest.mark.parametrize("version", OUTSIDE_RELEASES)
@@ -89,10 +93,30 @@ def test_the_resend_leaves_r_star_outside_p6_scope(version: str) -> None:
     rules = kv_rules(version)
     for _ in range(40 * CASES):
         cfg, ends = drawn_ends(version, rng)
-        if rules.verified(cfg):
+        if rules.in_scope(cfg):
             continue
         real, model = real_and_model(version, cfg, ends)
         if real != model:
             assert real < model, f"{cfg.describe()} ends={ends}: real {real}, model {model}"
             return
     pytest.fail(f"no prefill outside P6's scope of {version} lands away from the model's hit")
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_a_real_prefill_keys_the_oracles_live_claims(version: str) -> None:
+    """The Mamba claims the release keys after a real prefill are the oracle's live claims,
+    poisoned ones included (SPEC P3, KV1): the crossing claim is keyed under the release's
+    retention mask (0.24-0.29's under the EAGLE drop keeps the column of N - 1, not 0.30's)."""
+    rng = random.Random(f"{SEED}-keyed-{version}")
+    rules = kv_rules(version)
+    wrong = []
+    for _ in range(CASES):
+        cfg, ends = drawn_ends(version, rng)
+        keyed = keyed_after_prefill(
+            release_root(version), cfg, eagle_drop(cfg), ends, 4 * cfg.prompt + 64
+        )
+        real = sorted(keyed.get(MAMBA_GROUP, ()))
+        model = sorted(oracle(cfg, ends, rules=rules).live)
+        if real != model:
+            wrong.append(f"{cfg.describe()} ends={ends}: real {real}, model {model}")
+    assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])

@@ -157,7 +157,7 @@ def test_a_p6_repro_carries_the_kv_driver_and_no_copied_rule() -> None:
     assert "def test_p6_cover(vllm: Extracted, resend: TreeResend)" in text
     for rule in (*props.RELEASE_P6.values(), props.skips_resend):
         assert f"def {rule.__name__}(" not in text, rule.__name__
-    for name in ("resend_position", "resend_position_v15", "keeps", "keeps_v29"):
+    for name in ("resend_position", "resend_landing_v28", "keeps", "keeps_v29"):
         assert f"def {name}(" not in text, name
     defined: Counter[str] = Counter()
     for node in ast.parse(text).body:

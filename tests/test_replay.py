@@ -14,7 +14,8 @@ from chunkproof.checker.cli.main import main
 from chunkproof.checker.kinds import load_counterexample
 from chunkproof.model.budget import Adversarial, Const
 from chunkproof.model.counterexample import Counterexample
-from chunkproof.spec.slots import oracle
+from chunkproof.source.loading import recorded_policy
+from chunkproof.spec.slots import kv_rules, oracle
 
 COUNTEREXAMPLES = Path(__file__).parent.parent / "counterexamples"
 GRID = ["--block", "4", "--lookahead", "0,2,3", "--prompt", "1-12", "--max-sched", "1-8"]
@@ -160,14 +161,16 @@ def test_committed_counterexamples_replay(cli: Cli) -> None:
 def test_committed_slot_reports_are_the_oracles() -> None:
     """The slot oracle's report in every committed P3/P6 file (poisoned keys, covered
     positions, the resend hit of the completed trace) is what the oracle says today on the
-    file's configuration: a change to the oracle or to how a configuration reaches it (the
-    checkpoint alignment, the partial hits) cannot pass unnoticed."""
+    file's configuration under its policy's cache rules (SPEC KV1): a change to the oracle or
+    to how a configuration reaches it (the checkpoint alignment, the partial hits) cannot pass
+    unnoticed."""
     checked = 0
     for path in sorted(COUNTEREXAMPLES.glob("*/*.json")):
         cx = load_counterexample(path)
         if not isinstance(cx, Counterexample) or "completed_ends" not in cx.details:
             continue
-        report = oracle(cx.config, cx.details["completed_ends"])
+        rules = kv_rules(recorded_policy(cx).kv_release)
+        report = oracle(cx.config, cx.details["completed_ends"], rules=rules)
         assert [f"{p.claim} holds state@{p.held}" for p in report.violations] == cx.details[
             "poisoned"
         ], path

@@ -533,6 +533,20 @@ def test_retention_v29_keeps_only_the_unshifted_boundary() -> None:
     assert keeps(cfg, 5)
 
 
+@pytest.mark.parametrize(("version", "poisoned"), [("0.26.0", True), ("0.30.0", False)])
+def test_p3_keys_the_crossing_claim_under_the_releases_mask(version: str, poisoned: bool) -> None:
+    """SPEC P3 under the release's retention mask (KV1): T = 5, B = 4, the drop, R = 0, ends
+    1 and 5. 0.24-0.29 keep the column of N - 1 = 4 (column 0), so the chunk [1, 5) keys 4
+    onto the block holding state@1; 0.30's mask keeps the drop's boundaries (column -1) and
+    keys nothing (both checked against the real caches by tests/test_kv_resend_fidelity.py)."""
+    cfg = Config(block=4, prompt=5, max_sched=4, lookahead=1, drop=True, retention=0)
+    rules = kv_rules(version)
+    report = oracle(cfg, [1, 5], rules=rules)
+    assert (report.violations == (Poison(claim=4, held=1, step=1),)) is poisoned
+    assert edge_properties(policy_for_release(version))["P3"](cfg, 1, 5) is poisoned
+    assert (crossing_claim(cfg, 1, 5, rules) == 4) is poisoned
+
+
 @pytest.mark.parametrize(
     ("version", "prompt", "resend"),
     [
@@ -626,4 +640,4 @@ def test_a_seeded_hit_is_the_oracle_resend_hit(version: str, data: st.DataObject
     start = data.draw(st.integers(1, cfg.prompt - 1))
     landed = oracle(cfg, [start, cfg.prompt], rules=rules).resend_hit == start
     seeded = cfg.replace(start=start)
-    assert rules.seeded(seeded) == (landed and rules.verified(cfg)), seeded.describe()
+    assert rules.seeded(seeded) == (landed and rules.in_scope(cfg)), seeded.describe()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chunkproof.model.arith import cdiv
 from chunkproof.model.budget import Adversarial, Const
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
@@ -103,7 +104,7 @@ def _agree_with_oracle(
         return
     if pid == "P6" and rules.resend(cfg) in details["covered"]:
         raise ModelMismatch(f"P6: the slot oracle covers R* on the trace ending {last.end}")
-    claim = crossing_claim(cfg, last.c, last.end)
+    claim = crossing_claim(cfg, last.c, last.end, rules)
     if pid == "P3" and f"{claim} holds state@{last.c}" not in details["poisoned"]:
         raise ModelMismatch(f"P3: the slot oracle does not report {claim} holding {last.c}")
 
@@ -127,7 +128,7 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
             why = f"yields {last.chunk}" + (" and breaks P0" if last.unsafe is not None else "")
         return f"const({last.budget}) never finishes: at c={last.c} < E={big_e} the step {why}"
     if pid == "P3":
-        claim = crossing_claim(cfg, last.c, e)
+        claim = cfg.block * cdiv(last.c, cfg.block)  # the claim the release's mask kept (P3)
         return (
             f"chunk [{last.c}, {e}) starts mid-block and runs past {claim}: the cache keys "
             f"{claim} onto the block holding state@{last.c}"

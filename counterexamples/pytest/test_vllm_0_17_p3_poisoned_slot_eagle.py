@@ -162,7 +162,7 @@ def violation(vllm: Extracted, scheduler: StandIn, step: Step) -> str | None:
     problem = unsafe(step)
     if problem is not None:
         return problem
-    if step.chunk > 0 and crosses_block_end(CONFIG, step.c, step.end):
+    if step.chunk > 0 and crosses_block_end_v29(CONFIG, step.c, step.end):
         return (
             f"P3: chunk [{step.c}, {step.end}) breaks P3 NOCROSS "
             f"(no chunk makes the cache key a block end onto a block holding a mid-block state): {step}"
@@ -322,10 +322,9 @@ def uncached_at(cfg: Config, c: int) -> int:
 
 
 # from chunkproof.spec.properties
-def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
-    """P3 for chunk [c, e): the slot oracle keys a block end onto a block holding state@c
-    (slot note 4.2, oracle rule 5: :func:`chunkproof.spec.slots.poisons`)."""
-    return poisons(cfg, c, e)
+def crosses_block_end_v29(cfg: Config, c: int, e: int) -> bool:
+    """P3 under the retention mask of 0.15-0.29 (:func:`chunkproof.spec.slots.poisons_v29`)."""
+    return poisons_v29(cfg, c, e)
 
 
 # from chunkproof.spec.slots
@@ -347,9 +346,14 @@ def cacheable(cfg: Config, end: int) -> int:
 
 
 # from chunkproof.spec.slots
-def eagle_drop(cfg: Config) -> bool:
-    """drop: the EAGLE block drop, forced off by hash lookahead (slot note 1)."""
-    return cfg.drop and cfg.hash_lookahead == 0
+def crosses(cfg: Config, start: int, end: int) -> bool:
+    """Slot note 6 rule 5's violation branch (4.2) before the retention mask: s is mid-block
+    (s > 0, s mod B != 0), the chunk runs past its block's end B*ceil(s/B) (so col(s) !=
+    col(e)), and the cacheable count reaches that end (so column col(s) is registered now)."""
+    if start <= 0 or start % cfg.block == 0:
+        return False
+    claim = cfg.block * cdiv(start, cfg.block)
+    return end > claim and cacheable(cfg, end) >= claim
 
 
 # from chunkproof.spec.slots
@@ -361,52 +365,26 @@ def hit_unit(cfg: Config) -> int:
 
 
 # from chunkproof.spec.slots
-def keeps(cfg: Config, column: int) -> bool:
-    """Slot note 6 rule 9 (R4), 0.30-0.33: the retention mask lets column j be keyed.
-
-    R = None keeps every block; R = 0 only the reachable-boundary columns; R > 0 those plus the
-    R grid (the segment-only mask).
-    """
+def keeps_v29(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9 (R4) as 0.24-0.29 have it: the one reachable boundary is N - 1,
+    EAGLE drop or not (``reachable_boundaries = [num_prompt_tokens - 1]``), plus J when J > 0;
+    the segment grid as in 0.30+. Under the drop the resend position's column is therefore not
+    kept with R >= 0 (0.30 added the drop's boundaries). 0.24-0.28 read R from
+    VLLM_PREFIX_CACHE_RETENTION_INTERVAL; before 0.24 no retention interval is accepted
+    (SPEC S1b; R = None: every block is kept)."""
     if cfg.retention < 0:
         return True
-    return segment_keeps(cfg, column) or reachable_column(cfg, column)
-
-
-# from chunkproof.spec.slots
-def poisons(cfg: Config, start: int, end: int) -> bool:
-    """SPEC P3 for chunk [s, e): slot note 6 rule 5's violation branch (4.2).
-
-    s is mid-block (s > 0, s mod B != 0), the chunk runs past its block's end
-    B*ceil(s/B) (so col(s) != col(e)), the cacheable count reaches that end (so column col(s) is
-    registered now), and the retention mask keeps col(s): the cache keys B*ceil(s/B) onto the
-    block holding state@s.
-    """
-    if start <= 0 or start % cfg.block == 0:
-        return False
-    claim = cfg.block * cdiv(start, cfg.block)
-    return end > claim and cacheable(cfg, end) >= claim and keeps(cfg, start // cfg.block)
-
-
-# from chunkproof.spec.slots
-def reachable_column(cfg: Config, column: int) -> bool:
-    """Slot note 6 rule 9 (R4): column j holds a reachable boundary, floored to A.
-
-    The replay boundary N - 1 without drop; with drop max(S*floor((N-1)/S) - S, 0) and
-    max(S*floor(N/S) - S, 0); plus J when J > 0. (The note's J - B under EAGLE applies to
-    EAGLE-flagged groups only; in 0.33.0 those are the groups holding draft layers, never the
-    Mamba group: checked against the real manager.)
-    """
-    n = cfg.prompt
-    s = cfg.sched_block
-    drop = eagle_drop(cfg)
-    if drop:
-        first = boundary_column(cfg, max(fl(n - 1, s) - s, 0)) == column
-        found = first or boundary_column(cfg, max(fl(n, s) - s, 0)) == column
-    else:
-        found = boundary_column(cfg, n - 1) == column
+    found = boundary_column(cfg, cfg.prompt - 1) == column
     if cfg.junction > 0:
         found = found or boundary_column(cfg, cfg.junction) == column
-    return found
+    return segment_keeps(cfg, column) or found
+
+
+# from chunkproof.spec.slots
+def poisons_v29(cfg: Config, start: int, end: int) -> bool:
+    """SPEC P3 under the retention mask of 0.15-0.29 (:func:`keeps_v29`: its one reachable
+    boundary is N - 1, under the EAGLE drop too)."""
+    return crosses(cfg, start, end) and keeps_v29(cfg, start // cfg.block)
 
 
 # from chunkproof.spec.slots

@@ -1623,22 +1623,39 @@ def registered(coordinator: Any, cfg: KvConfig, computed: int) -> dict[int, set[
 @dataclass(frozen=True)
 class TreeResend:
     """What the tree's cache code says of an identical resend of a prompt (SPEC KV1):
-    ``position`` R*, the hit it gets when every state of the prompt is cached; ``kept``
-    whether the retention mask keeps R*'s Mamba block (the block ending at R*, keyed when
-    the prompt is cached); ``fine_hits`` whether the coordinator turned fine hits on."""
+    ``position`` R*, the hit it gets when the Mamba group holds every state of the prompt and
+    the attention group what the tree keys (:func:`tree_resend`); ``kept`` whether the
+    retention mask keeps R*'s Mamba block (the block ending at R*, keyed when the prompt is
+    cached); ``fine_hits`` whether the coordinator turned fine hits on."""
 
     position: int
     kept: bool
     fine_hits: bool
 
 
+def attention_entries(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> set[int]:
+    """The entries the full-attention group holds for an identical resend's lookup (SPEC KV1):
+    every hash-block end, except under the EAGLE drop with fine hits, where the lookup needs an
+    attention entry one unit past the Mamba state and a real prefill leaves only what the tree
+    keys when the prompt is cached (its full blocks and partial tail, one ``cache_blocks``
+    call; up to 0.31 whatever the chunk ends, checked by ``tests/test_kv_resend_fidelity.py``)."""
+    if not (use_eagle and fine_hits(kv_coordinator(tree, cfg, use_eagle))):
+        return every_hash_end(cfg)
+    cached = kv_coordinator(tree, cfg, use_eagle)
+    keyed = registered(cached, cfg, cfg.prompt).get(ATTENTION_GROUP, set())
+    tails: set[int] = cached.block_pool.tails.get(ATTENTION_GROUP, set())
+    return keyed | tails
+
+
 def tree_resend(root: Path, cfg: KvConfig, use_eagle: bool) -> TreeResend:
     """R*, its retention and the fine-hit flag of ``cfg`` under the cache code of the tree at
-    ``root`` (:class:`TreeResend`), ``use_eagle`` the scheduler's flag."""
+    ``root`` (:class:`TreeResend`), ``use_eagle`` the scheduler's flag: the lookup of a Mamba
+    group holding every hash-block end and an attention group holding
+    :func:`attention_entries`."""
     tree = compiled_kv_tree(root)
-    dense = every_hash_end(cfg)
     lookup = kv_coordinator(tree, cfg, use_eagle)
-    position = resend_hit(tree, lookup, cfg, dense, dense)
+    attention = attention_entries(tree, cfg, use_eagle)
+    position = resend_hit(tree, lookup, cfg, attention, every_hash_end(cfg))
     keyed = registered(kv_coordinator(tree, cfg, use_eagle), cfg, cfg.prompt)
     return TreeResend(position, position in keyed.get(MAMBA_GROUP, ()), fine_hits(lookup))
 
@@ -1875,15 +1892,13 @@ def schedule_chunk(
     return granted is not None
 
 
-def resend_after_prefill(
+def real_prefill(
     root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
-) -> int:
-    """Where an identical resend lands after a real prefill (SPEC KV1): a fresh request of
-    ``cfg``'s prompt computes the chunks ending at ``ends`` under the tree's own
-    ``KVCacheManager`` over a :class:`CachingPool` of ``num_blocks`` blocks, finishes and is
-    freed; the hit the tree's ``get_computed_blocks`` then gives a request of the same prompt.
-    What each group cached is the tree's own (its retention mask, partial tails, the tokens
-    multi-module MTP may re-prefill), not a set given to the lookup."""
+) -> tuple[KvTree, Any]:
+    """The tree and its ``KVCacheManager`` over a :class:`CachingPool` of ``num_blocks``
+    blocks after a fresh request of ``cfg``'s prompt computed the chunks ending at ``ends``
+    and was freed: what each group cached is the tree's own (its retention mask, partial
+    tails, the tokens multi-module MTP may re-prefill), not a set given to the lookup."""
     tree = allocation_tree(root, CachingPool)
     manager = kv_manager(tree, cfg, use_eagle, num_blocks, 1 << 20)
     first = fresh_request(cfg, "first", tree)
@@ -1893,6 +1908,27 @@ def resend_after_prefill(
             raise ValueError(f"a pool of {num_blocks} blocks refused the chunk ending at {end}")
         computed = end
     manager.free(first)
+    return tree, manager
+
+
+def keyed_after_prefill(
+    root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
+) -> dict[int, set[int]]:
+    """Per KV cache group, the ends whose hash the tree's cache keys after the prefill of
+    :func:`real_prefill` (the entries a later lookup can find)."""
+    manager = real_prefill(root, cfg, use_eagle, ends, num_blocks)[1]
+    keyed: dict[int, set[int]] = {}
+    for group, end in manager.block_pool.index:
+        keyed.setdefault(group, set()).add(end)
+    return keyed
+
+
+def resend_after_prefill(
+    root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
+) -> int:
+    """Where an identical resend lands after a real prefill (SPEC KV1): the hit the tree's
+    ``get_computed_blocks`` gives a request of the same prompt after :func:`real_prefill`."""
+    tree, manager = real_prefill(root, cfg, use_eagle, ends, num_blocks)
     hit: int = manager.get_computed_blocks(fresh_request(cfg, "resend", tree))[1]
     return hit
 

@@ -325,8 +325,9 @@ def uncached_at(cfg: Config, c: int) -> int:
 
 # from chunkproof.spec.properties
 def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
-    """P3 for chunk [c, e): the slot oracle keys a block end onto a block holding state@c
-    (slot note 4.2, oracle rule 5: :func:`chunkproof.spec.slots.poisons`)."""
+    """P3 for chunk [c, e) under the retention mask of 0.30 on: the slot oracle keys a block
+    end onto a block holding state@c (slot note 4.2, oracle rule 5:
+    :func:`chunkproof.spec.slots.poisons`)."""
     return poisons(cfg, c, e)
 
 
@@ -346,6 +347,17 @@ def cacheable(cfg: Config, end: int) -> int:
     hashed = fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
     count = end if cfg.partial_hits else fl(end, cfg.sched_block)
     return min(count, hashed)
+
+
+# from chunkproof.spec.slots
+def crosses(cfg: Config, start: int, end: int) -> bool:
+    """Slot note 6 rule 5's violation branch (4.2) before the retention mask: s is mid-block
+    (s > 0, s mod B != 0), the chunk runs past its block's end B*ceil(s/B) (so col(s) !=
+    col(e)), and the cacheable count reaches that end (so column col(s) is registered now)."""
+    if start <= 0 or start % cfg.block == 0:
+        return False
+    claim = cfg.block * cdiv(start, cfg.block)
+    return end > claim and cacheable(cfg, end) >= claim
 
 
 # from chunkproof.spec.slots
@@ -376,17 +388,10 @@ def keeps(cfg: Config, column: int) -> bool:
 
 # from chunkproof.spec.slots
 def poisons(cfg: Config, start: int, end: int) -> bool:
-    """SPEC P3 for chunk [s, e): slot note 6 rule 5's violation branch (4.2).
-
-    s is mid-block (s > 0, s mod B != 0), the chunk runs past its block's end
-    B*ceil(s/B) (so col(s) != col(e)), the cacheable count reaches that end (so column col(s) is
-    registered now), and the retention mask keeps col(s): the cache keys B*ceil(s/B) onto the
-    block holding state@s.
-    """
-    if start <= 0 or start % cfg.block == 0:
-        return False
-    claim = cfg.block * cdiv(start, cfg.block)
-    return end > claim and cacheable(cfg, end) >= claim and keeps(cfg, start // cfg.block)
+    """SPEC P3 for chunk [s, e) under the retention mask of 0.30 on (:func:`keeps`): the
+    chunk :func:`crosses` its start's block end and the mask keeps col(s), so the cache keys
+    B*ceil(s/B) onto the block holding state@s."""
+    return crosses(cfg, start, end) and keeps(cfg, start // cfg.block)
 
 
 # from chunkproof.spec.slots

@@ -348,28 +348,21 @@ def uncached_at(cfg: Config, c: int) -> int:
 
 
 # from chunkproof.spec.properties
-def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
-    """P3 for chunk [c, e): the slot oracle keys a block end onto a block holding state@c
-    (slot note 4.2, oracle rule 5: :func:`chunkproof.spec.slots.poisons`)."""
-    return poisons(cfg, c, e)
-
-
-# from chunkproof.spec.properties
 def misaligned(cfg: Config, c: int, e: int) -> bool:
     """P4 for chunk [c, e) under the cache rules of 0.32 on (SPEC KV1: the partial tail at
     ck33(N, h, drop, L_h)): :func:`misaligned_at`."""
-    return misaligned_at(cfg, c, e, tail_position(cfg))
+    return misaligned_at(cfg, c, e, tail_position(cfg), poisons(cfg, c, e))
 
 
 # from chunkproof.spec.properties
-def misaligned_at(cfg: Config, c: int, e: int, tail: int) -> bool:
+def misaligned_at(cfg: Config, c: int, e: int, tail: int, poisoned: bool) -> bool:
     """P4 for chunk [c, e) with e > c: an end before E off the Mamba grid B, unless it is a
-    sub-block advance (B > m) that keeps P3, or a position the cache keys soundly off the
-    grid: the prompt's partial tail ``tail`` (the release's T, SPEC KV1) under partial hits,
-    and the junction J with the exact shared-prefix checkpoint (slot note 3 R2, 4.1: "every
-    non-final chunk end must be on the grid, or equal the partial-tail boundary").
-    Encoder-forced ends (exemption b) need the step's stage values: the callers exempt them
-    (:func:`chunkproof.spec.request.encoder_forced`)."""
+    sub-block advance (B > m) that keeps P3 (``poisoned``: the release's P3 for the chunk), or
+    a position the cache keys soundly off the grid: the prompt's partial tail ``tail`` (the
+    release's T, SPEC KV1) under partial hits, and the junction J with the exact shared-prefix
+    checkpoint (slot note 3 R2, 4.1: "every non-final chunk end must be on the grid, or equal
+    the partial-tail boundary"). Encoder-forced ends (exemption b) need the step's stage
+    values: the callers exempt them (:func:`chunkproof.spec.request.encoder_forced`)."""
     if e <= c or e >= prefill_end(cfg) or e % cfg.block == 0:
         return False
     if cfg.partial_hits and e == tail:
@@ -377,7 +370,7 @@ def misaligned_at(cfg: Config, c: int, e: int, tail: int) -> bool:
     if cfg.exact_junction and e == cfg.junction and e <= cfg.prompt:
         return False
     sub_block = cfg.block > max_chunk(cfg)
-    return not (sub_block and not crosses_block_end(cfg, c, e))
+    return not (sub_block and not poisoned)
 
 
 # from chunkproof.spec.slots
@@ -396,6 +389,17 @@ def cacheable(cfg: Config, end: int) -> int:
     hashed = fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
     count = end if cfg.partial_hits else fl(end, cfg.sched_block)
     return min(count, hashed)
+
+
+# from chunkproof.spec.slots
+def crosses(cfg: Config, start: int, end: int) -> bool:
+    """Slot note 6 rule 5's violation branch (4.2) before the retention mask: s is mid-block
+    (s > 0, s mod B != 0), the chunk runs past its block's end B*ceil(s/B) (so col(s) !=
+    col(e)), and the cacheable count reaches that end (so column col(s) is registered now)."""
+    if start <= 0 or start % cfg.block == 0:
+        return False
+    claim = cfg.block * cdiv(start, cfg.block)
+    return end > claim and cacheable(cfg, end) >= claim
 
 
 # from chunkproof.spec.slots
@@ -426,17 +430,10 @@ def keeps(cfg: Config, column: int) -> bool:
 
 # from chunkproof.spec.slots
 def poisons(cfg: Config, start: int, end: int) -> bool:
-    """SPEC P3 for chunk [s, e): slot note 6 rule 5's violation branch (4.2).
-
-    s is mid-block (s > 0, s mod B != 0), the chunk runs past its block's end
-    B*ceil(s/B) (so col(s) != col(e)), the cacheable count reaches that end (so column col(s) is
-    registered now), and the retention mask keeps col(s): the cache keys B*ceil(s/B) onto the
-    block holding state@s.
-    """
-    if start <= 0 or start % cfg.block == 0:
-        return False
-    claim = cfg.block * cdiv(start, cfg.block)
-    return end > claim and cacheable(cfg, end) >= claim and keeps(cfg, start // cfg.block)
+    """SPEC P3 for chunk [s, e) under the retention mask of 0.30 on (:func:`keeps`): the
+    chunk :func:`crosses` its start's block end and the mask keeps col(s), so the cache keys
+    B*ceil(s/B) onto the block holding state@s."""
+    return crosses(cfg, start, end) and keeps(cfg, start // cfg.block)
 
 
 # from chunkproof.spec.slots
