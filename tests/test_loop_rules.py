@@ -216,6 +216,7 @@ def test_each_waiting_zero_does_its_own_action(split: str, later: str) -> None:
         assert (done.offered[1], done.chunk[1]) == second
 
 
+@pytest.mark.slow
 def test_a_skip_after_the_split_ends_head_of_line_blocking(tmp_path: Path) -> None:
     """The shape's waiting loop breaks on the split's zero: HOL is violated, by both engines;
     a copy that skips the request instead has no HOL, by both engines (the bounded search:

@@ -187,6 +187,7 @@ def _agree(text: str) -> None:
             assert _solver_value(term, a, b, p) == value, (text, p, "z3")
 
 
+@pytest.mark.slow
 @settings(
     max_examples=3000,
     derandomize=True,

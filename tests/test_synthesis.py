@@ -92,6 +92,7 @@ def test_the_space_holds_the_release_and_lookahead_in_split(
     assert "EQUAL" in run.out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", ["strict", "relaxed"])
 def test_the_refutation_is_exactly_not_exhibiting(window: str) -> None:
     """SPEC Y2: for every candidate of the space and every counterexample of two candidates,

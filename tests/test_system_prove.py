@@ -124,8 +124,10 @@ def test_three_requests_find_hol() -> None:
         ("vllm-0.28", {**RESERVATION, "lookahead": "0,2", "prompt": "3-4", "max_sched": "3"}, 2),
         ("vllm-0.33", HOL_RANGE, 3),
         ("vllm-0.32", THETA, 2),  # theta_eff: theta with two eligible requests, else off
-        ("vllm-0.33", THETA, 2),
-        ("vllm-0.28", SHARED_CACHE, 2),  # each request's e in the Z3 state
+        pytest.param("vllm-0.33", THETA, 2, marks=pytest.mark.slow),
+        pytest.param(  # each request's e in the Z3 state
+            "vllm-0.28", SHARED_CACHE, 2, marks=pytest.mark.slow
+        ),
     ],
 )
 def test_engines_agree(name: str, texts: dict[str, str], k: int) -> None:
@@ -240,6 +242,7 @@ def test_the_symbolic_step_caps_with_the_per_step_threshold(name: str) -> None:
     assert next_c([(WAITING, 0, 1, 0), (FINISHED, 3, 0, 0)], 11) == [4, 3]
 
 
+@pytest.mark.slow
 def test_spacer_proves_p0_with_a_certificate_and_is_killed_at_its_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
