@@ -570,28 +570,47 @@ def resend_hit(
     return hit
 
 
-def registered(coordinator: Any, cfg: KvConfig, computed: int) -> dict[int, set[int]]:
-    """The block-grid claims the tree's retention mask lets each group key when a fresh
-    request of ``cfg``'s prompt caches its first ``computed`` tokens in one ``cache_blocks``
-    call of ``coordinator`` (its tables' blocks all allocated, no internal checkpoint)."""
+def fresh_allocated(coordinator: Any, cfg: KvConfig) -> Any:
+    """A fresh request of ``cfg``'s prompt with every block of each group's table allocated in
+    ``coordinator``, nothing cached yet."""
     request = kv_request(cfg, "fresh")
     request.__dict__.update(shared_prefix_boundary=0, num_computed_tokens=0, num_output_tokens=0)
     for group, manager in enumerate(coordinator.single_type_managers):
         size = manager.block_size
         blocks = -(-cfg.prompt // size)
         manager.req_to_blocks["fresh"] = [CachedBlock(group, (i + 1) * size) for i in range(blocks)]
-    coordinator.cache_blocks(request, computed)
+    return request
+
+
+def registered(coordinator: Any, cfg: KvConfig, computed: int) -> dict[int, set[int]]:
+    """The block-grid claims the tree's retention mask lets each group key when a fresh
+    request of ``cfg``'s prompt caches its first ``computed`` tokens in one ``cache_blocks``
+    call of ``coordinator`` (its tables' blocks all allocated, no internal checkpoint)."""
+    coordinator.cache_blocks(fresh_allocated(coordinator, cfg), computed)
     masked: dict[int, set[int]] = coordinator.block_pool.masked
     return masked
+
+
+def mamba_keyable(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> set[int]:
+    """Every position a chunk end can leave a Mamba entry at (SPEC KV1, P6): each block end,
+    whatever the retention mask, and the partial tails the tree keys when the prompt is cached
+    one token at a time (every chunk end)."""
+    coordinator = kv_coordinator(tree, cfg, use_eagle)
+    request = fresh_allocated(coordinator, cfg)
+    for computed in range(1, cfg.prompt + 1):
+        request.num_computed_tokens = computed
+        coordinator.cache_blocks(request, computed)
+    tails: set[int] = coordinator.block_pool.tails.get(MAMBA_GROUP, set())
+    return set(range(cfg.block, cfg.prompt + 1, cfg.block)) | tails
 
 
 @dataclass(frozen=True)
 class TreeResend:
     """What the tree's cache code says of an identical resend of a prompt (SPEC KV1):
-    ``position`` R*, the hit it gets when the Mamba group holds every state of the prompt and
-    the attention group what the tree keys (:func:`tree_resend`); ``kept`` whether the
-    retention mask keeps R*'s Mamba block (the block ending at R*, keyed when the prompt is
-    cached); ``fine_hits`` whether the coordinator turned fine hits on."""
+    ``position`` R*, the hit it gets when the Mamba group holds a state wherever a chunk end
+    can leave one and the attention group what the tree keys (:func:`tree_resend`); ``kept``
+    whether the retention mask keeps R*'s Mamba block (the block ending at R*, keyed when the
+    prompt is cached); ``fine_hits`` whether the coordinator turned fine hits on."""
 
     position: int
     kept: bool
@@ -600,11 +619,11 @@ class TreeResend:
 
 def attention_entries(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> set[int]:
     """The entries the full-attention group holds for an identical resend's lookup (SPEC KV1):
-    every hash-block end, except under the EAGLE drop with fine hits, where the lookup needs an
-    attention entry one unit past the Mamba state and a real prefill leaves only what the tree
-    keys when the prompt is cached (its full blocks and partial tail, one ``cache_blocks``
-    call; up to 0.31 whatever the chunk ends, checked by ``tests/test_kv_resend_fidelity.py``)."""
-    if not (use_eagle and fine_hits(kv_coordinator(tree, cfg, use_eagle))):
+    every hash-block end, except under the EAGLE drop, where the lookup needs an attention entry
+    one unit past the Mamba state and a real prefill leaves only what the tree keys when the
+    prompt is cached (its full blocks and partial tail, one ``cache_blocks`` call; whatever
+    the chunk ends, checked by ``tests/test_kv_resend_fidelity.py``)."""
+    if not use_eagle:
         return every_hash_end(cfg)
     cached = kv_coordinator(tree, cfg, use_eagle)
     keyed = registered(cached, cfg, cfg.prompt).get(ATTENTION_GROUP, set())
@@ -615,11 +634,11 @@ def attention_entries(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> set[int]:
 def tree_resend(root: Path, cfg: KvConfig, use_eagle: bool) -> TreeResend:
     """R*, its retention and the fine-hit flag of ``cfg`` under the cache code of the tree at
     ``root`` (:class:`TreeResend`), ``use_eagle`` the scheduler's flag: the lookup of a Mamba
-    group holding every hash-block end and an attention group holding
-    :func:`attention_entries`."""
+    group holding an entry wherever a chunk end can leave one (:func:`mamba_keyable`) and an
+    attention group holding :func:`attention_entries`."""
     tree = compiled_kv_tree(root)
     lookup = kv_coordinator(tree, cfg, use_eagle)
     attention = attention_entries(tree, cfg, use_eagle)
-    position = resend_hit(tree, lookup, cfg, attention, every_hash_end(cfg))
+    position = resend_hit(tree, lookup, cfg, attention, mamba_keyable(tree, cfg, use_eagle))
     keyed = registered(kv_coordinator(tree, cfg, use_eagle), cfg, cfg.prompt)
     return TreeResend(position, position in keyed.get(MAMBA_GROUP, ()), fine_hits(lookup))

@@ -28,11 +28,11 @@ from chunkproof.spec.slots import (
     kv_rules,
     poisons,
     poisons_v29,
+    resend_landing,
     resend_landing_v15,
     resend_landing_v28,
-    resend_position,
-    resend_position_v32,
-    resend_verified_v32,
+    resend_landing_v31,
+    resend_landing_v32,
     tail_position,
     tail_position_v26,
     tail_position_v31,
@@ -194,26 +194,30 @@ def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool) -> bool:
 
 
 def skips_resend(cfg: Config, c: int, e: int) -> bool:
-    """P6 for chunk [c, e) under 0.33's rules (:func:`misses_resend`): R* = ck33(P, A, D, L_h)
-    and the 0.30+ retention mask, within the scope where R* is checked
-    (:func:`~chunkproof.spec.slots.resend_verified_v32`)."""
-    if not resend_verified_v32(cfg):
-        return False
-    r = resend_position(cfg)
+    """P6 for chunk [c, e) under 0.33's rules (:func:`misses_resend`): R* after a real prefill
+    (:func:`~chunkproof.spec.slots.resend_landing`: the last position a chunk end can key at
+    or below ck33(P, A, D, L_h), under the drop no higher than the attention group's hit
+    allows) and the 0.30+ retention mask."""
+    r = resend_landing(cfg)
     return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
 
 
 def skips_resend_v32(cfg: Config, c: int, e: int) -> bool:
-    """P6 under 0.32's rules: R* = ck32(P, A, D) and the 0.30+ retention mask, within 0.33's
-    scope."""
-    if not resend_verified_v32(cfg):
-        return False
-    r = resend_position_v32(cfg)
+    """P6 under 0.32's rules: R* after a real prefill
+    (:func:`~chunkproof.spec.slots.resend_landing_v32`) and the 0.30+ retention mask."""
+    r = resend_landing_v32(cfg)
+    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
+
+
+def skips_resend_v31(cfg: Config, c: int, e: int) -> bool:
+    """P6 under the rules of 0.31: R* after a real prefill
+    (:func:`~chunkproof.spec.slots.resend_landing_v31`) and the 0.30+ retention mask."""
+    r = resend_landing_v31(cfg)
     return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
 
 
 def skips_resend_v30(cfg: Config, c: int, e: int) -> bool:
-    """P6 under the rules of 0.30 and 0.31: R* after a real prefill
+    """P6 under the rules of 0.30: R* after a real prefill
     (:func:`~chunkproof.spec.slots.resend_landing_v28`) and the 0.30+ retention mask."""
     r = resend_landing_v28(cfg)
     return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
@@ -259,7 +263,7 @@ RELEASE_P6: dict[str, Callable[..., bool]] = {
     "0.15-0.27": skips_resend_v15,
     "0.28-0.29": skips_resend_v28,
     "0.30": skips_resend_v30,
-    "0.31": skips_resend_v30,
+    "0.31": skips_resend_v31,
     "0.32": skips_resend_v32,
     "0.33-0.34": skips_resend,
 }
@@ -314,13 +318,7 @@ class Scope:
 
 def property_scope(policy: Policy, pid: str) -> Scope | None:
     """The scope of ``pid`` under ``policy``'s release, or None when it judges every
-    configuration: P6 judges where the release's R* is checked to be where a real identical
-    resend lands (SPEC P6, KV1), P8 where the KV pool's rules hold (SPEC P8, KV2)."""
-    if pid == "P6":
-        resend = kv_rules(policy.kv_release)
-        if resend.verified is None:
-            return None
-        return Scope(resend.verified, resend.verified_words)
+    configuration: P8 judges where the KV pool's rules hold (SPEC P8, KV2)."""
     if pid != "P8":
         return None
     rules = pool_rules(policy.kv_release)

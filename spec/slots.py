@@ -52,8 +52,8 @@ __all__ = [
     "poisons",
     "poisons_v29",
     "release_minor",
+    "resend_landing",
     "resend_position",
-    "resend_verified_v32",
 ]
 
 
@@ -111,37 +111,107 @@ def resend_position_v15(cfg: Config) -> int:
     return ck30(cfg.prompt, hit_unit(cfg), eagle_drop(cfg))
 
 
-def attention_hit(cfg: Config, final: int) -> int:
-    """SPEC KV1, under the EAGLE drop with fine hits up to 0.31: the largest entry the
-    full-attention group holds after a real prefill at most the lookup's cap N - 1. The group
-    keys its full blocks of G up to the final cacheable count ``final``, and its partial tail
-    h*floor(N/h) once ``final`` reaches it (``cache_partial_block``), not every hash-block end
-    (checked against each release's own caching, ``tests/test_kv_resend_fidelity.py``)."""
-    cap = min(final, cfg.prompt - 1)
+def attention_hit(cfg: Config, cap: int) -> int:
+    """SPEC KV1, under the EAGLE drop: the largest entry the full-attention group holds after a
+    real prefill at most ``cap`` (the lookup's cap and the count the coordinator caches). The
+    group keys its full blocks of G, and its partial tail h*floor(N/h) (``cache_partial_block``
+    under EAGLE), not every hash-block end, whatever the chunk ends (checked against each
+    release's own caching, ``tests/test_kv_resend_fidelity.py``)."""
     tail = fl(cfg.prompt, cfg.hash_block)
     if tail <= cap:
         return max(fl(cap, cfg.split_block), tail)
     return fl(cap, cfg.split_block)
 
 
-def resend_landing_v15(cfg: Config) -> int:
-    """R* of 0.15-0.27 after a real prefill (SPEC KV1): :func:`resend_position_v15`, except
-    under the EAGLE drop with fine hits, where the Mamba hit is one hash block below the
-    attention group's (:func:`attention_hit`, the final count h*floor(N/h)). That is at most
-    ck30(N, h, drop), the lookup's R* when every hash-block end is keyed."""
+def cached_count(cfg: Config) -> int:
+    """The most tokens of the prompt the coordinator caches, 0.28 on: all but the last L - 1
+    (``num_reprefillable_tokens``: multi-module MTP may re-prefill them)."""
+    return cfg.prompt - max(cfg.lookahead - 1, 0)
+
+
+def achievable_resend(cfg: Config, landing: int, tail: int, grid_tail: bool) -> int:
+    """SPEC KV1, P6: R*, the largest position at most where the resend's lookup can land
+    (``landing``) that a chunk end can leave live on the hit grid A (slot note 6 rules 5-7):
+    a block end, the prompt's tail ``tail`` where its own copy keys it (off the grid with fine
+    hits, or ``grid_tail``), the prompt's checkpoint with internal checkpoints, or the junction
+    J with the exact shared-prefix checkpoint. No chunk end keys a position between them, so a
+    chunk that runs over one loses nothing the cache could keep."""
+    unit = hit_unit(cfg)
+    best = fl(landing, cfg.block)
+    own = grid_tail or cfg.partial_hits
+    if own and tail <= landing and tail % unit == 0 and cacheable(cfg, tail) == tail:
+        best = max(best, tail)
+    checkpoint = prompt_checkpoint(cfg)
+    checkpointed = cfg.checkpoints and cfg.checkpoint_alignment > 0
+    if checkpointed and checkpoint <= landing and checkpoint % unit == 0:
+        best = max(best, checkpoint)
+    junction = cfg.junction
+    exact = cfg.partial_hits and cfg.exact_junction and junction <= cfg.prompt
+    if exact and 0 < junction <= landing and junction % unit == 0:
+        best = max(best, junction)
+    return best
+
+
+def landing_v15(cfg: Config) -> int:
+    """Where the resend's lookup can land after a real prefill, 0.15-0.27 (SPEC KV1): the
+    lookup's :func:`resend_position_v15`, except under the EAGLE drop with fine hits, where the
+    Mamba hit is one hash block below the attention group's (:func:`attention_hit` up to
+    min(h*floor(N/h), N - 1)); that is at most ck30(N, h, drop)."""
     if eagle_drop(cfg) and cfg.partial_hits:
-        return max(attention_hit(cfg, fl(cfg.prompt, cfg.hash_block)) - cfg.hash_block, 0)
+        cap = min(fl(cfg.prompt, cfg.hash_block), cfg.prompt - 1)
+        return max(attention_hit(cfg, cap) - cfg.hash_block, 0)
     return resend_position_v15(cfg)
+
+
+def landing_v28(cfg: Config) -> int:
+    """Where the resend's lookup can land after a real prefill, 0.28-0.31: as
+    :func:`landing_v15`, the attention group's entries also at most :func:`cached_count`."""
+    if eagle_drop(cfg) and cfg.partial_hits:
+        cap = min(min(fl(cfg.prompt, cfg.hash_block), cfg.prompt - 1), cached_count(cfg))
+        return max(attention_hit(cfg, cap) - cfg.hash_block, 0)
+    return resend_position_v15(cfg)
+
+
+def dropped_landing(cfg: Config, lookup: int) -> int:
+    """Where the resend's lookup can land after a real prefill from 0.32 (SPEC KV1): the
+    lookup's R* ``lookup``, under the EAGLE drop no higher than the attention hit
+    (:func:`attention_hit` up to :func:`cached_count`) less the drop unit (h with fine hits,
+    else G), on the hit grid A."""
+    if not eagle_drop(cfg):
+        return lookup
+    unit = cfg.hash_block if cfg.partial_hits else cfg.split_block
+    below = attention_hit(cfg, cached_count(cfg)) - unit
+    return max(fl(min(lookup, below), hit_unit(cfg)), 0)
+
+
+def resend_landing_v15(cfg: Config) -> int:
+    """R* of 0.15-0.27 (SPEC KV1): :func:`achievable_resend` at :func:`landing_v15`."""
+    return achievable_resend(cfg, landing_v15(cfg), tail_position_v26(cfg), False)
 
 
 def resend_landing_v28(cfg: Config) -> int:
-    """R* of 0.28-0.31 after a real prefill (SPEC KV1): as :func:`resend_landing_v15`, the
-    coordinator caching only ``num_computed - (L - 1)`` tokens (``num_reprefillable_tokens``,
-    multi-module MTP, 0.28 on), so the attention group's final count is at most N - (L - 1)."""
-    if eagle_drop(cfg) and cfg.partial_hits:
-        final = min(fl(cfg.prompt, cfg.hash_block), cfg.prompt - max(cfg.lookahead - 1, 0))
-        return max(attention_hit(cfg, final) - cfg.hash_block, 0)
-    return resend_position_v15(cfg)
+    """R* of 0.28-0.30 (SPEC KV1): :func:`achievable_resend` at :func:`landing_v28`."""
+    return achievable_resend(cfg, landing_v28(cfg), tail_position_v26(cfg), False)
+
+
+def resend_landing_v31(cfg: Config) -> int:
+    """R* of 0.31 (SPEC KV1): :func:`achievable_resend` at :func:`landing_v28`, 0.31's
+    tail."""
+    return achievable_resend(cfg, landing_v28(cfg), tail_position_v31(cfg), False)
+
+
+def resend_landing_v32(cfg: Config) -> int:
+    """R* of 0.32 (SPEC KV1): :func:`achievable_resend` at the :func:`dropped_landing` of
+    :func:`resend_position_v32`."""
+    landing = dropped_landing(cfg, resend_position_v32(cfg))
+    return achievable_resend(cfg, landing, tail_position(cfg), True)
+
+
+def resend_landing(cfg: Config) -> int:
+    """R* of 0.33 on (SPEC KV1): :func:`achievable_resend` at the :func:`dropped_landing` of
+    :func:`resend_position`."""
+    landing = dropped_landing(cfg, resend_position(cfg))
+    return achievable_resend(cfg, landing, tail_position(cfg), True)
 
 
 def prompt_checkpoint(cfg: Config) -> int:
@@ -292,17 +362,6 @@ def rekeyed(cfg: Config, checkpoint: int) -> bool:
     return own or on_grid or (cfg.junction > 0 and checkpoint == cfg.junction)
 
 
-def resend_verified_v32(cfg: Config) -> bool:
-    """SPEC KV1, 0.32 on: where R* is where an identical resend lands after a real prefill
-    (checked against each release's own caching and lookup, ``tests/test_kv_resend_fidelity.py``):
-    not under the EAGLE drop with L >= 2 (multi-module MTP). The coordinator then caches only
-    ``num_computed - (L - 1)`` tokens (``num_reprefillable_tokens``), so the full-attention
-    group's cached prefix can stop short of the unit the drop takes off, and which partial
-    tails it keys depends on the chunk ends; the resend then lands below ck32/ck33 in some
-    prefills, which is not modelled."""
-    return not (eagle_drop(cfg) and cfg.lookahead >= 2)
-
-
 def lands_at_start(cfg: Config, resend: int, kept: bool, tail: int, grid_tail: bool) -> bool:
     """Whether an identical resend lands at the start c0 after an identical request computed
     [0, c0) and [c0, N) (SPEC KV1; the slot oracle's resend hit for those ends): c0 is a local
@@ -343,21 +402,19 @@ def seeded_hit_v30(cfg: Config) -> bool:
 def seeded_hit_v31(cfg: Config) -> bool:
     """:func:`lands_at_start` under the rules of 0.31."""
     kept = keeps(cfg, cfg.start // cfg.block - 1)
-    return lands_at_start(cfg, resend_landing_v28(cfg), kept, tail_position_v31(cfg), False)
+    return lands_at_start(cfg, resend_landing_v31(cfg), kept, tail_position_v31(cfg), False)
 
 
 def seeded_hit_v32(cfg: Config) -> bool:
-    """:func:`lands_at_start` under the rules of 0.32, where R* is checked."""
+    """:func:`lands_at_start` under the rules of 0.32."""
     kept = keeps(cfg, cfg.start // cfg.block - 1)
-    lands = lands_at_start(cfg, resend_position_v32(cfg), kept, tail_position(cfg), True)
-    return resend_verified_v32(cfg) and lands
+    return lands_at_start(cfg, resend_landing_v32(cfg), kept, tail_position(cfg), True)
 
 
 def seeded_hit_v33(cfg: Config) -> bool:
-    """:func:`lands_at_start` under the rules of 0.33 on, where R* is checked."""
+    """:func:`lands_at_start` under the rules of 0.33 on."""
     kept = keeps(cfg, cfg.start // cfg.block - 1)
-    lands = lands_at_start(cfg, resend_position(cfg), kept, tail_position(cfg), True)
-    return resend_verified_v32(cfg) and lands
+    return lands_at_start(cfg, resend_landing(cfg), kept, tail_position(cfg), True)
 
 
 @dataclass(frozen=True)
@@ -377,32 +434,15 @@ class KvRules:
     """Whether T is keyed by its own copy (rule 7) on the block grid and without fine hits too
     (0.32 on); up to 0.31 only a tail off the grid with h < B is (``cache_partial_block``), so
     a tail on the grid is rule 5's, under the mask."""
-    verified: Callable[[Any], bool] | None = resend_verified_v32
-    """Where ``resend`` is checked to be where a real identical resend lands (SPEC P6's
-    scope); None: everywhere."""
-    verified_words: str = "no EAGLE drop with L >= 2"
-    """:attr:`verified` in words."""
     seeded: Callable[[Any], bool] = seeded_hit_v33
     """Whether an identical resend lands at the start c0 after a prefill ending at c0 and P
-    (:func:`lands_at_start` under these rules, where R* is checked)."""
-
-    def in_scope(self, cfg: Any) -> bool:
-        """Whether ``resend`` is checked for ``cfg`` (:attr:`verified`)."""
-        return self.verified is None or self.verified(cfg)
+    (:func:`lands_at_start` under these rules)."""
 
 
 def _rules_v15(releases: str, resend: Callable[[Any], int], **rules: Any) -> KvRules:
-    """The rules of a release group up to 0.31: the lookup of ck30, a partial tail keyed only
-    off the grid, R* checked everywhere (SPEC KV1)."""
-    return KvRules(
-        releases,
-        resend,
-        resend_position_v15,
-        grid_tail=False,
-        verified=None,
-        verified_words="",
-        **rules,
-    )
+    """The rules of a release group up to 0.31: the lookup of ck30 and a partial tail keyed
+    only off the grid (SPEC KV1)."""
+    return KvRules(releases, resend, resend_position_v15, grid_tail=False, **rules)
 
 
 RULES_V15 = _rules_v15(
@@ -415,10 +455,10 @@ RULES_V30 = _rules_v15(
     "0.30", resend_landing_v28, keeps=keeps, tail=tail_position_v26, seeded=seeded_hit_v30
 )
 RULES_V31 = _rules_v15(
-    "0.31", resend_landing_v28, keeps=keeps, tail=tail_position_v31, seeded=seeded_hit_v31
+    "0.31", resend_landing_v31, keeps=keeps, tail=tail_position_v31, seeded=seeded_hit_v31
 )
-RULES_V32 = KvRules("0.32", resend_position_v32, resend_position_v32, keeps, seeded=seeded_hit_v32)
-LATEST_RULES = KvRules("0.33-0.34", resend_position, resend_position, keeps)
+RULES_V32 = KvRules("0.32", resend_landing_v32, resend_position_v32, keeps, seeded=seeded_hit_v32)
+LATEST_RULES = KvRules("0.33-0.34", resend_landing, resend_position, keeps)
 
 
 def release_minor(version: str | None) -> int | None:
@@ -468,8 +508,10 @@ class SlotSetup:
     ``hash_block`` is h (default B) and must divide B; ``sched_block`` is S (default B), the lcm
     of the group block sizes, so a multiple of B; ``split_block`` is G (default S), the
     attention block, which divides S. ``checkpoint_alignment`` is g (None: no internal
-    checkpoints); ``retention`` is None (dense), 0, or R > 0; ``junction`` is J (0: off).
-    :meth:`fields` gives the Config-style fields the rule functions read (fine = h < B).
+    checkpoints); ``retention`` is None (dense), 0, or R > 0; ``junction`` is J (0: off);
+    ``lookahead`` is L (from 0.28 the coordinator caches all but the last L - 1 tokens,
+    :func:`cached_count`). :meth:`fields` gives the Config-style fields the rule functions read
+    (fine = h < B).
     """
 
     prompt: int
@@ -479,6 +521,7 @@ class SlotSetup:
     split_block: int | None = None
     drop: bool = False
     hash_lookahead: int = 0
+    lookahead: int = 0
     checkpoint_alignment: int | None = None
     retention: int | None = None
     junction: int = 0
@@ -501,6 +544,7 @@ class SlotSetup:
             split_block=cfg.split_block,
             drop=cfg.drop,
             hash_lookahead=cfg.hash_lookahead,
+            lookahead=cfg.lookahead,
             checkpoint_alignment=cfg.checkpoint_alignment
             if cfg.checkpoints and cfg.checkpoint_alignment > 0
             else None,
@@ -525,6 +569,7 @@ class SlotSetup:
             partial_hits=h < self.block,
             drop=self.drop,
             hash_lookahead=self.hash_lookahead,
+            lookahead=self.lookahead,
             checkpoints=self.checkpoint_alignment is not None,
             checkpoint_alignment=self.checkpoint_alignment or 0,
             retention=-1 if self.retention is None else self.retention,

@@ -257,14 +257,12 @@ def test_a_hit_on_the_block_grid_fits_the_minimum_exactly() -> None:
     [
         ("0.33.0", Config(block=4, prompt=12, max_sched=4, start=4, retention=0), "mask"),
         ("0.33.0", Config(block=4, hash_block=2, prompt=13, max_sched=4, start=6), "not T"),
-        ("0.33.0", Config(block=4, prompt=9, max_sched=4, start=4, lookahead=2, drop=True), "R*"),
         ("0.30.0", Config(block=4, hash_block=2, prompt=3, max_sched=4, start=2), "seed"),
     ],
 )
 def test_a_hit_p8_does_not_judge(release: str, cfg: Config, why: str) -> None:
     """Outside rule 2d's scope: a column the retention mask drops, a partial hit that is not
-    the prompt's tail, a drop P6 does not model, a seed the minimum cannot hold (0.30 copies
-    the tail into 2 blocks)."""
+    the prompt's tail, a seed the minimum cannot hold (0.30 copies the tail into 2 blocks)."""
     rules = pool_rules(release)
     assert not rules.in_scope(cfg), why
     assert not rules.refused(cfg, cfg.start, cfg.prompt), why

@@ -137,15 +137,13 @@ def test_resend_hit_on_the_oracle_live_states(version: str) -> None:
     """With the Mamba group holding exactly the claims the slot oracle says a chunk-end
     sequence left live (under the release's rules) and full attention what a prefill of the
     prompt keys (:func:`~chunkproof.source.kv_run.attention_entries`), the release's lookup
-    gives the oracle's resend hit, where P6 judges (``KvRules.in_scope``)."""
+    gives the oracle's resend hit."""
     rng = random.Random(f"{SEED}-live-{version}")
     rules = kv_rules(version)
     wrong = []
     for _ in range(CASES):
         cfg = draw_config(rng, version)
         ends = draw_ends(rng, cfg.prompt)
-        if not rules.in_scope(cfg):
-            continue
         report = oracle(cfg, ends, rules=rules)
         attention = kv_run.attention_entries(compiled_release(version), cfg, eagle_drop(cfg))
         real = real_hit(version, cfg, attention, set(report.live))
@@ -236,18 +234,16 @@ def test_retention_acceptance_is_the_release_validator(version: str) -> None:
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_tree_resend_is_the_release_rules(version: str) -> None:
-    """What a P6 repro asks of a tree (:func:`~chunkproof.source.kv_run.tree_resend`) where
-    P6 judges (``KvRules.in_scope``): R* is ``kv_rules(version).resend``, its Mamba block is
-    kept exactly when ``kv_rules(version).keeps`` keeps R*'s column, and the coordinator's
-    fine hits are the configuration's."""
+    """What a P6 repro asks of a tree (:func:`~chunkproof.source.kv_run.tree_resend`): R*
+    is ``kv_rules(version).resend``, its Mamba block is kept exactly when
+    ``kv_rules(version).keeps`` keeps R*'s column, and the coordinator's fine hits are the
+    configuration's."""
     rng = random.Random(f"{SEED}-tree-resend-{version}")
     rules = kv_rules(version)
     root = release_root(version)
     wrong = []
     for _ in range(CASES // 3):
         cfg = draw_config(rng, version)
-        if not rules.in_scope(cfg):
-            continue
         real = kv_run.tree_resend(root, cfg, eagle_drop(cfg))
         r = rules.resend(cfg)
         kept = r > 0 and r % cfg.block == 0 and rules.keeps(cfg, r // cfg.block - 1)

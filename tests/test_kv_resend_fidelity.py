@@ -1,19 +1,20 @@
-"""Fidelity of where an identical resend lands after a real prefill (SPEC KV1, P6's scope).
+"""Fidelity of where an identical resend lands after a real prefill (SPEC KV1, P3, P6).
 
 ``tests/test_kv_lookup_fidelity.py`` gives the release's lookup the entries the model says each
 group holds. Here nothing is given: a fresh request computes its prompt in the chunks the
 release's own split gives it under random budgets (or one token at a time), through the
 release's ``allocate_slots`` over a pool that keeps what the cache code keys
-(:func:`chunkproof.source.kv_alloc_run.resend_after_prefill`; release code is trusted in
-tests), and an identical request is looked up. Inside P6's scope (``KvRules.verified``) the
-release's hit must be the slot oracle's resend hit for those chunk ends; outside it, some
-prompt of the sample must show why the scope is cut. And on every release, the Mamba claims the
-release's cache keys after a real prefill are the oracle's live claims (SPEC P3: rule 5 under
-the release's retention mask).
+(:func:`chunkproof.source.kv_alloc_run.real_prefill`; release code is trusted in tests), and an
+identical request is looked up. The release's hit must be the slot oracle's resend hit for
+those chunk ends under the release's R* (which takes in what the attention group caches), and
+the lookup's R* (every hash-block end keyed) must miss some. And the Mamba claims the release's
+cache keys after a real prefill are the oracle's live claims (SPEC P3: rule 5 under the
+release's retention mask).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -62,44 +63,43 @@ def real_and_model(version: str, cfg: Config, ends: list[int]) -> tuple[int, int
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_resend_after_a_real_prefill_inside_p6_scope(version: str) -> None:
-    """Inside the scope, the release's hit is the oracle's on every drawn prefill (at least a
-    third of the sample is inside it)."""
+def test_resend_after_a_real_prefill_is_the_oracles(version: str) -> None:
+    """The release's hit is the oracle's (under the release's R*, ``KvRules.resend``) on
+    every drawn prefill."""
     rng = random.Random(f"{SEED}-inside-{version}")
-    rules = kv_rules(version)
-    wrong, inside = [], 0
+    wrong = []
     for _ in range(CASES):
         cfg, ends = drawn_ends(version, rng)
-        if not rules.in_scope(cfg):
-            continue
-        inside += 1
         real, model = real_and_model(version, cfg, ends)
         if real != model:
             wrong.append(f"{cfg.describe()} ends={ends}: real {real}, model {model}")
-    assert inside >= CASES // 3, inside
-    assert not wrong, f"{len(wrong)} of {inside}: " + "; ".join(wrong[:6])
+    assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
 
 
-OUTSIDE_RELEASES = RELEASES[RELEASES.index("0.32.0") :]
-"""The releases with configurations outside P6's scope (the drop with L >= 2 from 0.32; up to
-0.31 the scope is every configuration)."""
+LANDING_RELEASES = RELEASES[RELEASES.index("0.26.0") :]
+"""The releases where R* after a real prefill is below the lookup's somewhere (under the drop
+with fine hits from 0.26, with L >= 2 too from 0.32)."""
 
 
-@pytest.mark.parametrize("version", OUTSIDE_RELEASES)
-def test_the_resend_leaves_r_star_outside_p6_scope(version: str) -> None:
-    """Outside the scope the model's resend hit is not the release's on some drawn prefill:
-    the reason P6 does not judge there (its R* is not where the resend lands)."""
+@pytest.mark.parametrize("version", LANDING_RELEASES)
+def test_the_lookups_r_star_misses_some_real_resend(version: str) -> None:
+    """With the lookup's R* (every hash-block end keyed, ``KvRules.lookup``) in place of the
+    release's R* after a real prefill, the oracle's hit is above the release's on some drawn
+    prefill under the drop: the attention group's entries are what ``KvRules.resend`` takes
+    in."""
     rng = random.Random(f"{SEED}-outside-{version}")
     rules = kv_rules(version)
+    dense = dataclasses.replace(rules, resend=rules.lookup)
     for _ in range(40 * CASES):
         cfg, ends = drawn_ends(version, rng)
-        if rules.in_scope(cfg):
+        if not eagle_drop(cfg):
             continue
-        real, model = real_and_model(version, cfg, ends)
+        real = real_and_model(version, cfg, ends)[0]
+        model = oracle(cfg, ends, rules=dense).resend_hit
         if real != model:
             assert real < model, f"{cfg.describe()} ends={ends}: real {real}, model {model}"
             return
-    pytest.fail(f"no prefill outside P6's scope of {version} lands away from the model's hit")
+    pytest.fail(f"no prefill of {version} lands below the lookup's R*")
 
 
 @pytest.mark.parametrize("version", RELEASES)

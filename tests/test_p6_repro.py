@@ -32,7 +32,7 @@ CURATED_P6 = COUNTEREXAMPLES / "vllm-0.28" / "p6-lost-resend-state.json"
 MISSES = [
     pytest.param(
         "vllm-0.28",
-        "--block 1600 --lookahead 3 --drop on --prompt 6400 --max-sched 8192",
+        "--block 1600 --lookahead 1 --drop on --prompt 6400 --max-sched 8192",
         "0.28.0",
         "0.32.0",
         "R*=3200, and the chunk runs over it",
@@ -59,6 +59,27 @@ MISSES = [
 at P - 1 before its drop) or retention (0.29: only the boundary P - 1 kept, not the drop's)
 loses R*, and the release that fixed it (0.32's uncapped EAGLE lookup, 0.30's replay
 boundaries)."""
+
+
+@pytest.mark.fidelity
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0", "0.34.0"])
+def test_multi_module_mtp_still_misses_r_star_after_0_32(
+    cli: Cli, tmp_path: Path, version: str
+) -> None:
+    """0.32's uncapped EAGLE lookup fixed the 0.28 miss for L <= 1 only. With L = 3 the
+    coordinator caches N - 2 tokens (``num_reprefillable_tokens``), so the attention group
+    keys the full blocks up to 4800, the drop takes one off, and R* is 3200 on 0.32-0.34 too
+    (SPEC KV1): the chunk [0, 4800) runs over it, and the repro fails on each real tree."""
+    minor = version.rsplit(".", 1)[0]
+    cx = p6_counterexample(
+        cli,
+        tmp_path,
+        f"vllm-{minor}",
+        "--block 1600 --lookahead 3 --drop on --prompt 6400 --max-sched 8192",
+    )
+    test_file = generate_repro(cli, cx, tmp_path)
+    status, output = run_repro(test_file, release_root(version), blocking_packages(tmp_path / "b"))
+    assert status == 1 and "R*=3200, and the chunk runs over it" in output, output
 
 
 def p6_counterexample(cli: Cli, tmp_path: Path, policy: str, ranges: str) -> Path:

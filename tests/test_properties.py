@@ -10,6 +10,7 @@ from cli_helpers import Cli
 from chunkproof.checker.engines.search import Exploration, explore
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
+from chunkproof.model.step import step
 from chunkproof.spec.properties import in_window, in_window_relaxed, misaligned
 from chunkproof.spec.request import RequestModel
 from chunkproof.spec.space import Space, grid_from
@@ -30,7 +31,8 @@ CASES = [
     ("P3", "keep-subblock", "vllm-0.33", {}),  # sub-block chunks that later cross a block end
     ("P4", "vllm-0.33", "vllm-0.27", {}),  # the reservation trims to an off-grid T - L
     ("P5", "vllm-0.27", "vllm-0.33", {}),  # no reservation before 0.28
-    ("P6", "vllm-0.28", "vllm-0.33", {}),  # #50235: N = kB in one chunk loses the resend state
+    # #50235: N = kB in one chunk loses the resend state (with L >= 2 under the drop 0.33 too)
+    ("P6", "vllm-0.28", "vllm-0.33", {"lookahead": "0-1"}),
     ("P7", "vllm-0.33", "keep-subblock", {}),  # const(b < B) never finishes
 ]
 
@@ -112,3 +114,12 @@ def test_p5_relaxed_allows_only_an_aligned_window_end_short_of_the_request() -> 
     assert in_window_relaxed(on_grid, 16, 4, 18)  # n = T - c: nothing cut it short
     assert in_window_relaxed(off_grid, 16, 2, 18)
     assert in_window(off_grid, 16, 2, 18) and not in_window(off_grid, 16, 4, 20)
+
+
+@pytest.mark.parametrize("name", ["vllm-0.30", "vllm-0.32", "vllm-0.33"])
+def test_a_sub_block_budget_floors_to_nothing_when_m_holds_a_block(name: str) -> None:
+    """V7-V9 align a non-final end down to the block when B <= M (history note 3): offered 3
+    tokens (B = 4, M = 8), the split gives 0 and P2's b* is the block, B."""
+    cfg = Config(block=4, prompt=12, max_sched=8)
+    assert step(get_builtin(name), cfg, 0, 3).chunk == 0
+    assert step(get_builtin(name), cfg, 0, 4).chunk == 4

@@ -32,10 +32,12 @@ from chunkproof.spec.slots import (
     SlotReport,
     SlotSetup,
     crossing_claim,
+    dropped_landing,
     hit_unit,
     keeps,
     keeps_v29,
     kv_rules,
+    landing_v28,
     oracle,
     reachable_column,
     tail_position,
@@ -511,7 +513,7 @@ def test_release_resend_position_under_drop(
 @pytest.mark.parametrize(
     ("version", "args", "violated"),
     [
-        ("0.28.0", {"block": 1600, "lookahead": 3, "prompt": 6400}, (0, 4800)),
+        ("0.28.0", {"block": 1600, "lookahead": 1, "prompt": 6400}, (0, 4800)),
         ("0.30.0", {"block": 4, "lookahead": 1, "prompt": 12}, (0, 8)),
         ("0.29.0", {"block": 1600, "lookahead": 1, "prompt": 11910, "retention": 0}, (0, 9600)),
     ],
@@ -524,6 +526,46 @@ def test_p6_known_answers_per_release(
     policy = policy_for_release(version)
     assert edge_properties(policy)["P6"](cfg, *violated)
     assert not skips_resend(cfg, *violated)
+
+
+@pytest.mark.parametrize(
+    ("version", "args", "landing", "resend"),
+    [
+        # 0.28, no drop: the lookup caps at N - 1 = 7, so 6; no chunk end keys 6 (B = 4, the
+        # tail is 8), so R* is the block end 4
+        ("0.28.0", {"prompt": 8, "lookahead": 0, "drop": False}, 6, 4),
+        # 0.33, the drop with L = 2: attention up to 4 (N - 1 = 5 cached), less h = 2; no chunk
+        # end keys 2, so R* is 0 and P6 has nothing to ask
+        ("0.33.0", {"prompt": 6, "lookahead": 2, "drop": True}, 2, 0),
+        # 0.33 without the drop: the tail T = 6 = ck33(7, 2), keyed by its own copy
+        ("0.33.0", {"prompt": 7, "lookahead": 1, "drop": False}, 6, 6),
+    ],
+)
+def test_r_star_is_the_last_position_a_chunk_end_can_key(
+    version: str, args: dict[str, Any], landing: int, resend: int
+) -> None:
+    """SPEC KV1, P6: R* is the largest position at most where the lookup can land that a chunk
+    end can leave live (a block end, the tail keyed by its own copy), not a hash-block end no
+    chunk end keys (B = 4, h = 2, fine hits)."""
+    fields = {"block": 4, "hash_block": 2, "partial_hits": True, "max_sched": 8}
+    cfg = Config.from_dict({**fields, **args})
+    rules = kv_rules(version)
+    lands = landing_v28(cfg) if version == "0.28.0" else dropped_landing(cfg, rules.lookup(cfg))
+    assert (lands, rules.resend(cfg)) == (landing, resend)
+    reached = oracle(cfg, list(range(1, cfg.prompt + 1)), rules=rules)
+    assert reached.resend_hit == resend  # every chunk end: the best a split can leave
+
+
+@pytest.mark.parametrize("version", ["0.28.0", "0.32.0", "0.33.0"])
+def test_multi_module_mtp_keeps_r_star_below_the_last_chunk(version: str) -> None:
+    """SPEC KV1: with L = 3 under the drop, the coordinator caches P - 2 tokens, so the
+    attention group keys the full blocks up to 4800, the drop takes one off, and R* after the
+    prefill is 3200 in every release (0.32's uncapped lookup repairs L <= 1 only): the chunk
+    [0, 4800) runs over it (checked on the real trees, ``tests/test_p6_repro.py``)."""
+    cfg = Config(block=1600, prompt=6400, max_sched=8192, lookahead=3, drop=True)
+    rules = kv_rules(version)
+    assert (rules.resend(cfg), rules.lookup(cfg)) == (3200, 3200 if version == "0.28.0" else 4800)
+    assert edge_properties(policy_for_release(version))["P6"](cfg, 0, 4800)
 
 
 def test_retention_v29_keeps_only_the_unshifted_boundary() -> None:
@@ -640,4 +682,4 @@ def test_a_seeded_hit_is_the_oracle_resend_hit(version: str, data: st.DataObject
     start = data.draw(st.integers(1, cfg.prompt - 1))
     landed = oracle(cfg, [start, cfg.prompt], rules=rules).resend_hit == start
     seeded = cfg.replace(start=start)
-    assert rules.seeded(seeded) == (landed and rules.in_scope(cfg)), seeded.describe()
+    assert rules.seeded(seeded) == landed, seeded.describe()

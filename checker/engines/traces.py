@@ -144,7 +144,9 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
         )
     if pid == "P6":
         hit = details.get("resend_hit")
-        suffix = f"; an identical resend hits {hit}" if hit is not None else ""
+        suffix = (
+            f"; an identical resend right after this prefill hits {hit}" if hit is not None else ""
+        )
         r = details.get("resend_position", kv_rules(None).resend(cfg))
         if e == r:
             return (
