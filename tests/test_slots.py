@@ -662,7 +662,7 @@ SEEDED_RELEASES = ("0.15.0", "0.24.0", "0.26.0", "0.29.0", "0.30.0", "0.31.0", "
 def test_a_seeded_hit_is_the_oracle_resend_hit(version: str, data: st.DataObject) -> None:
     """``KvRules.seeded`` (KV2 rule 2d's hit, in the policy subset for the engines) holds
     exactly when the slot oracle says an identical resend lands at c0 after a prefill ending at
-    c0 and P, wherever R* is checked (P6's scope)."""
+    c0 and P (under the release's R* after a real prefill, SPEC KV1)."""
     rules = kv_rules(version)
     minor = int(version.split(".")[1])
     block = data.draw(st.sampled_from((4, 8)))
