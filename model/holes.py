@@ -24,7 +24,6 @@ itself.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 from chunkproof.model.arith import fl
 from chunkproof.model.config import Config
 from chunkproof.model.errors import PolicyError
+from chunkproof.model.own_source import own_source
 from chunkproof.model.policy import Policy, Stage
 from chunkproof.model.splits import next_boundary, split_v9, tau_ck33
 from chunkproof.model.subset import SubsetFunction, Value, parse
@@ -271,7 +271,7 @@ def candidate_source(base: Policy, values: Mapping[str, int]) -> str:
         spared,
         reserve_template,
     ]
-    body = ["\n\n\n" + inspect.getsource(f).rstrip() for f in functions]
+    body = ["\n\n\n" + own_source(f).text.rstrip() for f in functions]
     arguments = {stage: [values[h.name] for h in holes_of(stage)] for stage in TEMPLATES}
     named = {
         stage: ", ".join(f"{h.name}={values[h.name]}" for h in holes_of(stage))

@@ -61,12 +61,12 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chunkproof.model.errors import SubsetError
+from chunkproof.model.own_source import own_source
 
 Value = Any
 """A value of some domain: a Python int/bool, an array, a solver term, or a tuple of those."""
@@ -222,23 +222,15 @@ class SubsetFunction:
 @functools.cache
 def parse(fn: Callable[..., Any]) -> SubsetFunction:
     """Parse and validate one of chunkproof's own (trusted) Python functions as a subset
-    function, cached per function. Its globals are its namespace.
+    function, cached per function. Its globals are its namespace; its text is the code that
+    runs (:func:`~chunkproof.model.own_source.own_source`).
 
     User code never comes through here: it is read from its file as a syntax tree
     (:mod:`chunkproof.source.functions`).
     """
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        _, first_line = inspect.getsourcelines(fn)
-        filename = inspect.getsourcefile(fn) or "<unknown>"
-    except (OSError, TypeError) as exc:
-        raise SubsetError(f"cannot read the source of {fn!r}: {exc}") from None
-    tree = ast.parse(source)
-    ast.increment_lineno(tree, first_line - 1)
-    node = tree.body[0]
-    if not isinstance(node, ast.FunctionDef):
-        raise SubsetError(f"{filename}:{first_line}: {fn.__name__} is not a plain function")
-    func = SubsetFunction(fn.__name__, node, filename, fn.__globals__)
+    source = own_source(fn)
+    node = source.tree()
+    func = SubsetFunction(fn.__name__, node, source.filename, fn.__globals__)
     validate(func)
     return func
 

@@ -41,11 +41,13 @@ from chunkproof.spec.slots import (
 
 @dataclass(frozen=True)
 class Property:
-    """A property's id, short name and definition (SPEC P)."""
+    """A property's id, short name and definition (SPEC P), and what its environment fixes
+    beyond the policy's inputs (every report that judges it names that under ``fixed:``)."""
 
     id: str
     name: str
     definition: str
+    environment: str = ""
 
 
 PROPERTIES: dict[str, Property] = {
@@ -83,16 +85,18 @@ PROPERTIES: dict[str, Property] = {
             "P6",
             "COVER",
             "the identical-resend position R* is covered whenever a chunk could end there",
+            "P6's first request ends with its prefill (max_tokens 1: no decode step caches the "
+            "tokens the coordinator held back) and its identical resend comes right after it",
         ),
         Property("P7", "COST", "every const(b) run finishes; steps against ceil((E - c0) / b)"),
         Property(
             "P8",
             "POOL",
             "no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) "
-            "asks more KV blocks than are free in the smallest pool the release starts with (a "
-            "lone request admitted at c = 0 without a hit, or at a local hit an identical "
-            "prompt's prefill left in that pool, T = P, no junction, internal checkpoints only "
-            "at c = 0 without partial hits; KV2)",
+            "asks more KV blocks than are free in the smallest pool the release starts with",
+            "P8's request is alone in its pool, admitted at c = 0 without a hit or at a local "
+            "hit an identical prompt's prefill left in that pool, with T = P, no junction and "
+            "internal checkpoints only at c = 0 without partial hits (KV2)",
         ),
     )
 }

@@ -152,24 +152,26 @@ def achievable_resend(cfg: Config, landing: int, tail: int, grid_tail: bool) -> 
     return best
 
 
-def landing_v15(cfg: Config) -> int:
-    """Where the resend's lookup can land after a real prefill, 0.15-0.27 (SPEC KV1): the
-    lookup's :func:`resend_position_v15`, except under the EAGLE drop with fine hits, where the
-    Mamba hit is one hash block below the attention group's (:func:`attention_hit` up to
-    min(h*floor(N/h), N - 1)); that is at most ck30(N, h, drop)."""
+def fine_landing(cfg: Config, cap: int) -> int:
+    """Where the resend's lookup can land after a real prefill up to 0.31 (SPEC KV1), the
+    attention group's hit capped at ``cap``: the lookup's :func:`resend_position_v15`, except
+    under the EAGLE drop with fine hits, where the Mamba hit is one hash block below the
+    attention group's (:func:`attention_hit` up to ``cap``); that is at most ck30(N, h, drop)."""
     if eagle_drop(cfg) and cfg.partial_hits:
-        cap = min(fl(cfg.prompt, cfg.hash_block), cfg.prompt - 1)
         return max(attention_hit(cfg, cap) - cfg.hash_block, 0)
     return resend_position_v15(cfg)
+
+
+def landing_v15(cfg: Config) -> int:
+    """:func:`fine_landing` of 0.15-0.27: the attention hit at most min(h*floor(N/h), N - 1)."""
+    return fine_landing(cfg, min(fl(cfg.prompt, cfg.hash_block), cfg.prompt - 1))
 
 
 def landing_v28(cfg: Config) -> int:
-    """Where the resend's lookup can land after a real prefill, 0.28-0.31: as
-    :func:`landing_v15`, the attention group's entries also at most :func:`cached_count`."""
-    if eagle_drop(cfg) and cfg.partial_hits:
-        cap = min(min(fl(cfg.prompt, cfg.hash_block), cfg.prompt - 1), cached_count(cfg))
-        return max(attention_hit(cfg, cap) - cfg.hash_block, 0)
-    return resend_position_v15(cfg)
+    """:func:`fine_landing` of 0.28-0.31: as :func:`landing_v15`, the attention group's
+    entries also at most :func:`cached_count`."""
+    cap = min(fl(cfg.prompt, cfg.hash_block), cfg.prompt - 1)
+    return fine_landing(cfg, min(cap, cached_count(cfg)))
 
 
 def dropped_landing(cfg: Config, lookup: int) -> int:
@@ -315,13 +317,19 @@ def keeps_v29(cfg: Config, column: int) -> bool:
     return segment_keeps(cfg, column) or found
 
 
+def block_end(cfg: Config, start: int) -> int:
+    """B*ceil(s/B): the end of the Mamba block holding position s, the claim slot note 6 rule 5
+    keys onto state@s's block when a chunk from a mid-block s runs past it (SPEC P3)."""
+    return cfg.block * cdiv(start, cfg.block)
+
+
 def crosses(cfg: Config, start: int, end: int) -> bool:
     """Slot note 6 rule 5's violation branch (4.2) before the retention mask: s is mid-block
     (s > 0, s mod B != 0), the chunk runs past its block's end B*ceil(s/B) (so col(s) !=
     col(e)), and the cacheable count reaches that end (so column col(s) is registered now)."""
     if start <= 0 or start % cfg.block == 0:
         return False
-    claim = cfg.block * cdiv(start, cfg.block)
+    claim = block_end(cfg, start)
     return end > claim and cacheable(cfg, end) >= claim
 
 
@@ -494,7 +502,7 @@ def crossing_claim(cfg: Config, start: int, end: int, rules: KvRules | None = No
     latest release's by default, keeps col(s)), else None."""
     kept = (rules or LATEST_RULES).keeps
     if crosses(cfg, start, end) and kept(cfg, start // cfg.block):
-        return cfg.block * cdiv(start, cfg.block)
+        return block_end(cfg, start)
     return None
 
 

@@ -80,3 +80,24 @@ def test_every_json_document_names_its_schema_and_speaks_one_vocabulary(
     assert next(iter(document)) == "schema" and document["schema"] == f"chunkproof.{kind}/1"
     for verdict in document.get("verdicts", []):
         assert {"property", "name", "status", "range", "counterexample"} <= set(verdict)
+
+
+@pytest.mark.parametrize(
+    ("properties", "named"), [("P1", set()), ("P6", {"P6"}), ("P6,P8", {"P6", "P8"})]
+)
+def test_a_report_names_the_environment_of_each_property_it_judges(
+    cli: Cli, tmp_path: Path, properties: str, named: set[str]
+) -> None:
+    """P6 (the first request ends with its prefill) and P8 (the request alone in its pool)
+    fix their environments; a report that judges one (``check``, ``compare``) names that under
+    ``fixed:``, in text and in ``--json``, and one that judges neither does not."""
+    ranges = ["--block", "4", "--lookahead", "1", "--prompt", "1-8", "--max-sched", "1-4"]
+    argv = ["check", "vllm-0.33", *ranges, "--property", properties, "--out", str(tmp_path)]
+    fixed_line = next(line for line in cli(*argv).out.splitlines() if line.startswith("fixed:"))
+    document = cli(*argv, "--json").json()
+    compared = ["compare", "vllm-0.33", "lookahead-in-split", *argv[2:]]
+    both = next(line for line in cli(*compared).out.splitlines() if line.startswith("fixed"))
+    for pid in ("P6", "P8"):
+        assert (f"{pid}'s " in fixed_line) == (pid in named), fixed_line
+        assert (f"{pid}'s " in both) == (pid in named), both
+        assert any(f.startswith(f"{pid}'s ") for f in document["fixed"]) == (pid in named)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -632,6 +634,35 @@ def test_a_user_file_is_read_not_imported(tmp_path: Path) -> None:
     cfg = Config(block=8, prompt=40, max_sched=16)
     assert concrete(tree, [cfg, 3, 14]).value == 13
     assert "user_policy" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda text: "# a line above\n" + text, id="lines-shifted"),
+        pytest.param(lambda text: text.replace("return 0", "return 1"), id="body-changed"),
+    ],
+)
+def test_an_own_function_whose_file_changed_is_refused(
+    edit: Callable[[str], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text the interpreter parses is the code that runs: once a function's file is
+    edited after it was loaded (shifted lines, a changed body), parsing it is a SubsetError,
+    never a verdict on other code. Parsed before the edit, it stays as it was."""
+    path = tmp_path / "own_stage.py"
+    text = "def stage(cfg, c, n):\n    return n - 1\n\n\ndef other(cfg, c, n):\n    return 0\n"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("own_stage", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "own_stage", module)
+    spec.loader.exec_module(module)
+    assert parse(module.stage).node.body[0].lineno == 2
+    path.write_text(edit(text))
+    os.utime(path, ns=(0, 0))
+    assert parse(module.stage).node.body[0].lineno == 2
+    with pytest.raises(SubsetError, match=r"own_stage.py:\d+: .*file changed while chunkproof ran"):
+        parse(module.other)
 
 
 def test_runtime_subset_errors_name_file_and_line(tmp_path: Path) -> None:

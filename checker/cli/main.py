@@ -63,6 +63,7 @@ from chunkproof.checker.reports.report import (
     combine,
     exit_status,
     fixed_line,
+    judged_fixed,
     range_lines,
     render_table,
     verdicts_document,
@@ -797,7 +798,7 @@ def _report(
         _emit("verdicts", {**document, "files": written})
         return exit_status(verdicts)
     print(f"chunkproof {args.command} {policy.name} ({policy.summary})")
-    print(fixed_line(policy.fixed))
+    print(fixed_line(judged_fixed(policy, verdicts)))
     for why in engines.get("not_judged", ()):
         print(f"not judged: {why}")
     for line in branch_lines(policy):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunkproof.model.arith import cdiv
 from chunkproof.model.budget import Adversarial, Const
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
@@ -19,7 +18,7 @@ from chunkproof.spec.kv_blocks import (
     pool_rules,
 )
 from chunkproof.spec.request import budget_bounds, encoder_forced
-from chunkproof.spec.slots import KvRules, crossing_claim, kv_rules, oracle
+from chunkproof.spec.slots import KvRules, block_end, crossing_claim, kv_rules, oracle
 
 MINIMISED = ("prompt", "block", "lookahead", "max_sched", "trace_length")
 """Dimensions minimised, in lexicographic order (smallest T, then B, L, M, length)."""
@@ -128,7 +127,7 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
             why = f"yields {last.chunk}" + (" and breaks P0" if last.unsafe is not None else "")
         return f"const({last.budget}) never finishes: at c={last.c} < E={big_e} the step {why}"
     if pid == "P3":
-        claim = cfg.block * cdiv(last.c, cfg.block)  # the claim the release's mask kept (P3)
+        claim = block_end(cfg, last.c)  # the claim the release's mask kept (P3)
         return (
             f"chunk [{last.c}, {e}) starts mid-block and runs past {claim}: the cache keys "
             f"{claim} onto the block holding state@{last.c}"

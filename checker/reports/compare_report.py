@@ -35,7 +35,7 @@ from chunkproof.checker.engines.compare import (
 )
 from chunkproof.checker.engines.traces import describe, verdict_details
 from chunkproof.checker.engines.verdicts import EMPTY, VIOLATED, Verdict
-from chunkproof.checker.reports.report import fixed_line, range_lines
+from chunkproof.checker.reports.report import fixed_line, judged_fixed, range_lines
 from chunkproof.checker.reports.trace_command import trace_arguments
 from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
@@ -95,12 +95,14 @@ def _policy_line(side: Side) -> str:
     return f"{policy.name} ({policy.summary}{sha})"
 
 
-def _fixed_lines(a: Policy, b: Policy) -> list[str]:
-    """What the model fixes (:attr:`~chunkproof.model.policy.Policy.fixed`): one line when
-    both sides fix the same, else one per side."""
-    if a.fixed == b.fixed:
-        return [fixed_line(a.fixed, "fixed (A and B)")]
-    return [fixed_line(p.fixed, f"fixed ({side})") for side, p in (("A", a), ("B", b))]
+def _fixed_lines(comparison: Comparison) -> list[str]:
+    """What each side's verdicts fix (:func:`~chunkproof.checker.reports.report.judged_fixed`):
+    one line when both sides fix the same, else one per side."""
+    fixed = {"A": judged_fixed(comparison.a.policy, comparison.a.verdicts)}
+    fixed["B"] = judged_fixed(comparison.b.policy, comparison.b.verdicts)
+    if fixed["A"] == fixed["B"]:
+        return [fixed_line(fixed["A"], "fixed (A and B)")]
+    return [fixed_line(f, f"fixed ({side})") for side, f in fixed.items()]
 
 
 def _status(row: VerdictRow, side: int) -> str:
@@ -467,7 +469,7 @@ def _side_dict(side: Side) -> dict[str, Any]:
         "summary": policy.summary,
         "source_sha256": policy.source_sha256,
         "options": list(policy.options),
-        "fixed": list(policy.fixed),
+        "fixed": judged_fixed(policy, side.verdicts),
         **side.engines,
     }
 
@@ -569,7 +571,7 @@ def render_text(comparison: Comparison) -> str:
         f"chunkproof compare {a.name} -> {b.name}",
         f"A: {_policy_line(comparison.a)}",
         f"B: {_policy_line(comparison.b)}",
-        *_fixed_lines(a, b),
+        *_fixed_lines(comparison),
         *_ranges_lines(comparison),
         "",
         *_wrapped(headline(comparison)),
@@ -684,7 +686,7 @@ def render_markdown(comparison: Comparison) -> str:
         "",
         f"- **A**: `{a.name}`: {_policy_sentence(a)}",
         f"- **B**: `{b.name}`: {_policy_sentence(b)}",
-        *(f"- {line}" for line in _fixed_lines(a, b)),
+        *(f"- {line}" for line in _fixed_lines(comparison)),
         "",
         f"**{headline(comparison)}**",
         "",

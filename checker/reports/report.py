@@ -173,10 +173,18 @@ def verdicts_document(
     return {
         "policy": policy.name,
         "verdicts": [v.to_dict() for v in verdicts],
-        "fixed": list(policy.fixed),
+        "fixed": judged_fixed(policy, verdicts),
         **branches_document(policy),
         **extra,
     }
+
+
+def judged_fixed(policy: Policy, verdicts: Sequence[Verdict]) -> list[str]:
+    """What the verdicts fix: the policy's fixed inputs, then the environment of each property
+    judged that has one (:attr:`~chunkproof.spec.properties.Property.environment`)."""
+    judged = {v.property for v in verdicts}
+    environments = [p.environment for pid, p in PROPERTIES.items() if pid in judged]
+    return [*policy.fixed, *(e for e in environments if e)]
 
 
 def fixed_line(fixed: Sequence[str], label: str = "fixed") -> str:

@@ -25,7 +25,7 @@ from chunkproof.checker.reports.figure import (
     picture_style,
     save_figure,
 )
-from chunkproof.model.arith import cdiv, fl
+from chunkproof.model.arith import fl
 from chunkproof.model.budget import Const
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
@@ -35,7 +35,7 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.splits import CACHE_POSITIONS
 from chunkproof.model.step import Step
 from chunkproof.spec.properties import PROPERTIES, STUCK_PROPERTIES
-from chunkproof.spec.slots import crosses, resend_position
+from chunkproof.spec.slots import block_end, crosses, resend_position
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -286,7 +286,7 @@ def failure_marks(cx: Counterexample, row: int) -> tuple[Failure, ...]:
     if pid == "P3":
         if not crosses(cfg, c, e):  # the release's retention mask kept the claim (P3)
             raise ChunkproofError(f"the last chunk [{c}, {e}) crosses no block end: not a P3 trace")
-        claim = cfg.block * cdiv(c, cfg.block)
+        claim = block_end(cfg, c)
         crossing = Failure("crossing", claim, f"[{c}, {e}) runs past {claim} from mid-block", row)
         return (crossing, *poisoned_slots(cx, row))
     if pid == "P4":

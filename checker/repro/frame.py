@@ -16,7 +16,6 @@ chunkproof's own functions copied in (:func:`real_methods`), the docstring
 from __future__ import annotations
 
 import ast
-import inspect
 import json
 import textwrap
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from typing import Any, TypeGuard
 
 from chunkproof.model.config import Config, encoder_capacity, encoder_compute_budget
 from chunkproof.model.errors import ChunkproofError, PolicyError
+from chunkproof.model.own_source import own_source
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import (
     Step,
@@ -217,7 +217,7 @@ def _function_sources(roots: FunctionList) -> list[str]:
             if _ours(value) and value.__name__ not in found:
                 stack.append(value)
     return [
-        f"# from {f.__module__}\n{inspect.getsource(f).rstrip()}"
+        f"# from {f.__module__}\n{own_source(f).text.rstrip()}"
         for f in sorted(found.values(), key=lambda f: (f.__module__, f.__name__))
     ]
 

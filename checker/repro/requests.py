@@ -111,7 +111,7 @@ def trace_values(cx: Counterexample, source_name: str) -> Values:
         "recorded": _recorded_literal(cx),
         "property": cx.property,
         "test_name": f"test_{cx.property.lower()}_{name}",
-        "definition": props.PROPERTIES[cx.property].definition,
+        "definition": _definition(props.PROPERTIES[cx.property]),
         "check_body": _check(cx),
         "checked": "P0" if cx.property == "P0" else f"{cx.property} (or P0)",
         "budgets": _budgets(cx),
@@ -157,6 +157,11 @@ def predicates(cx: Counterexample) -> FunctionList:
     if pid == "P5":
         return [props.WINDOW_PROPERTIES[cx.window()]]
     raise ChunkproofError(f"no repro for property {pid}")
+
+
+def _definition(rule: props.Property) -> str:
+    """A property's definition, then what its environment fixes (where it fixes anything)."""
+    return f"{rule.definition}; {rule.environment}" if rule.environment else rule.definition
 
 
 def _check(cx: Counterexample) -> str:

@@ -185,7 +185,7 @@ RECORDED = [
 
 
 def test_p6_cover(vllm: Extracted, resend: TreeResend) -> None:
-    """P6: the identical-resend position R* is covered whenever a chunk could end there."""
+    """P6: the identical-resend position R* is covered whenever a chunk could end there; P6's first request ends with its prefill (max_tokens 1: no decode step caches the tokens the coordinator held back) and its identical resend comes right after it."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
     c, path = CONFIG.start, []

@@ -374,6 +374,13 @@ def misaligned_at(cfg: Config, c: int, e: int, tail: int, poisoned: bool) -> boo
 
 
 # from chunkproof.spec.slots
+def block_end(cfg: Config, start: int) -> int:
+    """B*ceil(s/B): the end of the Mamba block holding position s, the claim slot note 6 rule 5
+    keys onto state@s's block when a chunk from a mid-block s runs past it (SPEC P3)."""
+    return cfg.block * cdiv(start, cfg.block)
+
+
+# from chunkproof.spec.slots
 def boundary_column(cfg: Config, position: int) -> int:
     """The column of a reachable boundary p floored to A: floor(A*floor(p/A) / B) - 1."""
     return fl(position, hit_unit(cfg)) // cfg.block - 1
@@ -398,7 +405,7 @@ def crosses(cfg: Config, start: int, end: int) -> bool:
     col(e)), and the cacheable count reaches that end (so column col(s) is registered now)."""
     if start <= 0 or start % cfg.block == 0:
         return False
-    claim = cfg.block * cdiv(start, cfg.block)
+    claim = block_end(cfg, start)
     return end > claim and cacheable(cfg, end) >= claim
 
 

@@ -186,7 +186,7 @@ RECORDED = [
 
 
 def test_p8_pool(vllm: Extracted, pool: TreeAllocator) -> None:
-    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with (a lone request admitted at c = 0 without a hit, or at a local hit an identical prompt's prefill left in that pool, T = P, no junction, internal checkpoints only at c = 0 without partial hits; KV2)."""
+    """P8: no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) asks more KV blocks than are free in the smallest pool the release starts with; P8's request is alone in its pool, admitted at c = 0 without a hit or at a local hit an identical prompt's prefill left in that pool, with T = P, no junction and internal checkpoints only at c = 0 without partial hits (KV2)."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     budgets = [s.budget for s in RECORDED] + [LARGEST_BUDGET] * (PREFILL_END + 1)
     c, path = CONFIG.start, []
