@@ -89,6 +89,13 @@ pick p3-poisoned-slot-eagle vllm-0.17 P3 "${CLASSIC[@]}"
 # the column of N - 1 = 4, so the chunk [1, 5) keys 4 onto the block holding state@1 (0.30's
 # mask keeps the drop's boundaries instead and keys nothing there).
 pick p3-retention-mask-drop vllm-0.26 P3 --block 4 --lookahead 1 --drop on --retention 0 --prompt 1-12 --max-sched 1-4
+# vllm-0.30 (P3, 0.30-0.31): the chunk [4, 13) writes a checkpoint and keeps the speculative block
+# of the chunk before it in place at column 1; the cache keys 8 onto it, and it holds no state
+# (0.32 moves it past the checkpoint).
+pick p3-spare-speculative-block vllm-0.30 P3 --block 4 --lookahead 1 --drop off --checkpoints on --checkpoint-alignment 1 --prompt 1-16 --max-sched 1-12
+# vllm-0.30 (P6 with internal checkpoints at R = 0): the chunk [0, 5) writes its checkpoint at
+# R* = 4, and 0.30 evicts every checkpoint under R = 0, the prompt's own too (0.31 keeps it).
+pick p6-checkpoint-evicted-retention-0 vllm-0.30 P6 --block 4 --lookahead 0 --checkpoints on --checkpoint-alignment 1 --retention 0 --prompt 1-12 --max-sched 1-12
 # vllm-0.27 (#40707): two images the encoder cache holds one at a time; the encoder cap, before
 # the split, leaves the 2 tokens before the second image and the split floors them to 0.
 pick p1-encoder-two-items vllm-0.27 P1 --block 4 --lookahead 0 --drop off --prompt 16 --max-sched 6 --items 1+4,6+4

@@ -22,6 +22,7 @@ from chunkproof.model.arith import cdiv, ck30, ck32, ck33, valid
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
 from chunkproof.spec.slots import (
+    checkpoint_at_v29,
     eagle_drop,
     hit_unit,
     release_minor,
@@ -107,14 +108,10 @@ def checkpoint_gate(cfg: Config, start: int, end: int, position: int, prefill_en
 
 
 def checkpoint_v29(cfg: Config, start: int, end: int) -> int:
-    """Rule 2c, 0.29 (``_needs_internal_checkpoint``'s first form): a chunk that starts on the
-    Mamba grid and ends off it reserves a checkpoint block at column cdiv(end, B) - 2 when
-    that column is past the blocks the request holds (a first chunk holds none; a later one
-    its state and S speculative blocks at columns cdiv(start, B) - 1 on)."""
-    block = cfg.block
-    if not cfg.checkpoints or end % block == 0 or start % block != 0:
-        return 0
-    if cdiv(end, block) - 2 >= cdiv(start, block) + (cfg.lookahead if start > 0 else 0):
+    """Rule 2c, 0.29: 1 when the chunk reserves a checkpoint block
+    (:func:`~chunkproof.spec.slots.checkpoint_at_v29`: it starts on the Mamba grid, ends off
+    it, and column cdiv(end, B) - 2 is past the blocks the request holds), else 0."""
+    if checkpoint_at_v29(cfg, start, end) >= 0:
         return 1
     return 0
 

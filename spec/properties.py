@@ -22,10 +22,14 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.splits import max_chunk, prefill_end
 from chunkproof.spec.kv_blocks import pool_rules, refused_v33
 from chunkproof.spec.slots import (
-    checkpoint_at,
     keeps,
     keeps_v29,
+    keys_spare_block,
     kv_rules,
+    live_checkpoint,
+    live_checkpoint_v29,
+    live_checkpoint_v30,
+    live_checkpoint_v31,
     poisons,
     poisons_v29,
     resend_landing,
@@ -33,6 +37,8 @@ from chunkproof.spec.slots import (
     resend_landing_v28,
     resend_landing_v31,
     resend_landing_v32,
+    spares_v30,
+    spares_v31,
     tail_position,
     tail_position_v26,
     tail_position_v31,
@@ -128,6 +134,17 @@ def crosses_block_end(cfg: Config, c: int, e: int) -> bool:
     return poisons(cfg, c, e)
 
 
+def crosses_block_end_v30(cfg: Config, c: int, e: int) -> bool:
+    """P3 under 0.30's rules: :func:`crosses_block_end`, or the chunk keys a spare speculative
+    block it keeps in place past a checkpoint (:func:`chunkproof.spec.slots.keys_spare_block`)."""
+    return poisons(cfg, c, e) or keys_spare_block(cfg, c, e, spares_v30(cfg, c, e))
+
+
+def crosses_block_end_v31(cfg: Config, c: int, e: int) -> bool:
+    """P3 under 0.31's rules: as 0.30 (:func:`crosses_block_end_v30`), 0.31's checkpoint."""
+    return poisons(cfg, c, e) or keys_spare_block(cfg, c, e, spares_v31(cfg, c, e))
+
+
 def crosses_block_end_v29(cfg: Config, c: int, e: int) -> bool:
     """P3 under the retention mask of 0.15-0.29 (:func:`chunkproof.spec.slots.poisons_v29`)."""
     return poisons_v29(cfg, c, e)
@@ -186,13 +203,14 @@ def in_window_relaxed(cfg: Config, c: int, n: int, e: int) -> bool:
     return e % cfg.block != 0 or c + n >= cfg.tokens
 
 
-def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool) -> bool:
+def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool, checkpoint: int) -> bool:
     """P6 for chunk [c, e) and the release's R* = ``r`` (SPEC KV1), ``kept`` whether its
-    retention mask keeps R*'s Mamba column: R* > 0 and either the chunk runs over R* (its
-    budget allowed it to end there) and no internal checkpoint written by the chunk covers R*
-    (oracle rules 4 and 6), or, without fine hits (R* then on the block grid), the chunk ends
-    at R* and the mask drops its state (oracle rules 5 and 9)."""
-    over = c < r < e and checkpoint_at(cfg, c, e) != r
+    retention mask keeps R*'s Mamba column, ``checkpoint`` the checkpoint the chunk leaves live
+    under the release's rules (or -1): R* > 0 and either the chunk runs over R* (its budget
+    allowed it to end there) and that checkpoint is not at R* (oracle rules 4 and 6: one the
+    release writes but evicts covers nothing), or, without fine hits (R* then on the block
+    grid), the chunk ends at R* and the mask drops its state (oracle rules 5 and 9)."""
+    over = c < r < e and checkpoint != r
     dropped = e == r and not cfg.partial_hits and not kept
     return r > 0 and (over or dropped)
 
@@ -203,28 +221,30 @@ def skips_resend(cfg: Config, c: int, e: int) -> bool:
     or below ck33(P, A, D, L_h), under the drop no higher than the attention group's hit
     allows) and the 0.30+ retention mask."""
     r = resend_landing(cfg)
-    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
+    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1), live_checkpoint(cfg, c, e))
 
 
 def skips_resend_v32(cfg: Config, c: int, e: int) -> bool:
     """P6 under 0.32's rules: R* after a real prefill
     (:func:`~chunkproof.spec.slots.resend_landing_v32`) and the 0.30+ retention mask."""
     r = resend_landing_v32(cfg)
-    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
+    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1), live_checkpoint(cfg, c, e))
 
 
 def skips_resend_v31(cfg: Config, c: int, e: int) -> bool:
     """P6 under the rules of 0.31: R* after a real prefill
     (:func:`~chunkproof.spec.slots.resend_landing_v31`) and the 0.30+ retention mask."""
     r = resend_landing_v31(cfg)
-    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
+    checkpoint = live_checkpoint_v31(cfg, c, e)
+    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1), checkpoint)
 
 
 def skips_resend_v30(cfg: Config, c: int, e: int) -> bool:
     """P6 under the rules of 0.30: R* after a real prefill
     (:func:`~chunkproof.spec.slots.resend_landing_v28`) and the 0.30+ retention mask."""
     r = resend_landing_v28(cfg)
-    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1))
+    checkpoint = live_checkpoint_v30(cfg, c, e)
+    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1), checkpoint)
 
 
 def skips_resend_v28(cfg: Config, c: int, e: int) -> bool:
@@ -232,14 +252,16 @@ def skips_resend_v28(cfg: Config, c: int, e: int) -> bool:
     (:func:`~chunkproof.spec.slots.resend_landing_v28`) and 0.29's retention mask (its one
     reachable boundary is P - 1)."""
     r = resend_landing_v28(cfg)
-    return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1))
+    checkpoint = live_checkpoint_v29(cfg, c, e)
+    return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1), checkpoint)
 
 
 def skips_resend_v15(cfg: Config, c: int, e: int) -> bool:
     """P6 under the rules of 0.15-0.27: R* after a real prefill
     (:func:`~chunkproof.spec.slots.resend_landing_v15`) and 0.29's retention mask."""
     r = resend_landing_v15(cfg)
-    return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1))
+    checkpoint = live_checkpoint(cfg, c, e)
+    return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1), checkpoint)
 
 
 def ideal_steps(end: Any, start: Any, budget: Any) -> Any:
@@ -276,13 +298,14 @@ RELEASE_P6: dict[str, Callable[..., bool]] = {
 RELEASE_P3: dict[str, Callable[..., bool]] = {
     "0.15-0.27": crosses_block_end_v29,
     "0.28-0.29": crosses_block_end_v29,
-    "0.30": crosses_block_end,
-    "0.31": crosses_block_end,
+    "0.30": crosses_block_end_v30,
+    "0.31": crosses_block_end_v31,
     "0.32": crosses_block_end,
     "0.33-0.34": crosses_block_end,
 }
 """P3 per release group of :func:`chunkproof.spec.slots.kv_rules`: the retention mask that
-decides whether a crossing chunk's claim is keyed (SPEC KV1)."""
+decides whether a crossing chunk's claim is keyed (SPEC KV1), and in 0.30-0.31 the spare
+speculative blocks a checkpoint leaves in place."""
 
 RELEASE_P4: dict[str, Callable[..., bool]] = {
     "0.15-0.27": misaligned_v15,

@@ -271,7 +271,14 @@ def boundary_column(cfg: Config, position: int) -> int:
 
 
 def reachable_column(cfg: Config, column: int) -> bool:
-    """Slot note 6 rule 9 (R4): column j holds a reachable boundary, floored to A.
+    """Slot note 6 rule 9 (R4): column j holds a reachable boundary, floored to A
+    (:func:`reachable_between` of the one column)."""
+    return reachable_between(cfg, column, column)
+
+
+def reachable_between(cfg: Config, low: int, high: int) -> bool:
+    """Slot note 6 rule 9 (R4): some column in [low, high] holds a reachable boundary, floored
+    to A.
 
     The replay boundary N - 1 without drop; with drop max(S*floor((N-1)/S) - S, 0) and
     max(S*floor(N/S) - S, 0); plus J when J > 0. (The note's J - B under EAGLE applies to
@@ -280,15 +287,32 @@ def reachable_column(cfg: Config, column: int) -> bool:
     """
     n = cfg.prompt
     s = cfg.sched_block
-    drop = eagle_drop(cfg)
-    if drop:
-        first = boundary_column(cfg, max(fl(n - 1, s) - s, 0)) == column
-        found = first or boundary_column(cfg, max(fl(n, s) - s, 0)) == column
+    if eagle_drop(cfg):
+        first = boundary_column(cfg, max(fl(n - 1, s) - s, 0))
+        second = boundary_column(cfg, max(fl(n, s) - s, 0))
+        found = low <= first <= high or low <= second <= high
     else:
-        found = boundary_column(cfg, n - 1) == column
+        found = low <= boundary_column(cfg, n - 1) <= high
     if cfg.junction > 0:
-        found = found or boundary_column(cfg, cfg.junction) == column
+        found = found or low <= boundary_column(cfg, cfg.junction) <= high
     return found
+
+
+def keeps_some(cfg: Config, low: int, high: int) -> bool:
+    """Whether the retention mask of 0.30 on (:func:`keeps`) lets some column in [low, high] be
+    keyed: every one when R = None or R <= B, one on the segment grid when a multiple of R/B
+    lies in [low + 1, high + 1], or a reachable boundary's. R is a multiple of B, as every
+    release's validator requires; for another R (refused at start-up) some column is taken as
+    kept."""
+    if low > high:
+        return False
+    if cfg.retention < 0 or 0 < cfg.retention <= cfg.block:
+        return True
+    if cfg.retention > 0 and cfg.retention % cfg.block != 0:
+        return True
+    if cfg.retention > 0 and fl(high + 1, cfg.retention // cfg.block) > low:
+        return True
+    return reachable_between(cfg, low, high)
 
 
 def keeps(cfg: Config, column: int) -> bool:
@@ -349,25 +373,154 @@ def poisons_v29(cfg: Config, start: int, end: int) -> bool:
 def checkpoint_at(cfg: Config, start: int, end: int) -> int:
     """Slot note 6 rule 4 (W6): the checkpoint ck the chunk [s, e) writes at col(e) - 1, or -1.
 
-    With internal checkpoints (K and alignment g >= 1), cp := ckpos(e, A, drop); ck := cp when
-    V(s, e) holds and a block is reserved for it (R != 0, or the chunk reaches N).
+    With internal checkpoints (K and alignment g >= 1), cp := ckpos(e, A, drop) (ck33; ck32 is
+    the same without a hash lookahead); ck := cp when V(s, e) holds and a block is reserved
+    for it (R != 0, or the chunk reaches N: 0.31 on).
     """
+    cp = ck33(end, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
+    return reserved_checkpoint(cfg, start, end, cp)
+
+
+def checkpoint_at_v31(cfg: Config, start: int, end: int) -> int:
+    """Rule 4 as 0.31 has it: cp := ck30(e, H, drop) (``get_mamba_prefill_checkpoint_position``
+    of 0.30-0.31: N - 1 under the drop too, on the hash grid H)."""
+    cp = ck30(end, cfg.hash_block, eagle_drop(cfg))
+    return reserved_checkpoint(cfg, start, end, cp)
+
+
+def checkpoint_at_v30(cfg: Config, start: int, end: int) -> int:
+    """Rule 4 as 0.30 has it: cp := ck30(e, H, drop), and a block is reserved for every valid
+    checkpoint, whatever R (``_needs_internal_checkpoint`` has no ``query_end >=
+    prefill_end`` yet)."""
+    return valid_checkpoint(cfg, start, end, ck30(end, cfg.hash_block, eagle_drop(cfg)))
+
+
+def checkpoint_at_v29(cfg: Config, start: int, end: int) -> int:
+    """Rule 4 as 0.29 has it (``_needs_internal_checkpoint``'s first form, KV2 rule 2c): a chunk
+    that starts on the Mamba grid and ends off it writes the state at its last block boundary,
+    B*(cdiv(e, B) - 1), into a block reserved at column cdiv(e, B) - 2 when that column is past
+    the blocks the request holds (a first chunk holds none; a later one its state and S
+    speculative blocks from column cdiv(s, B) - 1); else -1. No alignment is read."""
+    block = cfg.block
+    if not cfg.checkpoints or end % block == 0 or start % block != 0:
+        return -1
+    held = cdiv(start, block) + (cfg.lookahead if start > 0 else 0)
+    if cdiv(end, block) - 2 >= held:
+        return block * (cdiv(end, block) - 1)
+    return -1
+
+
+def reserved_checkpoint(cfg: Config, start: int, end: int, cp: int) -> int:
+    """:func:`valid_checkpoint` when a block is reserved for it: R != 0, or the chunk reaches N
+    (0.31 on), else -1."""
+    if cfg.retention != 0 or end >= cfg.prompt:
+        return valid_checkpoint(cfg, start, end, cp)
+    return -1
+
+
+def valid_checkpoint(cfg: Config, start: int, end: int, cp: int) -> int:
+    """``cp`` when internal checkpoints are on (K and g >= 1) and V(s, e) holds for it
+    (``is_mamba_prefill_checkpoint_valid``), else -1."""
     if not cfg.checkpoints or cfg.checkpoint_alignment <= 0:
         return -1
-    cp = ck33(end, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
-    reserved = cfg.retention != 0 or end >= cfg.prompt
-    if reserved and valid(start, end, cp, cfg.hash_block, cfg.block, cfg.checkpoint_alignment):
+    if valid(start, end, cp, cfg.hash_block, cfg.block, cfg.checkpoint_alignment):
         return cp
     return -1
 
 
 def rekeyed(cfg: Config, checkpoint: int) -> bool:
-    """Slot note 6 rule 6 (R3): the checkpoint block is re-keyed to ck (and so holds a sound
-    entry) when ck = ckpos(N, A, drop), or ck is on the block grid and the segment-only mask
-    keeps block ck/B - 1, or ck = J > 0; otherwise its keys are evicted."""
+    """Slot note 6 rule 6 (R3), 0.32 on: the checkpoint block is re-keyed to ck (and so holds a
+    sound entry) when ck = ckpos(N, A, drop), or ck is on the block grid and the segment-only
+    mask keeps block ck/B - 1, or ck = J > 0; otherwise its keys are evicted."""
     own = checkpoint == prompt_checkpoint(cfg)
     on_grid = checkpoint % cfg.block == 0 and segment_keeps(cfg, checkpoint // cfg.block - 1)
     return own or on_grid or (cfg.junction > 0 and checkpoint == cfg.junction)
+
+
+def rekeyed_v31(cfg: Config, checkpoint: int, count: int) -> bool:
+    """Rule 6 as 0.31 has it: the checkpoint is evicted only when R = 0, the cacheable count is
+    below N, and ck is neither the prompt's own checkpoint (ck30(N, H, drop)) nor J; otherwise
+    re-keyed, on the grid or not, whatever the segments."""
+    transient = cfg.retention == 0 and count < cfg.prompt
+    own = checkpoint == ck30(cfg.prompt, cfg.hash_block, eagle_drop(cfg))
+    return not transient or own or (cfg.junction > 0 and checkpoint == cfg.junction)
+
+
+def rekeyed_v30(cfg: Config, checkpoint: int, count: int) -> bool:
+    """Rule 6 as 0.30 has it: as 0.31 (:func:`rekeyed_v31`), but the prompt's own checkpoint
+    is evicted too (R = 0, count below N: a chunk's count never reaches N unless the prompt
+    ends on a hash block and fine hits key it)."""
+    transient = cfg.retention == 0 and count < cfg.prompt
+    return not transient or (cfg.junction > 0 and checkpoint == cfg.junction)
+
+
+def spare_count(cfg: Config, start: int, end: int, checkpoint: int) -> int:
+    """0.30-0.31 (KV2 rule 2c): a later chunk [s, e) that writes a checkpoint keeps its S
+    speculative blocks in place, at columns cdiv(s, B) on, and takes the checkpoint, the state
+    and S new ones past them; those below the checkpoint's column cdiv(e, B) - 2 (a spare one
+    there becomes the checkpoint block) hold no state, yet the cache keys them at their block
+    ends (rule 5 under the mask). Their count (0: none); S = L."""
+    if start <= 0 or checkpoint < 0:
+        return 0
+    below = cdiv(end, cfg.block) - 2 - cdiv(start, cfg.block)
+    return max(min(cfg.lookahead, below), 0)
+
+
+def spares_v30(cfg: Config, start: int, end: int) -> int:
+    """:func:`spare_count` of 0.30 (its checkpoint: :func:`checkpoint_at_v30`)."""
+    return spare_count(cfg, start, end, checkpoint_at_v30(cfg, start, end))
+
+
+def spares_v31(cfg: Config, start: int, end: int) -> int:
+    """:func:`spare_count` of 0.31 (its checkpoint: :func:`checkpoint_at_v31`)."""
+    return spare_count(cfg, start, end, checkpoint_at_v31(cfg, start, end))
+
+
+def no_spares(cfg: Config, start: int, end: int) -> int:
+    """Up to 0.29, and from 0.32, the speculative blocks move past the checkpoint: none."""
+    return 0
+
+
+def keys_spare_block(cfg: Config, start: int, end: int, spares: int) -> bool:
+    """SPEC P3, 0.30-0.31: the chunk's cacheable count reaches a spare speculative block's
+    column (:func:`spare_count`: ``spares`` of them from cdiv(s, B)) that the mask of 0.30 on
+    keeps, so the cache keys its block end onto a block holding no state."""
+    low = cdiv(start, cfg.block)
+    high = min(low + spares - 1, cacheable(cfg, end) // cfg.block - 1)
+    return keeps_some(cfg, low, high)
+
+
+def live_checkpoint(cfg: Config, start: int, end: int) -> int:
+    """The checkpoint chunk [s, e) leaves live (rules 4 and 6, 0.32 on; 0.29 too, measured),
+    else -1."""
+    checkpoint = checkpoint_at(cfg, start, end)
+    live = checkpoint >= 0 and rekeyed(cfg, checkpoint)
+    return checkpoint if live else -1
+
+
+def live_checkpoint_v29(cfg: Config, start: int, end: int) -> int:
+    """The checkpoint a chunk leaves live in 0.29 (:func:`checkpoint_at_v29`): its block is a
+    full block of the chunk, keyed at its end when the cacheable count reaches it and 0.29's
+    retention mask keeps its column (:func:`keeps_v29`), else -1."""
+    checkpoint = checkpoint_at_v29(cfg, start, end)
+    kept = checkpoint <= cacheable(cfg, end) and keeps_v29(cfg, checkpoint // cfg.block - 1)
+    return checkpoint if checkpoint >= 0 and kept else -1
+
+
+def live_checkpoint_v31(cfg: Config, start: int, end: int) -> int:
+    """:func:`live_checkpoint` under 0.31's position and re-keying (:func:`checkpoint_at_v31`,
+    :func:`rekeyed_v31`)."""
+    checkpoint = checkpoint_at_v31(cfg, start, end)
+    live = checkpoint >= 0 and rekeyed_v31(cfg, checkpoint, cacheable(cfg, end))
+    return checkpoint if live else -1
+
+
+def live_checkpoint_v30(cfg: Config, start: int, end: int) -> int:
+    """:func:`live_checkpoint` under 0.30's reservation and re-keying
+    (:func:`checkpoint_at_v30`, :func:`rekeyed_v30`)."""
+    checkpoint = checkpoint_at_v30(cfg, start, end)
+    live = checkpoint >= 0 and rekeyed_v30(cfg, checkpoint, cacheable(cfg, end))
+    return checkpoint if live else -1
 
 
 def lands_at_start(cfg: Config, resend: int, kept: bool, tail: int, grid_tail: bool) -> bool:
@@ -445,6 +598,15 @@ class KvRules:
     seeded: Callable[[Any], bool] = seeded_hit_v33
     """Whether an identical resend lands at the start c0 after a prefill ending at c0 and P
     (:func:`lands_at_start` under these rules)."""
+    checkpoint: Callable[[Any, int, int], int] = checkpoint_at
+    """The checkpoint a chunk [s, e) writes, or -1 (rule 4): a written one is keyed instead
+    of the prompt's tail (rule 7), live or not."""
+    live_checkpoint: Callable[[Any, int, int], int] = live_checkpoint
+    """The checkpoint a chunk [s, e) leaves live, or -1: written (``checkpoint``) and re-keyed
+    by the cache (rule 6)."""
+    spares: Callable[[Any, int, int], int] = no_spares
+    """How many speculative blocks a chunk [s, e) keeps in place from column cdiv(s, B), each
+    keyed (under the mask) onto a block holding no state (0.30-0.31, :func:`spare_count`)."""
 
 
 def _rules_v15(releases: str, resend: Callable[[Any], int], **rules: Any) -> KvRules:
@@ -457,13 +619,33 @@ RULES_V15 = _rules_v15(
     "0.15-0.27", resend_landing_v15, keeps=keeps_v29, tail=tail_position_v26, seeded=seeded_hit_v15
 )
 RULES_V28 = _rules_v15(
-    "0.28-0.29", resend_landing_v28, keeps=keeps_v29, tail=tail_position_v26, seeded=seeded_hit_v28
+    "0.28-0.29",
+    resend_landing_v28,
+    keeps=keeps_v29,
+    tail=tail_position_v26,
+    seeded=seeded_hit_v28,
+    checkpoint=checkpoint_at_v29,
+    live_checkpoint=live_checkpoint_v29,
 )
 RULES_V30 = _rules_v15(
-    "0.30", resend_landing_v28, keeps=keeps, tail=tail_position_v26, seeded=seeded_hit_v30
+    "0.30",
+    resend_landing_v28,
+    keeps=keeps,
+    tail=tail_position_v26,
+    seeded=seeded_hit_v30,
+    checkpoint=checkpoint_at_v30,
+    live_checkpoint=live_checkpoint_v30,
+    spares=spares_v30,
 )
 RULES_V31 = _rules_v15(
-    "0.31", resend_landing_v31, keeps=keeps, tail=tail_position_v31, seeded=seeded_hit_v31
+    "0.31",
+    resend_landing_v31,
+    keeps=keeps,
+    tail=tail_position_v31,
+    seeded=seeded_hit_v31,
+    checkpoint=checkpoint_at_v31,
+    live_checkpoint=live_checkpoint_v31,
+    spares=spares_v31,
 )
 RULES_V32 = KvRules("0.32", resend_landing_v32, resend_position_v32, keeps, seeded=seeded_hit_v32)
 LATEST_RULES = KvRules("0.33-0.34", resend_landing, resend_position, keeps)
@@ -612,9 +794,24 @@ class SlotSetup:
         return resend_position(self.fields)
 
 
+NO_STATE = -1
+"""``Poison.held`` of a spare speculative block: it holds no state at all."""
+
+
+def spare_claims(cfg: Config, start: int, end: int, rules: KvRules) -> list[int]:
+    """The block ends chunk [s, e) keys onto spare speculative blocks under ``rules``
+    (0.30-0.31, :func:`spare_count`): each kept column's, below the cacheable count."""
+    low, count = cdiv(start, cfg.block), cacheable(cfg, end)
+    columns = range(low, low + rules.spares(cfg, start, end))
+    return [
+        (j + 1) * cfg.block for j in columns if (j + 1) * cfg.block <= count and rules.keeps(cfg, j)
+    ]
+
+
 @dataclass(frozen=True)
 class Poison:
-    """One violation: claim P keyed onto a block holding state@held (slot note 4.2).
+    """One violation: claim P keyed onto a block holding state@held (slot note 4.2), or onto a
+    spare speculative block that holds no state (``held`` = :data:`NO_STATE`, 0.30-0.31).
 
     ``step`` is the index, in the chunk-end sequence, of the chunk end at which it happened.
     """
@@ -622,6 +819,12 @@ class Poison:
     claim: int
     held: int
     step: int
+
+    def text(self) -> str:
+        """ "48 holds state@46", or "8 holds no state" for a spare speculative block."""
+        if self.held == NO_STATE:
+            return f"{self.claim} holds no state"
+        return f"{self.claim} holds state@{self.held}"
 
 
 @dataclass(frozen=True)
@@ -666,9 +869,12 @@ def oracle(
                 violations.append(Poison(claim=claim, held=start, step=step))
             elif claim == start:
                 live[claim] = start  # registered one step late (S > B): the block kept state@s
-        checkpoint = checkpoint_at(setup, start, end)
-        if checkpoint >= 0:
-            if rekeyed(setup, checkpoint):  # rule 6
+            elif 0 <= column - cdiv(start, setup.block) < rules.spares(setup, start, end):
+                live[claim] = NO_STATE  # a spare speculative block (0.30-0.31)
+                violations.append(Poison(claim=claim, held=NO_STATE, step=step))
+        if rules.checkpoint(setup, start, end) >= 0:
+            checkpoint = rules.live_checkpoint(setup, start, end)
+            if checkpoint >= 0:  # rule 6: re-keyed
                 live[checkpoint] = checkpoint
         elif end <= setup.prompt and _tail_key(setup, start, end, count, rules):  # rule 7
             live[count if count == rules.tail(setup) else end] = end

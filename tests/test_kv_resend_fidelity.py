@@ -18,8 +18,8 @@ import dataclasses
 import random
 
 import pytest
-from test_kv_alloc_fidelity import scheduled_chunks
-from test_kv_lookup_fidelity import RELEASES, draw_config
+from test_kv_alloc_fidelity import scheduled_chunks, with_checkpoints
+from test_kv_lookup_fidelity import RELEASES, draw_config, minor_of
 
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
@@ -35,12 +35,14 @@ CASES = 300
 
 
 def drawn_ends(version: str, rng: random.Random) -> tuple[Config, list[int]]:
-    """A configuration the release accepts and the chunk ends of one prefill of it: the
-    release's own chunks under random budgets, or (one in four) one token at a time, which
-    leaves a state at every position the cache code keys."""
+    """A configuration the release accepts (from 0.29, half of those without partial hits with
+    internal prefill checkpoints) and the chunk ends of one prefill of it: the release's own
+    chunks under random budgets, or (one in four) one token at a time, which leaves a state at
+    every position the cache code keys."""
     policy = policy_for_release(version)
     while True:
-        cfg = draw_config(rng, version).replace(max_sched=rng.randint(1, 24))
+        cfg = with_checkpoints(draw_config(rng, version), rng, minor_of(version))
+        cfg = cfg.replace(max_sched=rng.randint(1, 24))
         if policy.accepts(cfg) is not None:
             continue
         if rng.random() < 0.25:
@@ -120,3 +122,21 @@ def test_a_real_prefill_keys_the_oracles_live_claims(version: str) -> None:
         if real != model:
             wrong.append(f"{cfg.describe()} ends={ends}: real {real}, model {model}")
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
+
+
+@pytest.mark.parametrize(
+    ("version", "spare"), [("0.30.0", True), ("0.31.0", True), ("0.32.0", False)]
+)
+def test_a_checkpoint_keeps_a_spare_speculative_block_keyed_in_0_30_and_0_31(
+    version: str, spare: bool
+) -> None:
+    """T = 13, B = 4, L = 1, internal checkpoints (alignment 1), ends [4, 13]: the chunk [4, 13)
+    writes its checkpoint at 12 and, in 0.30-0.31, keeps the speculative block of [0, 4) in
+    place at column 1, which the cache keys at 8 though it holds no state (SPEC P3); 0.32 moves
+    it past the checkpoint. The release's keys and the oracle's poisoned claims agree."""
+    cfg = Config(block=4, prompt=13, max_sched=9, lookahead=1, checkpoints=True)
+    cfg = cfg.replace(checkpoint_alignment=1)
+    keyed = keyed_after_prefill(release_root(version), cfg, False, [4, 13], 64)
+    report = oracle(cfg, [4, 13], rules=kv_rules(version))
+    assert (8 in keyed[MAMBA_GROUP]) == spare
+    assert [p.text() for p in report.violations] == (["8 holds no state"] if spare else [])

@@ -167,19 +167,24 @@ def test_a_p6_repro_with_encoder_items_runs_both_drivers(cli: Cli, tmp_path: Pat
 
 def test_a_p6_repro_carries_the_kv_driver_and_no_copied_rule() -> None:
     """The file carries :mod:`chunkproof.source.kv_run` and judges with ``misses_resend`` at
-    the ``resend`` fixture's answers; none of chunkproof's per-release R* or retention rules
-    is in it, and every top-level name is defined once (the carried modules and the copied
-    functions share one namespace)."""
+    the ``resend`` fixture's answers and the checkpoint the release's rule leaves live; none of
+    chunkproof's per-release R* rules is in it (retention only inside the checkpoint's rule,
+    which the file names as chunkproof's), and every top-level name is defined once (the
+    carried modules and the copied functions share one namespace)."""
     cx = load_counterexample(CURATED_P6)
     assert isinstance(cx, Counterexample)
     text = repro_source(cx, "p6.json")
     assert "def tree_resend(" in text and "def kv_coordinator(" in text
-    assert "misses_resend(CONFIG, step.c, step.end, position, resend.kept)" in text
+    assert "misses_resend(CONFIG, step.c, step.end, position, resend.kept, live)" in text
+    assert "live = live_checkpoint_v29(CONFIG, step.c, step.end)" in text  # 0.28's rule group
     assert "def test_p6_cover(vllm: Extracted, resend: TreeResend)" in text
     for rule in (*props.RELEASE_P6.values(), props.skips_resend):
         assert f"def {rule.__name__}(" not in text, rule.__name__
-    for name in ("resend_position", "resend_landing_v28", "keeps", "keeps_v29"):
+    for name in ("resend_position", "resend_landing_v28", "keeps"):
         assert f"def {name}(" not in text, name
+    # the one rule it copies is the checkpoint's (with 0.29's mask), and the file says so
+    words = " ".join(text.split())
+    assert "The checkpoint a chunk leaves live is chunkproof's rule for the cache side" in words
     defined: Counter[str] = Counter()
     for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef):

@@ -123,3 +123,19 @@ def test_a_sub_block_budget_floors_to_nothing_when_m_holds_a_block(name: str) ->
     cfg = Config(block=4, prompt=12, max_sched=8)
     assert step(get_builtin(name), cfg, 0, 3).chunk == 0
     assert step(get_builtin(name), cfg, 0, 4).chunk == 4
+
+
+@pytest.mark.parametrize(("policy", "status"), [("vllm-0.30", "VIOLATED"), ("vllm-0.31", "PROVED")])
+def test_p6_at_retention_0_needs_the_prompt_checkpoint_kept(
+    policy: str, status: str, cli: Cli, tmp_path: Path
+) -> None:
+    """With R = 0 and internal checkpoints, the chunk [0, 5) of T = 5 (B = 4) runs over R* = 4
+    and writes its checkpoint there. 0.30 evicts it (every checkpoint at R = 0): P6 is broken,
+    in both engines (the real 0.30.0 resend hits 0); 0.31 keeps the prompt's own checkpoint,
+    and P6 holds (was PROVED on 0.30 too while P6 read 0.33's checkpoint rule)."""
+    argv = ["--block", "4", "--lookahead", "0", "--checkpoints", "on"]
+    argv += ["--checkpoint-alignment", "1", "--retention", "0", "--prompt", "1-12"]
+    argv += ["--max-sched", "1-12", "--property", "P6", "--out", str(tmp_path), "--json"]
+    for command in ("explore", "prove"):
+        (verdict,) = cli(command, policy, *argv).json()["verdicts"]
+        assert verdict["status"] == status, verdict

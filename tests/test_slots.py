@@ -35,6 +35,7 @@ from chunkproof.spec.slots import (
     dropped_landing,
     hit_unit,
     keeps,
+    keeps_some,
     keeps_v29,
     kv_rules,
     landing_v28,
@@ -272,6 +273,21 @@ def test_oracle_rejects_negative_decode() -> None:
 
 # --- rules 4, 6, 7, 9, 11 (derived from the rules, not from the note's table) -------------------
 
+_K29 = Config(block=4, prompt=19, max_sched=14, checkpoints=True, retention=12)
+_K0 = Config(block=4, prompt=5, max_sched=5, checkpoints=True, checkpoint_alignment=1, retention=0)
+_K12 = Config(
+    block=4, prompt=22, max_sched=12, checkpoints=True, checkpoint_alignment=1, retention=12
+)
+_KD = Config(
+    block=4,
+    prompt=19,
+    max_sched=19,
+    lookahead=2,
+    drop=True,
+    checkpoints=True,
+    checkpoint_alignment=8,
+)
+
 
 @pytest.mark.parametrize(
     ("retention", "live"),
@@ -294,6 +310,33 @@ def test_rule_4_no_checkpoint_before_n_under_retention_0(
 ) -> None:
     """Chunk [0, 3601) would checkpoint the prompt's own 3600; with R = 0 it reserves nothing."""
     assert dict(oracle(_ckpt(3602, retention=retention), [3601, 3602]).live) == live
+
+
+@pytest.mark.parametrize(
+    ("version", "cfg", "ends", "live"),
+    [
+        # 0.29 writes the state at the chunk's last block boundary (16) into its checkpoint
+        # block, keyed when 0.29's mask keeps the column (here the boundary N - 1's)
+        ("0.29.0", _K29, [1, 4, 12, 19], {12: 12, 16: 16}),
+        # R = 0: 0.30 evicts every checkpoint, the prompt's own too; 0.31 keeps the prompt's
+        ("0.30.0", _K0, [5], {}),
+        ("0.31.0", _K0, [5], {4: 4}),
+        ("0.33.0", _K0, [5], {4: 4}),
+        # R > 0: 0.30-0.31 re-key every checkpoint; 0.32 on only one the segments keep
+        ("0.31.0", _K12, [8, 16, 22], {4: 4, 12: 12, 20: 20}),
+        ("0.32.0", _K12, [8, 16, 22], {12: 12, 20: 20}),
+        # 0.30-0.31 place it at ck30(e, H, drop) = fl(e - 1, H) - H, 0.32 on at fl(e, A) - A
+        ("0.30.0", _KD, [12, 19], {12: 12}),
+        ("0.33.0", _KD, [12, 19], {8: 8, 12: 12}),
+    ],
+)
+def test_rules_4_and_6_are_each_releases(
+    version: str, cfg: Config, ends: list[int], live: dict[int, int]
+) -> None:
+    """Where a chunk's checkpoint goes and whether the cache keeps it are each release's
+    (measured on the real trees' ``allocate_slots`` after these prefills;
+    ``tests/test_kv_resend_fidelity.py`` draws such prefills at random)."""
+    assert dict(oracle(cfg, ends, rules=kv_rules(version)).live) == live
 
 
 @pytest.mark.parametrize(
@@ -683,3 +726,32 @@ def test_a_seeded_hit_is_the_oracle_resend_hit(version: str, data: st.DataObject
     landed = oracle(cfg, [start, cfg.prompt], rules=rules).resend_hit == start
     seeded = cfg.replace(start=start)
     assert rules.seeded(seeded) == landed, seeded.describe()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from((4, 8)),
+    st.integers(1, 40),
+    st.sampled_from((-1, 0, 1, 2, 3)),
+    st.booleans(),
+    st.integers(0, 12),
+    st.integers(-1, 12),
+    st.integers(0, 3),
+)
+def test_keeps_some_is_keeps_over_a_range(
+    block: int, prompt: int, segments: int, drop: bool, low: int, high: int, junction: int
+) -> None:
+    """``keeps_some`` (the closed form P3 uses for 0.30-0.31's spare blocks) is some column of
+    [low, high] under :func:`keeps`, for R = None, 0 and multiples of B."""
+    retention = segments * block if segments >= 0 else -1
+    cfg = Config(
+        block=block,
+        prompt=prompt,
+        max_sched=64,
+        lookahead=1,
+        drop=drop,
+        retention=retention,
+        junction=min(junction * block // 2, prompt),
+    )
+    expected = any(keeps(cfg, j) for j in range(low, high + 1))
+    assert keeps_some(cfg, low, high) == expected

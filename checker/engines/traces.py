@@ -18,7 +18,14 @@ from chunkproof.spec.kv_blocks import (
     pool_rules,
 )
 from chunkproof.spec.request import budget_bounds, encoder_forced
-from chunkproof.spec.slots import KvRules, block_end, crossing_claim, kv_rules, oracle
+from chunkproof.spec.slots import (
+    KvRules,
+    block_end,
+    crossing_claim,
+    kv_rules,
+    oracle,
+    spare_claims,
+)
 
 MINIMISED = ("prompt", "block", "lookahead", "max_sched", "trace_length")
 """Dimensions minimised, in lexicographic order (smallest T, then B, L, M, length)."""
@@ -87,7 +94,7 @@ def _slot_findings(policy: Policy, cfg: Config, steps: list[Step], high: int) ->
     report = oracle(cfg, ends, rules=kv_rules(policy.kv_release))
     return {
         "completed_ends": ends,
-        "poisoned": [f"{p.claim} holds state@{p.held}" for p in report.violations],
+        "poisoned": [p.text() for p in report.violations],
         "covered": sorted(report.covered),
         "resend_hit": report.resend_hit,
     }
@@ -103,9 +110,13 @@ def _agree_with_oracle(
         return
     if pid == "P6" and rules.resend(cfg) in details["covered"]:
         raise ModelMismatch(f"P6: the slot oracle covers R* on the trace ending {last.end}")
+    if pid != "P3":
+        return
+    spare = details.get("spare_claim")
     claim = crossing_claim(cfg, last.c, last.end, rules)
-    if pid == "P3" and f"{claim} holds state@{last.c}" not in details["poisoned"]:
-        raise ModelMismatch(f"P3: the slot oracle does not report {claim} holding {last.c}")
+    expected = f"{spare} holds no state" if spare is not None else f"{claim} holds state@{last.c}"
+    if expected not in details["poisoned"]:
+        raise ModelMismatch(f"P3: the slot oracle does not report {expected}")
 
 
 def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
@@ -126,6 +137,12 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
         if last.crash is None and last.chunk <= 0:  # SPEC Q3: the chunk the code schedules
             why = f"yields {last.chunk}" + (" and breaks P0" if last.unsafe is not None else "")
         return f"const({last.budget}) never finishes: at c={last.c} < E={big_e} the step {why}"
+    if pid == "P3" and "spare_claim" in details:  # 0.30-0.31: a spare speculative block
+        claim = details["spare_claim"]
+        return (
+            f"chunk [{last.c}, {e}) writes a checkpoint and keeps its speculative blocks in "
+            f"place: the cache keys {claim} onto one, which holds no state"
+        )
     if pid == "P3":
         claim = block_end(cfg, last.c)  # the claim the release's mask kept (P3)
         return (
@@ -180,12 +197,24 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
 
 def verdict_details(policy: Policy, pid: str, cfg: Config, last: Step) -> dict[str, Any]:
     """What :func:`describe` reads of ``policy``'s release for a last step breaking ``pid``:
-    P6 its R* (SPEC KV1), P8 its pool (:func:`pool_details`); nothing for the others."""
+    P3 the spare block it keys (:func:`spare_details`), P6 its R* (SPEC KV1), P8 its pool
+    (:func:`pool_details`); nothing for the others."""
+    if pid == "P3":
+        return spare_details(kv_rules(policy.kv_release), cfg, last)
     if pid == "P6":
         return {"resend_position": kv_rules(policy.kv_release).resend(cfg)}
     if pid == "P8":
         return pool_details(policy, cfg, last)
     return {}
+
+
+def spare_details(rules: KvRules, cfg: Config, last: Step) -> dict[str, Any]:
+    """P3's claim when the last chunk keys a spare speculative block rather than crossing a
+    block end under ``rules`` (0.30-0.31: SPEC P3, :func:`~chunkproof.spec.slots.spare_claims`)."""
+    if crossing_claim(cfg, last.c, last.end, rules) is not None:
+        return {}
+    spares = spare_claims(cfg, last.c, last.end, rules)
+    return {"spare_claim": spares[0]} if spares else {}
 
 
 def pool_details(policy: Policy, cfg: Config, last: Step) -> dict[str, Any]:
@@ -225,8 +254,7 @@ def build_counterexample(
         details.update(pool_details(policy, cfg, steps[-1]))
     if pid in ("P3", "P6"):
         rules = kv_rules(policy.kv_release)
-        if pid == "P6":
-            details["resend_position"] = rules.resend(cfg)
+        details.update(verdict_details(policy, pid, cfg, steps[-1]))
         details.update(_slot_findings(policy, cfg, steps, high))
         _agree_with_oracle(pid, cfg, steps[-1], details, rules)
     model = Const(steps[-1].budget) if pid == "P7" else Adversarial(low, high)

@@ -124,9 +124,10 @@ class Elision:
 
 @dataclass(frozen=True)
 class Failure:
-    """Where the property fails: ``kind`` is stuck, crossing, poisoned, off-grid, window-end,
-    skipped or refused; ``row`` is the row of the step it happens on (a poisoned slot is drawn
-    under it); ``origin`` is, for a poisoned slot, the state its block really holds."""
+    """Where the property fails: ``kind`` is stuck, crossing, spare (a spare speculative block
+    keyed, 0.30-0.31), poisoned, off-grid, window-end, skipped or refused; ``row`` is the row
+    of the step it happens on (a poisoned slot is drawn under it); ``origin`` is, for a
+    poisoned slot, the state its block really holds."""
 
     kind: str
     at: int
@@ -283,6 +284,10 @@ def failure_marks(cx: Counterexample, row: int) -> tuple[Failure, ...]:
         return (Failure("stuck", c, text, row),)
     if pid in STUCK_PROPERTIES:
         return (Failure("stuck", c, f"stuck at c={c}: even b={b} gives 0", row),)
+    if pid == "P3" and "spare_claim" in cx.details:  # 0.30-0.31: a spare speculative block
+        claim = int(cx.details["spare_claim"])
+        spare = Failure("spare", claim, f"[{c}, {e}) keys {claim} onto a spare block", row)
+        return (spare, *poisoned_slots(cx, row))
     if pid == "P3":
         if not crosses(cfg, c, e):  # the release's retention mask kept the claim (P3)
             raise ChunkproofError(f"the last chunk [{c}, {e}) crosses no block end: not a P3 trace")
@@ -306,15 +311,21 @@ def failure_marks(cx: Counterexample, row: int) -> tuple[Failure, ...]:
 
 
 def poisoned_slots(cx: Counterexample, row: int) -> tuple[Failure, ...]:
-    """The slot oracle's violations recorded with a P3 counterexample ("48 holds state@46"):
-    the cache key ``claim`` sits on a block that holds state@``held`` (slot note 4.2)."""
+    """The slot oracle's violations recorded with a P3 counterexample ("48 holds state@46":
+    the cache key ``claim`` sits on a block that holds state@``held``, slot note 4.2; "8 holds
+    no state": on a spare speculative block, 0.30-0.31)."""
     marks = []
     for entry in cx.details.get("poisoned", ()):
         claim, _, held = str(entry).partition(" holds state@")
-        if not (claim.isdigit() and held.isdigit()):
+        if claim.isdigit() and held.isdigit():
+            text = f"poisoned slot: key {claim} holds state@{held}, not state@{claim}"
+            marks.append(Failure("poisoned", int(claim), text, row, int(held)))
+            continue
+        claim, _, rest = str(entry).partition(" holds no state")
+        if not (claim.isdigit() and rest == ""):
             raise ChunkproofError(f"malformed poisoned slot {entry!r} in the counterexample")
-        text = f"poisoned slot: key {claim} holds state@{held}, not state@{claim}"
-        marks.append(Failure("poisoned", int(claim), text, row, int(held)))
+        text = f"poisoned slot: key {claim} is a spare speculative block, no state@{claim}"
+        marks.append(Failure("spare", int(claim), text, row))
     return tuple(marks)
 
 

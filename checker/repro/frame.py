@@ -227,6 +227,24 @@ def _ours(value: object) -> TypeGuard[FunctionType]:
     return isinstance(value, FunctionType) and value.__module__.startswith("chunkproof.")
 
 
+def cache_rules_note(cx: TraceFile) -> str:
+    """What of a P3, P4 or P6 file is chunkproof's rule rather than the tree's (SPEC KV1): P3
+    and P4 read the cache side of the counterexample's release, so a release that fixed the
+    cache code and not the chunks still fails the file; P6 asks the tree for R* and its
+    retention, but the checkpoint a chunk leaves live is the release's rule."""
+    if cx.property == "P6":
+        return (
+            " The checkpoint a chunk leaves live is chunkproof's rule for the cache side of "
+            f"{cx.policy}, not the tree's."
+        )
+    if cx.property not in ("P3", "P4"):
+        return ""
+    return (
+        f" {cx.property} is judged by chunkproof's rule for the cache side of {cx.policy}: a "
+        "release that fixed the cache code but schedules the same chunks still fails this file."
+    )
+
+
 def _loader_source() -> tuple[list[str], str]:
     """:mod:`chunkproof.source.extraction` without its docstring and imports: its import lines
     (for the top of the file) and the rest."""
@@ -324,7 +342,7 @@ def file_docstring(
             "imported: no torch, no GPU), runs them on stand-ins holding exactly the values "
             f"below, offers {offered} on every step (P0: the code raises, or a stage "
             f"returns a value outside [0, its input]).{also} It fails while the bug is in "
-            "the code and passes once it is fixed.",
+            f"the code and passes once it is fixed.{cache_rules_note(cx)}",
             92,
         ),
         "",

@@ -54,7 +54,7 @@ from chunkproof.source import encoder_run, kv_alloc_run, kv_run
 from chunkproof.source.loading import recorded_policy
 from chunkproof.spec import properties as props
 from chunkproof.spec.kv_blocks import longest_model_len, pool_rules
-from chunkproof.spec.slots import eagle_drop
+from chunkproof.spec.slots import eagle_drop, kv_rules
 
 
 def repro_source(cx: Counterexample, source_name: str) -> str:
@@ -148,8 +148,8 @@ def predicates(cx: Counterexample) -> FunctionList:
         return []
     if pid in props.STUCK_PROPERTIES:
         return [props.stuck]
-    if pid == "P6":
-        return [props.misses_resend]
+    if pid == "P6":  # the checkpoint the chunk leaves live under the release's rules
+        return [props.misses_resend, kv_rules(recorded_policy(cx).kv_release).live_checkpoint]
     if pid == "P8":
         return []  # the tree's own allocation judges it (:data:`_POOL_CHECK`)
     if pid in props.EDGE_PROPERTIES:
@@ -204,7 +204,8 @@ def _check(cx: Counterexample) -> str:
             "    return None\n"
         )
     if pid == "P6":
-        return _SAFETY + _RESEND_CHECK
+        live = predicates(cx)[1].__name__
+        return _SAFETY + _RESEND_CHECK.replace("LIVE_CHECKPOINT", live)
     if pid == "P8":
         return _SAFETY + _POOL_CHECK
     predicate = predicates(cx)[0].__name__
@@ -231,7 +232,8 @@ _SAFETY = """\
 
 _RESEND_CHECK = """\
     position = resend.position
-    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, resend.kept):
+    live = LIVE_CHECKPOINT(CONFIG, step.c, step.end)
+    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, resend.kept, live):
         how = (
             "runs over it"
             if step.c < position < step.end
@@ -244,7 +246,9 @@ _RESEND_CHECK = """\
     return None
 """
 """SPEC P6 of a step at the tree's own R* and retention (the ``resend`` fixture): chunkproof's
-:func:`~chunkproof.spec.properties.misses_resend`, given the tree's answers."""
+:func:`~chunkproof.spec.properties.misses_resend`, given the tree's answers and the checkpoint
+the chunk leaves live under the release's rules (``LIVE_CHECKPOINT``: the release's
+``KvRules.live_checkpoint``)."""
 
 
 _POOL_CHECK = """\

@@ -23,7 +23,13 @@ from __future__ import annotations
 import textwrap
 from string import Template
 
-from chunkproof.checker.repro.frame import RAISED, UNSAFE, copied_functions, import_lines
+from chunkproof.checker.repro.frame import (
+    RAISED,
+    UNSAFE,
+    cache_rules_note,
+    copied_functions,
+    import_lines,
+)
 from chunkproof.checker.repro.requests import TEST, offered, predicates, title, trace_values
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
@@ -164,7 +170,8 @@ def _docstring(cx: Counterexample, source_name: str) -> str:
             "Scheduler._reserve_prefill_lookahead on a stub self holding exactly the values "
             f"below (as vLLM's scheduler tests do), offers {offered(cx)} on every step (P0: "
             "the code raises, or a stage returns a value outside [0, its input]). It fails "
-            "while the bug is in the installed vLLM and passes once it is fixed.",
+            "while the bug is in the installed vLLM and passes once it is fixed."
+            + cache_rules_note(cx),
             92,
         ),
         "",

@@ -11,7 +11,9 @@ asserts P0 and P6 on every step (P0: the code raises, or a stage returns a value
 its input]). It asks the tree's own KV cache code (its coordinator, managers and
 get_computed_blocks, compiled from the source text) where an identical resend of the prompt
 lands (R*) and whether the tree's retention keeps the state there, and judges every chunk
-against those. It fails while the bug is in the code and passes once it is fixed.
+against those. It fails while the bug is in the code and passes once it is fixed. The
+checkpoint a chunk leaves live is chunkproof's rule for the cache side of lookahead-in-
+split, not the tree's.
 
 The source tree: $CHUNKPROOF_VLLM_SOURCE (the root of a vLLM checkout or unpacked wheel),
 else the installed vllm (located, not imported).
@@ -206,7 +208,8 @@ def violation(vllm: Extracted, scheduler: StandIn, step: Step, resend: TreeResen
     if problem is not None:
         return problem
     position = resend.position
-    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, resend.kept):
+    live = live_checkpoint(CONFIG, step.c, step.end)
+    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, resend.kept, live):
         how = (
             "runs over it"
             if step.c < position < step.end
@@ -389,13 +392,14 @@ def uncached_at(cfg: Config, c: int) -> int:
 
 
 # from chunkproof.spec.properties
-def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool) -> bool:
+def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool, checkpoint: int) -> bool:
     """P6 for chunk [c, e) and the release's R* = ``r`` (SPEC KV1), ``kept`` whether its
-    retention mask keeps R*'s Mamba column: R* > 0 and either the chunk runs over R* (its
-    budget allowed it to end there) and no internal checkpoint written by the chunk covers R*
-    (oracle rules 4 and 6), or, without fine hits (R* then on the block grid), the chunk ends
-    at R* and the mask drops its state (oracle rules 5 and 9)."""
-    over = c < r < e and checkpoint_at(cfg, c, e) != r
+    retention mask keeps R*'s Mamba column, ``checkpoint`` the checkpoint the chunk leaves live
+    under the release's rules (or -1): R* > 0 and either the chunk runs over R* (its budget
+    allowed it to end there) and that checkpoint is not at R* (oracle rules 4 and 6: one the
+    release writes but evicts covers nothing), or, without fine hits (R* then on the block
+    grid), the chunk ends at R* and the mask drops its state (oracle rules 5 and 9)."""
+    over = c < r < e and checkpoint != r
     dropped = e == r and not cfg.partial_hits and not kept
     return r > 0 and (over or dropped)
 
@@ -404,16 +408,12 @@ def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool) -> bool:
 def checkpoint_at(cfg: Config, start: int, end: int) -> int:
     """Slot note 6 rule 4 (W6): the checkpoint ck the chunk [s, e) writes at col(e) - 1, or -1.
 
-    With internal checkpoints (K and alignment g >= 1), cp := ckpos(e, A, drop); ck := cp when
-    V(s, e) holds and a block is reserved for it (R != 0, or the chunk reaches N).
+    With internal checkpoints (K and alignment g >= 1), cp := ckpos(e, A, drop) (ck33; ck32 is
+    the same without a hash lookahead); ck := cp when V(s, e) holds and a block is reserved
+    for it (R != 0, or the chunk reaches N: 0.31 on).
     """
-    if not cfg.checkpoints or cfg.checkpoint_alignment <= 0:
-        return -1
     cp = ck33(end, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
-    reserved = cfg.retention != 0 or end >= cfg.prompt
-    if reserved and valid(start, end, cp, cfg.hash_block, cfg.block, cfg.checkpoint_alignment):
-        return cp
-    return -1
+    return reserved_checkpoint(cfg, start, end, cp)
 
 
 # from chunkproof.spec.slots
@@ -428,6 +428,65 @@ def hit_unit(cfg: Config) -> int:
     if cfg.partial_hits:
         return cfg.hash_block
     return cfg.sched_block
+
+
+# from chunkproof.spec.slots
+def live_checkpoint(cfg: Config, start: int, end: int) -> int:
+    """The checkpoint chunk [s, e) leaves live (rules 4 and 6, 0.32 on; 0.29 too, measured),
+    else -1."""
+    checkpoint = checkpoint_at(cfg, start, end)
+    live = checkpoint >= 0 and rekeyed(cfg, checkpoint)
+    return checkpoint if live else -1
+
+
+# from chunkproof.spec.slots
+def prompt_checkpoint(cfg: Config) -> int:
+    """The prompt's own checkpoint position ck33(N, A, drop, L_h)
+    (``get_mamba_prefill_checkpoint_position`` of the prompt; slot note 6 rule 6)."""
+    return ck33(cfg.prompt, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
+
+
+# from chunkproof.spec.slots
+def rekeyed(cfg: Config, checkpoint: int) -> bool:
+    """Slot note 6 rule 6 (R3), 0.32 on: the checkpoint block is re-keyed to ck (and so holds a
+    sound entry) when ck = ckpos(N, A, drop), or ck is on the block grid and the segment-only
+    mask keeps block ck/B - 1, or ck = J > 0; otherwise its keys are evicted."""
+    own = checkpoint == prompt_checkpoint(cfg)
+    on_grid = checkpoint % cfg.block == 0 and segment_keeps(cfg, checkpoint // cfg.block - 1)
+    return own or on_grid or (cfg.junction > 0 and checkpoint == cfg.junction)
+
+
+# from chunkproof.spec.slots
+def reserved_checkpoint(cfg: Config, start: int, end: int, cp: int) -> int:
+    """:func:`valid_checkpoint` when a block is reserved for it: R != 0, or the chunk reaches N
+    (0.31 on), else -1."""
+    if cfg.retention != 0 or end >= cfg.prompt:
+        return valid_checkpoint(cfg, start, end, cp)
+    return -1
+
+
+# from chunkproof.spec.slots
+def segment_keeps(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9, segment-only mask (used by rule 6).
+
+    R = None: true; R = 0: false; R > 0: true if R/B <= 1 or (j+1)*B = 0 mod R.
+    """
+    if cfg.retention < 0:
+        return True
+    if cfg.retention == 0:
+        return False
+    return cfg.retention <= cfg.block or (column + 1) * cfg.block % cfg.retention == 0
+
+
+# from chunkproof.spec.slots
+def valid_checkpoint(cfg: Config, start: int, end: int, cp: int) -> int:
+    """``cp`` when internal checkpoints are on (K and g >= 1) and V(s, e) holds for it
+    (``is_mamba_prefill_checkpoint_valid``), else -1."""
+    if not cfg.checkpoints or cfg.checkpoint_alignment <= 0:
+        return -1
+    if valid(start, end, cp, cfg.hash_block, cfg.block, cfg.checkpoint_alignment):
+        return cp
+    return -1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ asserts P0 and P6 on every step (P0: the code raises, or a stage returns a value
 its input]). It asks the tree's own KV cache code (its coordinator, managers and
 get_computed_blocks, compiled from the source text) where an identical resend of the prompt
 lands (R*) and whether the tree's retention keeps the state there, and judges every chunk
-against those. It fails while the bug is in the code and passes once it is fixed.
+against those. It fails while the bug is in the code and passes once it is fixed. The
+checkpoint a chunk leaves live is chunkproof's rule for the cache side of vllm-0.28, not the
+tree's.
 
 The source tree: $CHUNKPROOF_VLLM_SOURCE (the root of a vLLM checkout or unpacked wheel),
 else the installed vllm (located, not imported).
@@ -206,7 +208,8 @@ def violation(vllm: Extracted, scheduler: StandIn, step: Step, resend: TreeResen
     if problem is not None:
         return problem
     position = resend.position
-    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, resend.kept):
+    live = live_checkpoint_v29(CONFIG, step.c, step.end)
+    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, resend.kept, live):
         how = (
             "runs over it"
             if step.c < position < step.end
@@ -316,40 +319,9 @@ def cdiv(x: int, m: int) -> int:
 
 
 # from chunkproof.model.arith
-def ck33(n: int, h: int, drop: bool, hash_lookahead: int) -> int:
-    """ck33(N, h, d, L_h) = max(fl(N', h) - d*h, 0), N' = N if d else N - max(1, L_h) (0.33).
-
-    This is also the slot note's ckpos(n, u, drop) with hash lookahead (slot note section 1).
-    """
-    limit = n if drop else n - max(1, hash_lookahead)
-    p = fl(limit, h)
-    if drop:
-        p = p - h
-    return max(p, 0)
-
-
-# from chunkproof.model.arith
 def fl(x: int, m: int) -> int:
     """fl(x, m) = m * floor(x / m): ``x`` floored onto the grid of ``m`` (history note 2)."""
     return x // m * m
-
-
-# from chunkproof.model.arith
-def valid(s: int, e: int, p: int, h: int, block: int, alpha: int) -> bool:
-    """valid(s, e, p, h, B, alpha): the backend can export checkpoint p in query [s, e).
-
-    History note 2 (``is_mamba_prefill_checkpoint_valid``); slot note W6. ``alpha == 0`` stands
-    for "no checkpoint alignment" (``None`` in vLLM), which makes it false.
-    """
-    if alpha <= 0:
-        return False
-    return (
-        s % h == 0
-        and cdiv(e, block) - 2 > (s - 1) // block
-        and s + h <= p
-        and s < p < e
-        and (p - s) % alpha == 0
-    )
 
 
 # from chunkproof.model.stages
@@ -387,37 +359,50 @@ def uncached_at(cfg: Config, c: int) -> int:
 
 
 # from chunkproof.spec.properties
-def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool) -> bool:
+def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool, checkpoint: int) -> bool:
     """P6 for chunk [c, e) and the release's R* = ``r`` (SPEC KV1), ``kept`` whether its
-    retention mask keeps R*'s Mamba column: R* > 0 and either the chunk runs over R* (its
-    budget allowed it to end there) and no internal checkpoint written by the chunk covers R*
-    (oracle rules 4 and 6), or, without fine hits (R* then on the block grid), the chunk ends
-    at R* and the mask drops its state (oracle rules 5 and 9)."""
-    over = c < r < e and checkpoint_at(cfg, c, e) != r
+    retention mask keeps R*'s Mamba column, ``checkpoint`` the checkpoint the chunk leaves live
+    under the release's rules (or -1): R* > 0 and either the chunk runs over R* (its budget
+    allowed it to end there) and that checkpoint is not at R* (oracle rules 4 and 6: one the
+    release writes but evicts covers nothing), or, without fine hits (R* then on the block
+    grid), the chunk ends at R* and the mask drops its state (oracle rules 5 and 9)."""
+    over = c < r < e and checkpoint != r
     dropped = e == r and not cfg.partial_hits and not kept
     return r > 0 and (over or dropped)
 
 
 # from chunkproof.spec.slots
-def checkpoint_at(cfg: Config, start: int, end: int) -> int:
-    """Slot note 6 rule 4 (W6): the checkpoint ck the chunk [s, e) writes at col(e) - 1, or -1.
-
-    With internal checkpoints (K and alignment g >= 1), cp := ckpos(e, A, drop); ck := cp when
-    V(s, e) holds and a block is reserved for it (R != 0, or the chunk reaches N).
-    """
-    if not cfg.checkpoints or cfg.checkpoint_alignment <= 0:
-        return -1
-    cp = ck33(end, hit_unit(cfg), eagle_drop(cfg), cfg.hash_lookahead)
-    reserved = cfg.retention != 0 or end >= cfg.prompt
-    if reserved and valid(start, end, cp, cfg.hash_block, cfg.block, cfg.checkpoint_alignment):
-        return cp
-    return -1
+def boundary_column(cfg: Config, position: int) -> int:
+    """The column of a reachable boundary p floored to A: floor(A*floor(p/A) / B) - 1."""
+    return fl(position, hit_unit(cfg)) // cfg.block - 1
 
 
 # from chunkproof.spec.slots
-def eagle_drop(cfg: Config) -> bool:
-    """drop: the EAGLE block drop, forced off by hash lookahead (slot note 1)."""
-    return cfg.drop and cfg.hash_lookahead == 0
+def cacheable(cfg: Config, end: int) -> int:
+    """Slot note 6 rule 3: the cacheable count c := e, or S*floor(e/S) when not fine, and
+    never past the tokens the request's block hashes cover: a hash block gets its hash once
+    its L_h following tokens exist, so h*floor((T - L_h)/h), T the tokens the request holds
+    (e itself for a decode step past the prefill; slot note 3; the real 0.33.0 manager keys no
+    block beyond it)."""
+    hashed = fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
+    count = end if cfg.partial_hits else fl(end, cfg.sched_block)
+    return min(count, hashed)
+
+
+# from chunkproof.spec.slots
+def checkpoint_at_v29(cfg: Config, start: int, end: int) -> int:
+    """Rule 4 as 0.29 has it (``_needs_internal_checkpoint``'s first form, KV2 rule 2c): a chunk
+    that starts on the Mamba grid and ends off it writes the state at its last block boundary,
+    B*(cdiv(e, B) - 1), into a block reserved at column cdiv(e, B) - 2 when that column is past
+    the blocks the request holds (a first chunk holds none; a later one its state and S
+    speculative blocks from column cdiv(s, B) - 1); else -1. No alignment is read."""
+    block = cfg.block
+    if not cfg.checkpoints or end % block == 0 or start % block != 0:
+        return -1
+    held = cdiv(start, block) + (cfg.lookahead if start > 0 else 0)
+    if cdiv(end, block) - 2 >= held:
+        return block * (cdiv(end, block) - 1)
+    return -1
 
 
 # from chunkproof.spec.slots
@@ -426,6 +411,45 @@ def hit_unit(cfg: Config) -> int:
     if cfg.partial_hits:
         return cfg.hash_block
     return cfg.sched_block
+
+
+# from chunkproof.spec.slots
+def keeps_v29(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9 (R4) as 0.24-0.29 have it: the one reachable boundary is N - 1,
+    EAGLE drop or not (``reachable_boundaries = [num_prompt_tokens - 1]``), plus J when J > 0;
+    the segment grid as in 0.30+. Under the drop the resend position's column is therefore not
+    kept with R >= 0 (0.30 added the drop's boundaries). 0.24-0.28 read R from
+    VLLM_PREFIX_CACHE_RETENTION_INTERVAL; before 0.24 no retention interval is accepted
+    (SPEC S1b; R = None: every block is kept)."""
+    if cfg.retention < 0:
+        return True
+    found = boundary_column(cfg, cfg.prompt - 1) == column
+    if cfg.junction > 0:
+        found = found or boundary_column(cfg, cfg.junction) == column
+    return segment_keeps(cfg, column) or found
+
+
+# from chunkproof.spec.slots
+def live_checkpoint_v29(cfg: Config, start: int, end: int) -> int:
+    """The checkpoint a chunk leaves live in 0.29 (:func:`checkpoint_at_v29`): its block is a
+    full block of the chunk, keyed at its end when the cacheable count reaches it and 0.29's
+    retention mask keeps its column (:func:`keeps_v29`), else -1."""
+    checkpoint = checkpoint_at_v29(cfg, start, end)
+    kept = checkpoint <= cacheable(cfg, end) and keeps_v29(cfg, checkpoint // cfg.block - 1)
+    return checkpoint if checkpoint >= 0 and kept else -1
+
+
+# from chunkproof.spec.slots
+def segment_keeps(cfg: Config, column: int) -> bool:
+    """Slot note 6 rule 9, segment-only mask (used by rule 6).
+
+    R = None: true; R = 0: false; R > 0: true if R/B <= 1 or (j+1)*B = 0 mod R.
+    """
+    if cfg.retention < 0:
+        return True
+    if cfg.retention == 0:
+        return False
+    return cfg.retention <= cfg.block or (column + 1) * cfg.block % cfg.retention == 0
 
 
 # ---------------------------------------------------------------------------------------------

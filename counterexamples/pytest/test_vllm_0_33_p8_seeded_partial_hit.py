@@ -1774,10 +1774,29 @@ class CachingPool(CountingPool):
                 self.index[(call["kv_cache_group_id"], block.block_hash_num_tokens)] = block
 
     def cache_partial_block(self, **call: Any) -> bytes:
-        key = super().cache_partial_block(**call)
-        call["block"].block_hash = block_hash(call["num_tokens"])
-        self.index[(call["kv_cache_group_id"], call["num_tokens"])] = call["block"]
-        return key
+        """vLLM's ``BlockPool.cache_partial_block`` (0.26 on): the block's entries go first when
+        the call says its contents were replaced (``replace_existing_hashes``, 0.30 on: a
+        re-keyed checkpoint) or when its primary entry names a shorter prefix than the new one;
+        otherwise the new entry joins them. A block left without a primary entry takes it."""
+        block, end, group = call["block"], call["num_tokens"], call["kv_cache_group_id"]
+        already = self.index.get((group, end)) is block
+        primary = block.block_hash_num_tokens if block.block_hash is not None else None
+        shorter = not already and primary is not None and primary < end
+        if call.get("replace_existing_hashes") or shorter:
+            self._drop_entries(block)
+        if block.block_hash is None:
+            super().cache_partial_block(**call)
+            block.block_hash = block_hash(end)
+        else:
+            self.tails.setdefault(group, set()).add(end)
+        self.index[(group, end)] = block
+        return block_hash(end)
+
+    def _drop_entries(self, block: PoolBlock) -> None:
+        """Every entry that names ``block`` leaves the index, its primary hash too."""
+        for key in [key for key, cached in self.index.items() if cached is block]:
+            del self.index[key]
+        block.block_hash, block.block_hash_num_tokens = None, None
 
     def get_cached_block(self, key: Any, group_ids: Sequence[int]) -> list[PoolBlock] | None:  # type: ignore[override]
         end = hash_end(key)
@@ -1785,9 +1804,9 @@ class CachingPool(CountingPool):
         return None if None in found else found  # type: ignore[return-value]
 
     def _maybe_evict_cached_block(self, block: PoolBlock) -> bool:
-        for key in [key for key, cached in self.index.items() if cached is block]:
-            del self.index[key]
-        return super()._maybe_evict_cached_block(block)
+        cached = block.block_hash is not None
+        self._drop_entries(block)
+        return cached
 
     def move_block_hashes(self, src_block: PoolBlock, dst_block: PoolBlock) -> None:
         for key in [key for key, cached in self.index.items() if cached is src_block]:
