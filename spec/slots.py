@@ -801,11 +801,9 @@ NO_STATE = -1
 def spare_claims(cfg: Config, start: int, end: int, rules: KvRules) -> list[int]:
     """The block ends chunk [s, e) keys onto spare speculative blocks under ``rules``
     (0.30-0.31, :func:`spare_count`): each kept column's, below the cacheable count."""
-    low, count = cdiv(start, cfg.block), cacheable(cfg, end)
-    columns = range(low, low + rules.spares(cfg, start, end))
-    return [
-        (j + 1) * cfg.block for j in columns if (j + 1) * cfg.block <= count and rules.keeps(cfg, j)
-    ]
+    low = cdiv(start, cfg.block)
+    high = min(low + rules.spares(cfg, start, end), cacheable(cfg, end) // cfg.block)
+    return [(j + 1) * cfg.block for j in range(low, high) if rules.keeps(cfg, j)]
 
 
 @dataclass(frozen=True)

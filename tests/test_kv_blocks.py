@@ -16,6 +16,7 @@ from chunkproof.spec.kv_blocks import (
     longest_model_len,
     pool_modelled,
     pool_rules,
+    seed_fits,
 )
 
 LATEST = pool_rules("0.33.0")
@@ -279,3 +280,20 @@ def test_a_first_chunk_that_writes_a_checkpoint_takes_s_plus_2(release: str) -> 
     rules = pool_rules(release)
     assert rules.checkpoint(cfg, 0, 20) == 1
     assert (rules.mamba_asked(cfg, 0, 20), rules.mamba_taken(cfg, 0, 20)) == (3, 3)
+
+
+@pytest.mark.parametrize(
+    ("lookahead", "prompt", "start", "least"),
+    [(1, 12, 4, 8), (1, 16, 8, 9), (2, 12, 4, 9), (2, 16, 8, 10)],
+)
+def test_the_least_pool_a_seed_fits_in(lookahead: int, prompt: int, start: int, least: int) -> None:
+    """KV2 rule 2d: the fewest blocks in which the identical request's chunks [0, c0) and
+    [c0, P) both get theirs, its S = L speculative Mamba blocks held across them (measured on
+    the real 0.33.0 tree's allocate_slots: it refuses the seed below these pools;
+    ``tests/test_kv_hit_fidelity.py`` checks random ones)."""
+    cfg = Config(block=4, prompt=prompt, max_sched=8, lookahead=lookahead, drop=False)
+    cfg = cfg.replace(start=start)
+    fits = [
+        n for n in range(2, 32) if seed_fits(cfg, n, pool_rules("0.33.0").tail_copy(cfg, start))
+    ]
+    assert fits[0] == least

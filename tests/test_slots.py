@@ -41,6 +41,7 @@ from chunkproof.spec.slots import (
     landing_v28,
     oracle,
     reachable_column,
+    spare_claims,
     tail_position,
 )
 
@@ -318,6 +319,8 @@ def test_rule_4_no_checkpoint_before_n_under_retention_0(
         # 0.29 writes the state at the chunk's last block boundary (16) into its checkpoint
         # block, keyed when 0.29's mask keeps the column (here the boundary N - 1's)
         ("0.29.0", _K29, [1, 4, 12, 19], {12: 12, 16: 16}),
+        # and writes none from a chunk that ends on the grid ([4, 12) here)
+        ("0.29.0", _K29.replace(retention=-1), [4, 12, 19], {4: 4, 12: 12, 16: 16}),
         # R = 0: 0.30 evicts every checkpoint, the prompt's own too; 0.31 keeps the prompt's
         ("0.30.0", _K0, [5], {}),
         ("0.31.0", _K0, [5], {4: 4}),
@@ -755,3 +758,13 @@ def test_keeps_some_is_keeps_over_a_range(
     )
     expected = any(keeps(cfg, j) for j in range(low, high + 1))
     assert keeps_some(cfg, low, high) == expected
+
+
+@pytest.mark.parametrize(("version", "claims"), [("0.30.0", [8]), ("0.31.0", [8]), ("0.32.0", [])])
+def test_spare_claims_are_the_spare_blocks_block_ends(version: str, claims: list[int]) -> None:
+    """T = 13, B = 4, L = 1, alignment 1: the chunk [4, 13) writes its checkpoint at 12 and, in
+    0.30-0.31, keeps the speculative block of [0, 4) in place at column 1, keyed at 8 (what a
+    P3 verdict names; ``tests/test_kv_resend_fidelity.py`` sees the real trees key it)."""
+    cfg = Config(block=4, prompt=13, max_sched=9, lookahead=1, checkpoints=True)
+    cfg = cfg.replace(checkpoint_alignment=1)
+    assert spare_claims(cfg, 4, 13, kv_rules(version)) == claims
