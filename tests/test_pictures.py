@@ -45,6 +45,7 @@ SPEC_K = COUNTEREXAMPLES / "vllm-0.33" / "p1-livelock-T49-B16-L3.json"
 P7_CONST = COUNTEREXAMPLES / "vllm-0.33" / "p7-const16-never-finishes-T49-B16-L3.json"
 P0_EXTERNAL = COUNTEREXAMPLES / "vllm-0.17" / "p0-external-hit-assert.json"
 P3_EAGLE = COUNTEREXAMPLES / "vllm-0.17" / "p3-poisoned-slot-eagle.json"
+P3_SPARE = COUNTEREXAMPLES / "vllm-0.30" / "p3-spare-speculative-block.json"
 P3_SPLIT_GRID = COUNTEREXAMPLES / "vllm-0.33" / "p3-split-grid-half-block.json"
 P6_028 = COUNTEREXAMPLES / "vllm-0.28" / "p6-lost-resend-state.json"
 WINDOW_ON_WHITE = "#ffe3c2"
@@ -118,6 +119,15 @@ def test_p3_marks_the_crossing_and_the_poisoned_slot() -> None:
     assert marks.window == (4, 5)  # L = 1
     assert "D=on" in marks.title
     assert marks.admission is None and marks.split_grid == ()
+
+
+def test_p3_marks_the_spare_speculative_block_once() -> None:
+    """vllm-0.30, T=13 B=4 L=1 with a checkpoint: [4, 13) keys 8 onto the speculative block
+    of [0, 4), which holds no state; the oracle's "8 holds no state" is that same mark."""
+    marks = _marks(Counterexample.load(P3_SPARE))
+    (spare,) = marks.failures
+    assert (spare.kind, spare.at, spare.row) == ("spare", 8, 1)
+    assert "[4, 13) keys 8 onto a spare block" in spare.text
 
 
 def test_p0_marks_the_raising_step_and_the_external_admission() -> None:

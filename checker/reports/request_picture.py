@@ -287,7 +287,8 @@ def failure_marks(cx: Counterexample, row: int) -> tuple[Failure, ...]:
     if pid == "P3" and "spare_claim" in cx.details:  # 0.30-0.31: a spare speculative block
         claim = int(cx.details["spare_claim"])
         spare = Failure("spare", claim, f"[{c}, {e}) keys {claim} onto a spare block", row)
-        return (spare, *poisoned_slots(cx, row))
+        others = (m for m in poisoned_slots(cx, row) if (m.kind, m.at) != ("spare", claim))
+        return (spare, *others)
     if pid == "P3":
         if not crosses(cfg, c, e):  # the release's retention mask kept the claim (P3)
             raise ChunkproofError(f"the last chunk [{c}, {e}) crosses no block end: not a P3 trace")
