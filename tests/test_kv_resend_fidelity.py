@@ -23,7 +23,11 @@ from test_kv_lookup_fidelity import RELEASES, draw_config, minor_of
 
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
-from chunkproof.source.kv_alloc_run import keyed_after_prefill, resend_after_prefill
+from chunkproof.source.kv_alloc_run import (
+    held_after_prefill,
+    keyed_after_prefill,
+    resend_after_prefill,
+)
 from chunkproof.source.kv_run import MAMBA_GROUP
 from chunkproof.source.releases import release_root
 from chunkproof.spec.slots import eagle_drop, kv_rules, oracle
@@ -107,18 +111,20 @@ def test_the_lookups_r_star_misses_some_real_resend(version: str) -> None:
 @pytest.mark.parametrize("version", RELEASES)
 def test_a_real_prefill_keys_the_oracles_live_claims(version: str) -> None:
     """The Mamba claims the release keys after a real prefill are the oracle's live claims,
-    poisoned ones included (SPEC P3, KV1): the crossing claim is keyed under the release's
-    retention mask (0.24-0.29's under the EAGLE drop keeps the column of N - 1, not 0.30's)."""
+    and each one's block holds the state the oracle says (SPEC P3, KV1): a sound claim its own
+    state, a poisoned one the state of the chunk's start, a spare speculative block none
+    (``held_after_prefill``: the tree's block tables and keys, the kernel's write rule). The
+    crossing claim is keyed under the release's retention mask (0.24-0.29's under the EAGLE
+    drop keeps the column of N - 1, not 0.30's)."""
     rng = random.Random(f"{SEED}-keyed-{version}")
     rules = kv_rules(version)
     wrong = []
     for _ in range(CASES):
         cfg, ends = drawn_ends(version, rng)
-        keyed = keyed_after_prefill(
+        real = held_after_prefill(
             release_root(version), cfg, eagle_drop(cfg), ends, 4 * cfg.prompt + 64
         )
-        real = sorted(keyed.get(MAMBA_GROUP, ()))
-        model = sorted(oracle(cfg, ends, rules=rules).live)
+        model = dict(oracle(cfg, ends, rules=rules).live)
         if real != model:
             wrong.append(f"{cfg.describe()} ends={ends}: real {real}, model {model}")
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])

@@ -1964,6 +1964,60 @@ def keyed_after_prefill(
     return keyed
 
 
+NO_STATE = -1
+"""What :func:`held_after_prefill` says of a block no chunk wrote a state into."""
+
+
+def held_after_prefill(
+    root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
+) -> dict[int, int]:
+    """Per Mamba key after the prefill of :func:`real_prefill`, the state its block holds
+    (SPEC P3: a key names a state, and its block should hold that one). The block tables,
+    reservations and keys are the tree's own; the one rule not read from source is the
+    kernel's write: a chunk [s, e) writes state@e into the request's block at column
+    cdiv(e, B) - 1, and its internal checkpoint into the block the manager reserved for it
+    (0.30 on: ``_checkpoints`` names the position and the block; 0.29: ``_num_checkpoint_blocks``,
+    the block at column cdiv(e, B) - 2, holding the state at its end); a copy-on-write copy
+    gives its destination the source's state. A block no chunk wrote holds :data:`NO_STATE`."""
+    tree = allocation_tree(root, CachingPool)
+    manager = kv_manager(tree, cfg, use_eagle, num_blocks, 1 << 20)
+    request = fresh_request(cfg, "first", tree)
+    mamba = manager.coordinator.single_type_managers[MAMBA_GROUP]
+    holds: dict[int, int] = {}
+    take = getattr(manager, "take_kv_cache_block_copies", None)
+    copied: list[Any] = []
+    if take is not None:
+
+        def recording() -> Any:
+            copies, retained = take()
+            copied.extend(copies or ())
+            return copies, retained
+
+        manager.take_kv_cache_block_copies = recording
+    computed = 0
+    for end in ends:
+        if not schedule_chunk(manager, request, end - computed, cfg.lookahead):
+            raise ValueError(f"a pool of {num_blocks} blocks refused the chunk ending at {end}")
+        for moved in copied:
+            holds[moved.dst_block_id] = holds.get(moved.src_block_id, NO_STATE)
+        copied.clear()
+        blocks = mamba.req_to_blocks[request.request_id]
+        column = -(-end // cfg.block) - 1  # cdiv(e, B) - 1
+        checkpoint = getattr(mamba, "_checkpoints", {}).get(request.request_id)
+        if checkpoint is not None:
+            position, index = checkpoint
+            holds[blocks[index].block_id] = position
+        elif getattr(mamba, "_num_checkpoint_blocks", {}).get(request.request_id):
+            holds[blocks[column - 1].block_id] = column * cfg.block
+        holds[blocks[column].block_id] = end
+        computed = end
+    return {
+        end: holds.get(block.block_id, NO_STATE)
+        for (group, end), block in sorted(manager.block_pool.index.items())
+        if group == MAMBA_GROUP
+    }
+
+
 def resend_after_prefill(
     root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
 ) -> int:
