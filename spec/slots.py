@@ -856,6 +856,7 @@ def oracle(
     for step, (start, end) in enumerate(pairwise((setup.start, *ends, *decode))):
         count = cacheable(setup, end)
         running = cdiv(end, setup.block) - 1  # col(e)
+        spares = spare_claims(setup, start, end, rules)
         for column in range(frontier, count // setup.block):  # rule 5
             if not rules.keeps(setup, column):
                 continue
@@ -867,7 +868,7 @@ def oracle(
                 violations.append(Poison(claim=claim, held=start, step=step))
             elif claim == start:
                 live[claim] = start  # registered one step late (S > B): the block kept state@s
-            elif 0 <= column - cdiv(start, setup.block) < rules.spares(setup, start, end):
+            elif claim in spares:
                 live[claim] = NO_STATE  # a spare speculative block (0.30-0.31)
                 violations.append(Poison(claim=claim, held=NO_STATE, step=step))
         if rules.checkpoint(setup, start, end) >= 0:

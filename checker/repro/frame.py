@@ -179,16 +179,20 @@ def import_lines(lines: Sequence[str]) -> str:
 
 
 def _bound_once(lines: list[str]) -> list[str]:
-    """The import ``lines`` without those that bind only names an earlier line binds."""
+    """The import ``lines`` with each name bound once: a line that binds only names an earlier
+    line binds goes, and a ``from`` line that binds some of them keeps only the others."""
     bound: set[str] = set()
     kept = []
     for line in lines:
         node = ast.parse(line).body[0]
         assert isinstance(node, ast.Import | ast.ImportFrom)
-        names = {alias.asname or alias.name for alias in node.names}
-        if not names <= bound:
-            kept.append(line)
-            bound |= names
+        fresh = [alias for alias in node.names if (alias.asname or alias.name) not in bound]
+        if not fresh:
+            continue
+        if isinstance(node, ast.ImportFrom) and len(fresh) < len(node.names):
+            line = ast.unparse(ast.ImportFrom(node.module, fresh, node.level))
+        kept.append(line)
+        bound |= {alias.asname or alias.name for alias in fresh}
     return kept
 
 

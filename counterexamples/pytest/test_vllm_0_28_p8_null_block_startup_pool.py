@@ -36,6 +36,7 @@ import os
 import symtable
 import sys
 import traceback
+from collections.abc import Iterator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -1937,23 +1938,55 @@ def schedule_chunk(
     return granted is not None
 
 
+@dataclass
+class PrefillStep:
+    """One granted chunk of :func:`prefill_steps`: the tree, its manager and the request after
+    the step, the chunk's end, and the copy-on-write copies the step drained."""
+
+    tree: KvTree
+    manager: Any
+    request: Any
+    end: int
+    copies: list[Any]
+
+
+def prefill_steps(
+    root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
+) -> Iterator[PrefillStep]:
+    """A fresh request of ``cfg``'s prompt computing the chunks ending at ``ends``, one step
+    each, through the tree's own ``KVCacheManager`` over a :class:`CachingPool` of
+    ``num_blocks`` blocks; after each chunk, what the step left (:class:`PrefillStep`)."""
+    tree = allocation_tree(root, CachingPool)
+    manager = kv_manager(tree, cfg, use_eagle, num_blocks, 1 << 20)
+    request = fresh_request(cfg, "first", tree)
+    copied: list[Any] = []
+    take = getattr(manager, "take_kv_cache_block_copies", None)
+    if take is not None:
+
+        def recording() -> Any:
+            copies, retained = take()
+            copied.extend(copies or ())
+            return copies, retained
+
+        manager.take_kv_cache_block_copies = recording
+    computed = 0
+    for end in ends:
+        if not schedule_chunk(manager, request, end - computed, cfg.lookahead):
+            raise ValueError(f"a pool of {num_blocks} blocks refused the chunk ending at {end}")
+        yield PrefillStep(tree, manager, request, end, list(copied))
+        copied.clear()
+        computed = end
+
+
 def real_prefill(
     root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
 ) -> tuple[KvTree, Any]:
-    """The tree and its ``KVCacheManager`` over a :class:`CachingPool` of ``num_blocks``
-    blocks after a fresh request of ``cfg``'s prompt computed the chunks ending at ``ends``
-    and was freed: what each group cached is the tree's own (its retention mask, partial
+    """The tree and its ``KVCacheManager`` after the prefill of :func:`prefill_steps` and
+    the request freed: what each group cached is the tree's own (its retention mask, partial
     tails, the tokens multi-module MTP may re-prefill), not a set given to the lookup."""
-    tree = allocation_tree(root, CachingPool)
-    manager = kv_manager(tree, cfg, use_eagle, num_blocks, 1 << 20)
-    first = fresh_request(cfg, "first", tree)
-    computed = 0
-    for end in ends:
-        if not schedule_chunk(manager, first, end - computed, cfg.lookahead):
-            raise ValueError(f"a pool of {num_blocks} blocks refused the chunk ending at {end}")
-        computed = end
-    manager.free(first)
-    return tree, manager
+    last = list(prefill_steps(root, cfg, use_eagle, ends, num_blocks))[-1]
+    last.manager.free(last.request)
+    return last.tree, last.manager
 
 
 def keyed_after_prefill(
@@ -1983,41 +2016,24 @@ def held_after_prefill(
     (0.30 on: ``_checkpoints`` names the position and the block; 0.29: ``_num_checkpoint_blocks``,
     the block at column cdiv(e, B) - 2, holding the state at its end); a copy-on-write copy
     gives its destination the source's state. A block no chunk wrote holds :data:`NO_STATE`."""
-    tree = allocation_tree(root, CachingPool)
-    manager = kv_manager(tree, cfg, use_eagle, num_blocks, 1 << 20)
-    request = fresh_request(cfg, "first", tree)
-    mamba = manager.coordinator.single_type_managers[MAMBA_GROUP]
     holds: dict[int, int] = {}
-    take = getattr(manager, "take_kv_cache_block_copies", None)
-    copied: list[Any] = []
-    if take is not None:
-
-        def recording() -> Any:
-            copies, retained = take()
-            copied.extend(copies or ())
-            return copies, retained
-
-        manager.take_kv_cache_block_copies = recording
-    computed = 0
-    for end in ends:
-        if not schedule_chunk(manager, request, end - computed, cfg.lookahead):
-            raise ValueError(f"a pool of {num_blocks} blocks refused the chunk ending at {end}")
-        for moved in copied:
+    for step in prefill_steps(root, cfg, use_eagle, ends, num_blocks):
+        for moved in step.copies:
             holds[moved.dst_block_id] = holds.get(moved.src_block_id, NO_STATE)
-        copied.clear()
-        blocks = mamba.req_to_blocks[request.request_id]
-        column = -(-end // cfg.block) - 1  # cdiv(e, B) - 1
-        checkpoint = getattr(mamba, "_checkpoints", {}).get(request.request_id)
+        mamba = step.manager.coordinator.single_type_managers[MAMBA_GROUP]
+        blocks = mamba.req_to_blocks[step.request.request_id]
+        column = -(-step.end // cfg.block) - 1  # cdiv(e, B) - 1
+        checkpoint = getattr(mamba, "_checkpoints", {}).get(step.request.request_id)
         if checkpoint is not None:
             position, index = checkpoint
             holds[blocks[index].block_id] = position
-        elif getattr(mamba, "_num_checkpoint_blocks", {}).get(request.request_id):
+        elif getattr(mamba, "_num_checkpoint_blocks", {}).get(step.request.request_id):
             holds[blocks[column - 1].block_id] = column * cfg.block
-        holds[blocks[column].block_id] = end
-        computed = end
+        holds[blocks[column].block_id] = step.end
+    pool = step.manager.block_pool
     return {
         end: holds.get(block.block_id, NO_STATE)
-        for (group, end), block in sorted(manager.block_pool.index.items())
+        for (group, end), block in sorted(pool.index.items())
         if group == MAMBA_GROUP
     }
 
