@@ -764,7 +764,10 @@ def test_keeps_some_is_keeps_over_a_range(
 def test_spare_claims_are_the_spare_blocks_block_ends(version: str, claims: list[int]) -> None:
     """T = 13, B = 4, L = 1, alignment 1: the chunk [4, 13) writes its checkpoint at 12 and, in
     0.30-0.31, keeps the speculative block of [0, 4) in place at column 1, keyed at 8 (what a
-    P3 verdict names; ``tests/test_kv_resend_fidelity.py`` sees the real trees key it)."""
+    P3 verdict names; ``tests/test_kv_resend_fidelity.py`` sees the real trees key it). The
+    oracle's live map says its block holds no position at all (a negative held)."""
     cfg = Config(block=4, prompt=13, max_sched=9, lookahead=1, checkpoints=True)
     cfg = cfg.replace(checkpoint_alignment=1)
     assert spare_claims(cfg, 4, 13, kv_rules(version)) == claims
+    live = dict(oracle(cfg, [4, 13], rules=kv_rules(version)).live)
+    assert [claim for claim, held in live.items() if held < 0] == claims  # no position held
