@@ -2,10 +2,10 @@
 # Regenerate the curated counterexamples from the explorer (and, for several requests, from
 # `chunkproof system`), and the pytest repro of each (pytest/test_POLICY_NAME.py): the short
 # form a vLLM PR would add (`repro --style vllm`: vLLM's own Scheduler methods on a stub self)
-# where it serves, one request without encoder items whose property is not P6 or P8 (they need
-# the tree's own KV cache lookup or block allocation); else the standalone form, which reads the
-# methods from a source tree. `chunkproof repro FILE --pytest OUT` writes the standalone form of
-# any of them on demand.
+# where it serves, one request without encoder items whose property is not P3, P6 or P8 (they
+# need the tree's own Mamba keys, KV cache lookup or block allocation); else the standalone form,
+# which reads the methods from a source tree. `chunkproof repro FILE --pytest OUT` writes the
+# standalone form of any of them on demand.
 # Each line names the ranges; the explorer minimises inside them (smallest T, then B, L, M, then
 # trace length). The ranges are small so that each line takes seconds; every file must replay
 # on the policy it was found on.
@@ -25,11 +25,11 @@ pick() {  # pick NAME POLICY PROPERTY [RANGES...]
   keep "$name" "$policy" "$prop.json" "$status" "explore $policy --property $prop $*"
 }
 
-style() {  # style FILE: vllm for one request without encoder items and not P6, else standalone
+style() {  # style FILE: vllm for one request without encoder items, not P3, P6 or P8, else standalone
   python3 -c 'import json, sys
 data = json.load(open(sys.argv[1]))
 single = "config" in data and not data["config"].get("items")
-print("vllm" if single and data["property"] not in ("P6", "P8") else "standalone")' "$1"
+print("vllm" if single and data["property"] not in ("P3", "P6", "P8") else "standalone")' "$1"
 }
 
 pick_system() {  # pick_system NAME POLICY PROPERTY [RANGES...]: several requests, one step

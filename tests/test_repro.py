@@ -38,6 +38,12 @@ SHARED_CACHE = COUNTEREXAMPLES / "vllm-0.28" / "system-slive-shared-encoder-cach
 P7_CONST = COUNTEREXAMPLES / "vllm-0.33" / "p7-const16-never-finishes-T49-B16-L3.json"
 P4_OFFGRID = COUNTEREXAMPLES / "vllm-0.33" / "p4-offgrid-reservation.json"
 P0_EXTERNAL = COUNTEREXAMPLES / "vllm-0.17" / "p0-external-hit-assert.json"
+P3_SPARE = COUNTEREXAMPLES / "vllm-0.30" / "p3-spare-speculative-block.json"
+"""0.30's chunk [4, 13) keeps the speculative block of [0, 4) keyed at 8 (the cache code's)."""
+P3_EAGLE = COUNTEREXAMPLES / "vllm-0.17" / "p3-poisoned-slot-eagle.json"
+"""0.17's chunk [1, 5) crosses 4 under the EAGLE drop (the split's, and the retention mask's)."""
+P3_HIT = COUNTEREXAMPLES / "vllm-0.33" / "p3-checkpoints-partial-hit.json"
+"""0.33's chunk [2, 9) from a partial hit with internal checkpoints (c0 = 2)."""
 CURATED = sorted(COUNTEREXAMPLES.glob("*/*.json"))
 """The committed counterexamples, single- and multi-request (``chunkproof system``)."""
 LIVELOCKS = [
@@ -110,6 +116,43 @@ def test_the_40707_repros_run_the_tree_s_encoder_and_pass_from_0_28(
     assert "n=6, encoder=2, split=0, reservation=0, chunk=0" in output, output
     status, output = run_repro(test_file, release_root("0.28.0"), blockers)
     assert status == 0 and "1 passed" in output, output
+
+
+@pytest.mark.fidelity
+@pytest.mark.parametrize(
+    ("cx_file", "fails", "passes"),
+    [(P3_SPARE, ("0.30.0", "0.31.0"), ("0.32.0",)), (P3_EAGLE, ("0.17.0", "0.26.0"), ("0.29.0",))],
+    ids=["spare-block", "crossing"],
+)
+def test_a_p3_repro_is_judged_by_the_trees_own_mamba_keys(
+    cli: Cli, tmp_path: Path, cx_file: Path, fails: tuple[str, ...], passes: tuple[str, ...]
+) -> None:
+    """A P3 repro of a fresh prefill runs the chunks through the tree's own allocate_slots and
+    fails on a Mamba key whose block holds another state, so it passes on a release that fixed
+    the cache code: the spare speculative block 0.30-0.31 key at 8 (fixed in 0.32, whose
+    split gives the same chunks), and the crossing claim at 4 that 0.29's retention mask no
+    longer keys under the drop."""
+    test_file = generate_repro(cli, cx_file, tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
+    for version in fails:
+        status, output = run_repro(test_file, release_root(version), blockers)
+        assert status == 1 and "AssertionError: P3: " in output, (version, output)
+        assert "the tree's cache keys" in output, output
+    for version in passes:
+        status, output = run_repro(test_file, release_root(version), blockers)
+        assert status == 0 and "1 passed" in output, (version, output)
+
+
+def test_a_p3_repro_of_a_fresh_prefill_runs_the_trees_cache(cli: Cli, tmp_path: Path) -> None:
+    """Where the slot oracle is checked against the trees (a fresh prefill), a P3 file carries
+    the tree's KV cache driver and says the kernel's write is the one rule it assumes; from a
+    hit it judges by chunkproof's predicate, and says that a release that fixed only the cache
+    code still fails it."""
+    fresh = generate_repro(cli, P3_SPARE, tmp_path / "fresh").read_text()
+    assert "def slots() -> TreeSlots:" in fresh and "crosses_block_end" not in fresh
+    assert "kernel's write" in fresh and "still fails this file" not in fresh
+    hit = generate_repro(cli, P3_HIT, tmp_path / "hit").read_text()
+    assert "TreeSlots" not in hit and "still fails this file" in " ".join(hit.split())
 
 
 @pytest.mark.fidelity
@@ -334,11 +377,10 @@ def test_committed_repros_have_no_undefined_names() -> None:
 
 def _repro_text(cx_file: Path, name: str) -> str:
     """The repro regenerate.sh writes for the file, read from ``name``: the short form where
-    it serves (one request without encoder items, not P6 or P8), else the standalone one."""
+    it serves (one request without encoder items, not P3, P6 or P8), else the standalone one."""
     cx = load_counterexample(cx_file)
-    short = (
-        isinstance(cx, Counterexample) and not cx.config.items and cx.property not in ("P6", "P8")
-    )
+    cache = ("P3", "P6", "P8")
+    short = isinstance(cx, Counterexample) and not cx.config.items and cx.property not in cache
     return kind_of(cx).repro_source(cx, name, "vllm" if short else "standalone")
 
 

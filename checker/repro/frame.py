@@ -231,11 +231,14 @@ def _ours(value: object) -> TypeGuard[FunctionType]:
     return isinstance(value, FunctionType) and value.__module__.startswith("chunkproof.")
 
 
-def cache_rules_note(cx: TraceFile) -> str:
+def cache_rules_note(cx: TraceFile, cache: str = "") -> str:
     """What of a P3, P4 or P6 file is chunkproof's rule rather than the tree's (SPEC KV1): P3
-    and P4 read the cache side of the counterexample's release, so a release that fixed the
-    cache code and not the chunks still fails the file; P6 asks the tree for R* and its
-    retention, but the checkpoint a chunk leaves live is the release's rule."""
+    (unless the file runs the tree's cache, ``cache`` "P3") and P4 read the cache side of the
+    counterexample's release, so a release that fixed the cache code and not the chunks still
+    fails the file; P6 asks the tree for R* and its retention, but the checkpoint a chunk
+    leaves live is the release's rule."""
+    if cache == "P3":
+        return ""
     if cx.property == "P6":
         return (
             " The checkpoint a chunk leaves live is chunkproof's rule for the cache side of "
@@ -297,7 +300,8 @@ def file_docstring(
 ) -> str:
     """The generated file's docstring: ``title`` (what breaks where), ``cx``'s verdict, what
     the test runs on its ``requests`` and ``offered`` (with ``cache`` "P6", the tree's KV cache
-    lookup; with "P8", the tree's block allocation), where the source tree comes from, and where
+    lookup; with "P8", the tree's block allocation; with "P3", the tree's Mamba keys and the
+    states their blocks hold), where the source tree comes from, and where
     the file came from (``source_name``). Backslashes and double quotes in them are escaped: a
     file name, a policy name and a verdict stay inside the docstring."""
     source = (
@@ -321,6 +325,15 @@ def file_docstring(
             "the prompt lands (R*) and whether the tree's retention keeps the state there, and "
             "judges every chunk against those."
         )
+    if cache == "P3":
+        also += (
+            " It runs every chunk the request takes through the tree's own "
+            "KVCacheManager.allocate_slots (compiled from the source text) and asserts that "
+            "every Mamba key the tree's cache then holds names the state its block holds. The "
+            "one rule not read from the tree is the kernel's write: a chunk [s, e) writes "
+            "state@e into the request's Mamba block at column cdiv(e, B) - 1, and an internal "
+            "checkpoint into the block the manager reserved for it."
+        )
     if cache == "P8":
         also += (
             " It runs the tree's own KVCacheManager.allocate_slots (compiled from the source "
@@ -332,7 +345,7 @@ def file_docstring(
         ["chunkproof.source.extraction"]
         + ["chunkproof.source.encoder_run"] * items
         + ["chunkproof.source.kv_run"] * bool(cache)
-        + ["chunkproof.source.kv_alloc_run"] * (cache == "P8")
+        + ["chunkproof.source.kv_alloc_run"] * (cache in ("P3", "P8"))
     )
     carried = " and ".join(carried.rsplit(", ", 1))
     lines = [
@@ -346,7 +359,7 @@ def file_docstring(
             "imported: no torch, no GPU), runs them on stand-ins holding exactly the values "
             f"below, offers {offered} on every step (P0: the code raises, or a stage "
             f"returns a value outside [0, its input]).{also} It fails while the bug is in "
-            f"the code and passes once it is fixed.{cache_rules_note(cx)}",
+            f"the code and passes once it is fixed.{cache_rules_note(cx, cache)}",
             92,
         ),
         "",

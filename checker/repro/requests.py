@@ -20,7 +20,9 @@ keeps the cache from step to step. A P6 file judges each chunk against the tree'
 coordinator, managers and ``get_computed_blocks`` from the source text and asks them where an
 identical resend of the prompt lands (R*) and whether the tree's retention keeps the state
 there (SPEC KV1), so the file judges a release by its own lookup, never by another release's
-rule copied from chunkproof.
+rule copied from chunkproof. A P8 file runs the tree's ``allocate_slots`` over the start-up
+pool (:data:`POOL`); a P3 file of a fresh prefill runs every chunk through it and fails on a
+Mamba key whose block holds another state (:data:`SLOTS`, :func:`tree_judges_slots`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from chunkproof.checker.repro.frame import (
     step_literal,
 )
 from chunkproof.model.budget import Const
+from chunkproof.model.config import Config
 from chunkproof.model.counterexample import Counterexample
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.source import encoder_run, kv_alloc_run, kv_run
@@ -62,9 +65,9 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
     items the file also runs the request's encoder under the tree's real code
     (:data:`_ENCODER`); a P6 file asks the tree's own KV cache code for R* (:data:`RESEND`)."""
     cfg = cx.config
-    cache = cx.property if cx.property in ("P6", "P8") else ""
+    cache = cache_side(cx)
     docstring = file_docstring(cx, (cfg,), title(cx), offered(cx), source_name, cache)
-    values = trace_values(cx, source_name) | {"docstring": docstring}
+    values = trace_values(cx, source_name, cache) | {"docstring": docstring}
     policy = recorded_policy(cx)
     carried: list[str] = []
     if cfg.items:
@@ -75,18 +78,45 @@ def repro_source(cx: Counterexample, source_name: str) -> str:
         imports, driver = module_source(kv_run)
         carried += imports
         values |= {"kv_run": driver, "kv_use_eagle": repr(eagle_drop(cfg))}
-    if cache == "P8":
+    if cache in ("P3", "P8"):
         imports, driver = module_source(kv_alloc_run)
         carried += imports
+        values["kv_alloc_run"] = driver
+    if cache == "P3":
+        values["slot_blocks"] = str(4 * cfg.prompt + 64)
+    if cache == "P8":
         rules = pool_rules(policy.kv_release)
         values |= {
-            "kv_alloc_run": driver,
             "pool_blocks": str(rules.startup_pool(cfg)),
             "pool_releases": rules.releases,
             "max_model_len": str(longest_model_len(cfg)),
         }
-    methods = real_methods(policy, predicates(cx), carried)
+    methods = real_methods(policy, predicates(cx, cache), carried)
     return _TEMPLATES[bool(cfg.items), cache].substitute(values | methods)
+
+
+def cache_side(cx: Counterexample) -> str:
+    """The tree's cache side a standalone file runs: "P6" (its lookup), "P8" (its block
+    allocation), "P3" (its Mamba keys and block tables, where :func:`tree_judges_slots`), else
+    none. The short form (:mod:`.vllm_style`) runs none: it judges P3 by chunkproof's
+    predicate, and refuses P6 and P8."""
+    if cx.property in ("P6", "P8"):
+        return cx.property
+    if cx.property == "P3" and tree_judges_slots(cx.config):
+        return "P3"
+    return ""
+
+
+def tree_judges_slots(cfg: Config) -> bool:
+    """Whether a P3 file judges its chunks by the state each of the tree's Mamba keys names
+    and its block holds (:data:`SLOTS`): a fresh prefill of the prompt (c0 = 0, no external
+    or junction hit, no uncached prefix, T = P) without encoder items, internal checkpoints
+    only without partial hits. These are the prefills on which ``tests/test_kv_resend_fidelity.py``
+    checks the slot oracle against every release's tree (:class:`~chunkproof.source.
+    kv_alloc_run.TreeSlots`); outside them the file judges by chunkproof's predicate."""
+    fresh = cfg.start == 0 and cfg.external == 0 and cfg.junction == 0
+    plain = cfg.uncached_prefix == 0 and cfg.tokens == cfg.prompt and not cfg.items
+    return fresh and plain and not (cfg.checkpoints and cfg.partial_hits)
 
 
 def title(cx: Counterexample) -> str:
@@ -95,9 +125,10 @@ def title(cx: Counterexample) -> str:
     return f"{cx.property} {rule.name} breaks on {cx.policy} ({cx.config.describe()})"
 
 
-def trace_values(cx: Counterexample, source_name: str) -> Values:
+def trace_values(cx: Counterexample, source_name: str, cache: str = "") -> Values:
     """The values of :data:`TEST` for ``cx`` (read from ``source_name``): its configuration,
-    the stand-ins' attributes, the recorded steps, the test's budgets and its check."""
+    the stand-ins' attributes, the recorded steps, the test's budgets and its check, with the
+    tree's ``cache`` side (:func:`cache_side`) where the file runs one."""
     cfg = cx.config
     scheduler, request = standins(cx, cfg, source_name)
     name = props.PROPERTIES[cx.property].name.lower().replace("-", "_")
@@ -112,7 +143,7 @@ def trace_values(cx: Counterexample, source_name: str) -> Values:
         "property": cx.property,
         "test_name": f"test_{cx.property.lower()}_{name}",
         "definition": _definition(props.PROPERTIES[cx.property]),
-        "check_body": _check(cx),
+        "check_body": _check(cx, cache),
         "checked": "P0" if cx.property == "P0" else f"{cx.property} (or P0)",
         "budgets": _budgets(cx),
     }
@@ -123,6 +154,9 @@ def trace_values(cx: Counterexample, source_name: str) -> Values:
     if cx.property == "P8":
         values["test_fixtures"] += ", pool: TreeAllocator"
         values["check_extra"] = ", pool"
+    if cache == "P3":
+        values["test_fixtures"] += ", slots: TreeSlots"
+        values["check_extra"] = ", slots"
     return values
 
 
@@ -140,9 +174,10 @@ def _const_budget(cx: Counterexample) -> int:
     return model.budget if isinstance(model, Const) else cx.steps[-1].budget
 
 
-def predicates(cx: Counterexample) -> FunctionList:
+def predicates(cx: Counterexample, cache: str = "") -> FunctionList:
     """chunkproof's predicate of the property (SPEC P), as the trace check calls it (P0 needs
-    none: the stages' ranges and the crash are checked on every step)."""
+    none: the stages' ranges and the crash are checked on every step; P8, and P3 where the file
+    runs the tree's ``cache`` side, are judged by the tree)."""
     pid = cx.property
     if pid == "P0":
         return []
@@ -150,8 +185,8 @@ def predicates(cx: Counterexample) -> FunctionList:
         return [props.stuck]
     if pid == "P6":  # the checkpoint the chunk leaves live under the release's rules
         return [props.misses_resend, kv_rules(recorded_policy(cx).kv_release).live_checkpoint]
-    if pid == "P8":
-        return []  # the tree's own allocation judges it (:data:`_POOL_CHECK`)
+    if pid == "P8" or cache == "P3":
+        return []  # the tree's own cache judges it (:data:`_POOL_CHECK`, :data:`_SLOTS_CHECK`)
     if pid in props.EDGE_PROPERTIES:
         return [props.edge_properties(recorded_policy(cx))[pid]]  # P4: the release's tail
     if pid == "P5":
@@ -164,15 +199,17 @@ def _definition(rule: props.Property) -> str:
     return f"{rule.definition}; {rule.environment}" if rule.environment else rule.definition
 
 
-def _check(cx: Counterexample) -> str:
+def _check(cx: Counterexample, cache: str) -> str:
     """The body of the generated ``violation(vllm, scheduler, step)``: SPEC P per property.
 
     Every step is checked for P0 first (:data:`_SAFETY`: the real code raised, or a stage left
     [0, its input]), whatever the property; each problem names the property it breaks. P1/P2:
     the largest budget yields 0 at c; P7: the ``const(b)`` step yields 0 at c < E (the state
-    never changes, so the run never finishes); P3-P5: chunkproof's predicate of the chunk; P6:
-    chunkproof's predicate of the chunk at the R* and retention of the tree's own cache code
-    (:data:`_RESEND_CHECK`).
+    never changes, so the run never finishes); P3-P5: chunkproof's predicate of the chunk, or
+    for P3 where the file runs the tree's ``cache`` side the tree's own Mamba keys
+    (:data:`_SLOTS_CHECK`); P6: chunkproof's predicate of the chunk at the R* and retention of
+    the tree's own cache code (:data:`_RESEND_CHECK`); P8: the tree's allocation
+    (:data:`_POOL_CHECK`).
     """
     pid = cx.property
     extra = ", encoder" if cx.config.items else ""
@@ -204,11 +241,13 @@ def _check(cx: Counterexample) -> str:
             "    return None\n"
         )
     if pid == "P6":
-        live = predicates(cx)[1].__name__
+        live = predicates(cx, cache)[1].__name__
         return _SAFETY + _RESEND_CHECK.replace("LIVE_CHECKPOINT", live)
     if pid == "P8":
         return _SAFETY + _POOL_CHECK
-    predicate = predicates(cx)[0].__name__
+    if cache == "P3":
+        return _SAFETY + _SLOTS_CHECK
+    predicate = predicates(cx, cache)[0].__name__
     args = "CONFIG, step.c, step.n, step.end" if pid == "P5" else "CONFIG, step.c, step.end"
     rule = props.PROPERTIES[pid]
     exempt = " and not encoder_forced(step)" if pid == "P4" and cx.config.items else ""
@@ -264,6 +303,25 @@ _POOL_CHECK = """\
     return None
 """
 """SPEC P8 of a step under the tree's own ``allocate_slots`` (the ``pool`` fixture)."""
+
+
+_SLOTS_CHECK = """\
+    if step.chunk > 0:
+        slots.compute(step.chunk)
+        wrong = slots.poisoned()
+        if wrong:
+            keys = ", ".join(
+                f"{key} onto a block holding {'no state' if held < 0 else f'state@{held}'}"
+                for key, held in wrong.items()
+            )
+            return (
+                f"P3: chunk [{step.c}, {step.end}) breaks P3 NOCROSS: the tree's cache keys "
+                f"{keys}: {step}"
+            )
+    return None
+"""
+"""SPEC P3 of a step under the tree's own cache (the ``slots`` fixture): after the chunk, every
+Mamba key the tree's cache holds names the state its block holds."""
 
 
 def offered(cx: Counterexample) -> str:
@@ -472,10 +530,34 @@ def pool() -> TreeAllocator:
 :class:`~string.Template` piece)."""
 
 
+SLOTS = '''
+# The cache side (SPEC KV1, P3): which Mamba keys the cache holds after each chunk, and which
+# state each key's block holds, come from the tree's own KVCacheManager.allocate_slots (at the
+# end of the file: chunkproof.source.kv_alloc_run), compiled from the source text and asked
+# chunk by chunk as schedule() asks it, over a pool large enough never to refuse. The kernel's
+# write is the one rule not read from the tree (chunkproof.source.kv_alloc_run.TreeSlots).
+KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
+SLOT_BLOCKS = $slot_blocks
+
+
+@pytest.fixture
+def slots() -> TreeSlots:
+    """The request's prefill under the tree's own manager, from c = 0."""
+    root = vllm_source_root()
+    try:
+        return TreeSlots(root, CONFIG, KV_USE_EAGLE, SLOT_BLOCKS)
+    except SourceError as exc:
+        pytest.fail(f"cannot run the KV cache code of {root}: {exc}", pytrace=False)
+
+
+'''
+"""The fixture of a P3 file the tree judges (a :class:`~string.Template` piece)."""
+
+
 POOL_DRIVER = """
 
 $kv_alloc_run"""
-"""The end of a P8 file, after :data:`KV_DRIVER`: :mod:`chunkproof.source.kv_alloc_run`."""
+"""The end of a P3 or P8 file, after :data:`KV_DRIVER`: :mod:`chunkproof.source.kv_alloc_run`."""
 
 
 KV_DRIVER = """
@@ -494,6 +576,16 @@ _TEMPLATES = {
     (True, ""): _ENCODER_TEMPLATE,
     (False, "P6"): Template(
         PRELUDE + _CONFIGURATION + RESEND + STEP_CLASS + _TEST + REAL_METHODS + KV_DRIVER
+    ),
+    (False, "P3"): Template(
+        PRELUDE
+        + _CONFIGURATION
+        + SLOTS
+        + STEP_CLASS
+        + _TEST
+        + REAL_METHODS
+        + KV_DRIVER
+        + POOL_DRIVER
     ),
     (False, "P8"): Template(
         PRELUDE
@@ -531,4 +623,4 @@ _TEMPLATES = {
         + KV_DRIVER
     ),
 }
-"""The file's template by (encoder items, the cache side it runs: P6 or P8, or none)."""
+"""The file's template by (encoder items, the cache side it runs: P3, P6 or P8, or none)."""

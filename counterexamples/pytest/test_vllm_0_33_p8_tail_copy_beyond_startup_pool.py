@@ -36,7 +36,6 @@ import os
 import symtable
 import sys
 import traceback
-from collections.abc import Iterator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -1935,55 +1934,97 @@ def schedule_chunk(
     return granted is not None
 
 
-@dataclass
-class PrefillStep:
-    """One granted chunk of :func:`prefill_steps`: the tree, its manager and the request after
-    the step, the chunk's end, and the copy-on-write copies the step drained."""
-
-    tree: KvTree
-    manager: Any
-    request: Any
-    end: int
-    copies: list[Any]
+NO_STATE = -1
+"""What :class:`TreeSlots` says of a block no chunk wrote a state into."""
 
 
-def prefill_steps(
+class TreeSlots:
+    """A fresh request of ``cfg``'s prompt computing its prefill one chunk per step
+    (:meth:`compute`) through the tree's own ``KVCacheManager`` over a :class:`CachingPool` of
+    ``num_blocks`` blocks, and the state each of its Mamba blocks holds (SPEC P3: a key names a
+    state, and its block should hold that one). The block tables, reservations, copies and
+    keys are the tree's own; the one rule not read from source is the kernel's write: a chunk
+    [s, e) writes state@e into the request's block at column cdiv(e, B) - 1, and its internal
+    checkpoint into the block the manager reserved for it (0.30 on: ``_checkpoints`` names the
+    position and the block; 0.29: ``_num_checkpoint_blocks``, the block at column
+    cdiv(e, B) - 2, holding the state at its end); a copy-on-write copy gives its destination
+    the source's state. A block no chunk wrote holds :data:`NO_STATE`."""
+
+    def __init__(self, root: Path, cfg: KvConfig, use_eagle: bool, num_blocks: int) -> None:
+        self.cfg = cfg
+        self.tree = allocation_tree(root, CachingPool)
+        self.manager = kv_manager(self.tree, cfg, use_eagle, num_blocks, 1 << 20)
+        self.request = fresh_request(cfg, "first", self.tree)
+        self.holds: dict[int, int] = {}
+        self._copies: list[Any] = []
+        take = getattr(self.manager, "take_kv_cache_block_copies", None)
+        if take is not None:
+
+            def recording() -> Any:
+                copies, retained = take()
+                self._copies.extend(copies or ())
+                return copies, retained
+
+            self.manager.take_kv_cache_block_copies = recording
+
+    def compute(self, chunk: int) -> None:
+        """One step that schedules and computes ``chunk`` tokens (:func:`schedule_chunk`), and
+        the states it writes. A chunk the pool refuses is a ``ValueError``."""
+        request = self.request
+        if not schedule_chunk(self.manager, request, chunk, self.cfg.lookahead):
+            raise ValueError(
+                f"the pool refused the chunk of {chunk} tokens at {request.num_computed_tokens}"
+            )
+        for moved in self._copies:
+            self.holds[moved.dst_block_id] = self.holds.get(moved.src_block_id, NO_STATE)
+        self._copies.clear()
+        end = request.num_computed_tokens
+        mamba = self.manager.coordinator.single_type_managers[MAMBA_GROUP]
+        blocks = mamba.req_to_blocks[request.request_id]
+        column = -(-end // self.cfg.block) - 1  # cdiv(e, B) - 1
+        checkpoint = getattr(mamba, "_checkpoints", {}).get(request.request_id)
+        if checkpoint is not None:
+            position, index = checkpoint
+            self.holds[blocks[index].block_id] = position
+        elif getattr(mamba, "_num_checkpoint_blocks", {}).get(request.request_id):
+            self.holds[blocks[column - 1].block_id] = column * self.cfg.block
+        self.holds[blocks[column].block_id] = end
+
+    def keyed(self) -> dict[int, int]:
+        """Per Mamba key the cache holds now, the state its block holds."""
+        return {
+            end: self.holds.get(block.block_id, NO_STATE)
+            for (group, end), block in sorted(self.manager.block_pool.index.items())
+            if group == MAMBA_GROUP
+        }
+
+    def poisoned(self) -> dict[int, int]:
+        """The Mamba keys whose block holds another state than the one they name (SPEC P3),
+        with the state it holds."""
+        return {end: held for end, held in self.keyed().items() if held != end}
+
+
+def prefilled(
     root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
-) -> Iterator[PrefillStep]:
-    """A fresh request of ``cfg``'s prompt computing the chunks ending at ``ends``, one step
-    each, through the tree's own ``KVCacheManager`` over a :class:`CachingPool` of
-    ``num_blocks`` blocks; after each chunk, what the step left (:class:`PrefillStep`)."""
-    tree = allocation_tree(root, CachingPool)
-    manager = kv_manager(tree, cfg, use_eagle, num_blocks, 1 << 20)
-    request = fresh_request(cfg, "first", tree)
-    copied: list[Any] = []
-    take = getattr(manager, "take_kv_cache_block_copies", None)
-    if take is not None:
-
-        def recording() -> Any:
-            copies, retained = take()
-            copied.extend(copies or ())
-            return copies, retained
-
-        manager.take_kv_cache_block_copies = recording
+) -> TreeSlots:
+    """:class:`TreeSlots` after computing the chunks ending at ``ends``."""
+    slots = TreeSlots(root, cfg, use_eagle, num_blocks)
     computed = 0
     for end in ends:
-        if not schedule_chunk(manager, request, end - computed, cfg.lookahead):
-            raise ValueError(f"a pool of {num_blocks} blocks refused the chunk ending at {end}")
-        yield PrefillStep(tree, manager, request, end, list(copied))
-        copied.clear()
+        slots.compute(end - computed)
         computed = end
+    return slots
 
 
 def real_prefill(
     root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
 ) -> tuple[KvTree, Any]:
-    """The tree and its ``KVCacheManager`` after the prefill of :func:`prefill_steps` and
-    the request freed: what each group cached is the tree's own (its retention mask, partial
+    """The tree and its ``KVCacheManager`` after the prefill of :func:`prefilled` and the
+    request freed: what each group cached is the tree's own (its retention mask, partial
     tails, the tokens multi-module MTP may re-prefill), not a set given to the lookup."""
-    last = list(prefill_steps(root, cfg, use_eagle, ends, num_blocks))[-1]
-    last.manager.free(last.request)
-    return last.tree, last.manager
+    slots = prefilled(root, cfg, use_eagle, ends, num_blocks)
+    slots.manager.free(slots.request)
+    return slots.tree, slots.manager
 
 
 def keyed_after_prefill(
@@ -1998,41 +2039,12 @@ def keyed_after_prefill(
     return keyed
 
 
-NO_STATE = -1
-"""What :func:`held_after_prefill` says of a block no chunk wrote a state into."""
-
-
 def held_after_prefill(
     root: Path, cfg: KvConfig, use_eagle: bool, ends: Sequence[int], num_blocks: int
 ) -> dict[int, int]:
-    """Per Mamba key after the prefill of :func:`real_prefill`, the state its block holds
-    (SPEC P3: a key names a state, and its block should hold that one). The block tables,
-    reservations and keys are the tree's own; the one rule not read from source is the
-    kernel's write: a chunk [s, e) writes state@e into the request's block at column
-    cdiv(e, B) - 1, and its internal checkpoint into the block the manager reserved for it
-    (0.30 on: ``_checkpoints`` names the position and the block; 0.29: ``_num_checkpoint_blocks``,
-    the block at column cdiv(e, B) - 2, holding the state at its end); a copy-on-write copy
-    gives its destination the source's state. A block no chunk wrote holds :data:`NO_STATE`."""
-    holds: dict[int, int] = {}
-    for step in prefill_steps(root, cfg, use_eagle, ends, num_blocks):
-        for moved in step.copies:
-            holds[moved.dst_block_id] = holds.get(moved.src_block_id, NO_STATE)
-        mamba = step.manager.coordinator.single_type_managers[MAMBA_GROUP]
-        blocks = mamba.req_to_blocks[step.request.request_id]
-        column = -(-step.end // cfg.block) - 1  # cdiv(e, B) - 1
-        checkpoint = getattr(mamba, "_checkpoints", {}).get(step.request.request_id)
-        if checkpoint is not None:
-            position, index = checkpoint
-            holds[blocks[index].block_id] = position
-        elif getattr(mamba, "_num_checkpoint_blocks", {}).get(step.request.request_id):
-            holds[blocks[column - 1].block_id] = column * cfg.block
-        holds[blocks[column].block_id] = step.end
-    pool = step.manager.block_pool
-    return {
-        end: holds.get(block.block_id, NO_STATE)
-        for (group, end), block in sorted(pool.index.items())
-        if group == MAMBA_GROUP
-    }
+    """Per Mamba key after the prefill of :func:`prefilled`, the state its block holds
+    (:meth:`TreeSlots.keyed`)."""
+    return prefilled(root, cfg, use_eagle, ends, num_blocks).keyed()
 
 
 def resend_after_prefill(
