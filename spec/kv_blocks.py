@@ -486,6 +486,45 @@ def refused_v33(cfg: Config, c: int, e: int) -> bool:
     return pool_refuses(cfg, c, e, startup_pool_v29(cfg), mamba)
 
 
+# -- several requests on one pool (rule 5), fresh and without checkpoints or tail copies ------
+
+
+def held_in_list(cfg: Config, c: int, stale: int, max_model_len: int) -> int:
+    """KV2 rule 5a: a request in the running list at c (it has computed at least one chunk)
+    holds the attention blocks up to c plus its lookahead slots (rule 1), S + 1 Mamba blocks,
+    and ``stale`` (0 or 1) more: the state block of its chunk before the last, which
+    ``remove_skipped_blocks`` frees only when the request next calls ``allocate_slots``."""
+    return attention_blocks(cfg, c, max_model_len) + cfg.lookahead + 1 + stale
+
+
+def shared_asked(cfg: Config, start: int, end: int, max_model_len: int) -> int:
+    """KV2 rule 5c: what the chunk [start, end) asks of the shared pool once its stale block
+    is freed: rules 1-2 (:func:`asked_blocks` with rule 2's Mamba blocks)."""
+    return asked_blocks(cfg, start, end, max_model_len, mamba_new_blocks(cfg, start, end))
+
+
+def leaves_stale(cfg: Config, start: int, end: int) -> int:
+    """KV2 rule 5a: 1 when the chunk [start, end) leaves a stale state block, that is a later
+    chunk that ends in a later Mamba block than the chunk before it (rule 2's new state
+    block), else 0."""
+    if start == 0:
+        return 0
+    return mamba_new_blocks(cfg, start, end)
+
+
+def no_admission_gate(cfg: Config, max_model_len: int) -> int:
+    """KV2 rule 5b before 0.23: the waiting loop asks only for the first chunk's blocks."""
+    return 0
+
+
+def admission_gate(cfg: Config, max_model_len: int) -> int:
+    """KV2 rule 5b, 0.23 on: the waiting loop admits a request only if the whole sequence
+    fits (``full_sequence_must_fit``, on by default: ``scheduler_reserve_full_isl``): every
+    attention block of its min(T, max_model_len) tokens, no lookahead slots, and S + 1 Mamba
+    blocks (the Mamba manager caps a first allocation there)."""
+    return cdiv(min(cfg.prompt, max_model_len), cfg.split_block) + cfg.lookahead + 1
+
+
 # -- the rules per release ------------------------------------------------------------------
 
 
@@ -511,6 +550,8 @@ class PoolRules:
     covers: str = "fresh"
     checkpoint: Callable[[Any, int, int], int] = no_checkpoint
     """Rule 2c: 1 when the chunk [start, end) writes a prefill checkpoint, else 0."""
+    admission: Callable[[Any, int], int] = no_admission_gate
+    """Rule 5b: what the waiting loop's admission test asks for the whole sequence."""
 
     @property
     def speculative(self) -> bool:
@@ -567,6 +608,7 @@ POOL_RULES = (
         refused_v23,
         scope_v23,
         "no speculative",
+        admission=admission_gate,
     ),
     PoolRules(
         "0.26-0.27",
@@ -577,6 +619,7 @@ POOL_RULES = (
         startup_pool_v23,
         refused_v26,
         scope_v26,
+        admission=admission_gate,
     ),
     PoolRules(
         "0.28",
@@ -587,6 +630,7 @@ POOL_RULES = (
         startup_pool_v23,
         refused_v28,
         scope_v28,
+        admission=admission_gate,
     ),
     PoolRules(
         "0.29",
@@ -599,6 +643,7 @@ POOL_RULES = (
         scope_v29,
         "checkpoints",
         checkpoint_v29,
+        admission=admission_gate,
     ),
     PoolRules(
         "0.30",
@@ -611,6 +656,7 @@ POOL_RULES = (
         scope_v30,
         "checkpoints",
         checkpoint_v30,
+        admission=admission_gate,
     ),
     PoolRules(
         "0.31",
@@ -623,6 +669,7 @@ POOL_RULES = (
         scope_v31,
         "checkpoints",
         checkpoint_v31,
+        admission=admission_gate,
     ),
     PoolRules(
         "0.32",
@@ -635,6 +682,7 @@ POOL_RULES = (
         scope_v32,
         "checkpoints",
         checkpoint_v32,
+        admission=admission_gate,
     ),
     PoolRules(
         "0.33-0.34",
@@ -647,6 +695,7 @@ POOL_RULES = (
         scope_v33,
         "checkpoints",
         checkpoint_v33,
+        admission=admission_gate,
     ),
 )
 """The groups in release order; 0.18-0.22 are taken to be 0.17 (not read)."""

@@ -62,16 +62,38 @@ a finished request has e = 0: ``_free_request`` freed its entries)."""
 
 
 @dataclass(frozen=True)
+class Pool:
+    """The KV block pool the requests of a step share (SPEC KV2 rule 5), as the step reads it:
+    ``blocks`` N (the null block among them) and per position whether the request still holds
+    the state block of its chunk before the last (``stale``: ``remove_skipped_blocks`` frees it
+    when the request next calls ``allocate_slots``); and, per position p, the blocks a request
+    in the running list holds at (c, stale) (``held(p, c, stale)``), the blocks a chunk
+    [c, e) asks once its stale block is freed (``asked(p, c, e)``), whether that chunk leaves
+    a stale block (``leaves_stale(p, c, e)``), and what the waiting loop's admission test asks
+    for the whole sequence (``gate(p)``: ``full_sequence_must_fit``, 0 where the release has
+    none). The requests are fresh (c0 = 0) and carry no encoder items."""
+
+    blocks: Any
+    stale: Sequence[Any]
+    held: Callable[[int, Any, Any], Any]
+    asked: Callable[[int, Any, Any], Any]
+    leaves_stale: Callable[[int, Any, Any], Any]
+    gate: Callable[[int], Any]
+
+
+@dataclass(frozen=True)
 class Positions:
     """The k positions of a state as a step reads them, in list order: each one's phase, c and
     e (:mod:`chunkproof.model.encoder_items`), the policy's step of the request there
-    (``stages``) and the encoder cache embeddings its entries reference (``held``)."""
+    (``stages``), the encoder cache embeddings its entries reference (``held``) and, when the
+    step allocates KV blocks, the pool they share (``pool``; ``None``: no allocation fails)."""
 
     phase: Sequence[Any]
     c: Sequence[Any]
     encoded: Sequence[Any]
     stages: Stages
     held: Held
+    pool: Pool | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +136,9 @@ class Outcome:
     """Per position, whether the running loop reached a decoding request there (budget left
     and the loop not stopped): its decode step ran, so its c advances by at least 1; one the
     loop did not reach keeps its c."""
+    ledger: Ledger | None = None
+    """With a pool (:class:`Pool`), what the step's allocations left: the blocks each request
+    holds, its stale flag and whether the step preempted it."""
 
 
 def least_eligible(ops: Ops, phase: Sequence[Any], budget: Any, whole: Any) -> Any:
@@ -159,6 +184,73 @@ def theta_cap(
     return lambda left: ops.where(ops.all_(theta_eff > 0, left > theta_eff), theta_eff, left)
 
 
+class Ledger:
+    """What a step's allocations do to its :class:`Pool` (SPEC KV2 rule 5), position by
+    position as the loops visit them: the blocks each request holds (``holding``), its stale
+    flag, and whether the step preempted it (``out``)."""
+
+    def __init__(self, ops: Ops, pool: Pool, phase: Sequence[Any], c: Sequence[Any]) -> None:
+        self.ops, self.pool = ops, pool
+        self.holding = [
+            ops.where(ph == RUNNING, pool.held(p, c[p], pool.stale[p]), 0)
+            for p, ph in enumerate(phase)
+        ]
+        self.stale = list(pool.stale)
+        self.out = [ops.false] * len(phase)
+
+    def free(self) -> Any:
+        """The free blocks: all but the null block and those the requests hold (a cached
+        block no request holds counts free)."""
+        return self.pool.blocks - 1 - sum(self.holding)
+
+    def running(
+        self, p: int, phase: Sequence[Any], c: Any, chunk: Any, taken: Any
+    ) -> tuple[Any, Any]:
+        """Rule 5c: the running request at ``p`` asks for the chunk ``taken`` marks; its stale
+        block is freed first, granted or not. While the ask exceeds the free blocks the last
+        request of the running list is preempted (``running.pop()``: one the loop has not
+        visited, its blocks freed), until the ask fits or the request preempts itself, which
+        ends the running loop. (granted, preempted itself)."""
+        ops = self.ops
+        self.holding[p] = ops.where(taken, self.holding[p] - self.stale[p], self.holding[p])
+        self.stale[p] = ops.where(taken, 0, self.stale[p])
+        ask = self._asked(p, c, chunk)
+        short = ops.all_(taken, ask > self.free())
+        for q in range(len(phase) - 1, p, -1):
+            self._evict(q, ops.all_(short, phase[q] == RUNNING, ops.not_(self.out[q])))
+            short = ops.all_(short, ask > self.free())
+        self._evict(p, short)
+        granted = ops.all_(taken, ops.not_(short))
+        self.holding[p] = ops.where(granted, self.holding[p] + ask, self.holding[p])
+        leaves = self.pool.leaves_stale(p, c, c + chunk)
+        self.stale[p] = ops.where(granted, leaves, self.stale[p])
+        return granted, short
+
+    def waiting(self, p: int, c: Any, chunk: Any, taken: Any) -> tuple[Any, Any]:
+        """Rule 5b: the waiting request at ``p`` is admitted when the admission test's blocks
+        for its whole sequence and its chunk's blocks are each at most the free blocks; a
+        refusal ends the waiting loop. (granted, refused)."""
+        ops = self.ops
+        free = self.free()
+        ask = self._asked(p, c, chunk)
+        refused = ops.all_(taken, ops.any_(self.pool.gate(p) > free, ask > free))
+        granted = ops.all_(taken, ops.not_(refused))
+        self.holding[p] = ops.where(granted, ask, self.holding[p])
+        return granted, refused
+
+    def _asked(self, p: int, c: Any, chunk: Any) -> Any:
+        """The chunk's ask, at least 0 (a chunk below 0, SPEC Q3, allocates nothing)."""
+        ask = self.pool.asked(p, c, c + chunk)
+        return self.ops.where(ask > 0, ask, 0)
+
+    def _evict(self, q: int, where: Any) -> None:
+        """Preempt the request at ``q`` on the lanes ``where``: its blocks are freed."""
+        ops = self.ops
+        self.out[q] = ops.any_(self.out[q], where)
+        self.holding[q] = ops.where(where, 0, self.holding[q])
+        self.stale[q] = ops.where(where, 0, self.stale[q])
+
+
 def schedule_step(
     ops: Ops,
     at: Positions,
@@ -185,9 +277,16 @@ def schedule_step(
     others reference (``held`` at their state (c, e)), and a request the step schedules
     allocates what its call scheduled, so its e becomes max(e, the call's count) before the
     next request is visited (``schedule()`` allocates in the loop; entries are freed after the
-    step, in ``update_from_output``)."""
+    step, in ``update_from_output``).
+
+    With a KV block pool (``at.pool``, SPEC KV2 rule 5) every chunk the loops take asks for
+    its blocks (:class:`Ledger`): a running request the pool refuses preempts the last of the
+    running list until it fits, or itself, which ends the running loop; the waiting loop runs
+    only when the step preempted nothing, and a refusal there ends it (read from the FCFS
+    ``schedule()``: ``running.pop()``, ``if not preempted_reqs``, ``break``)."""
     phase, c, held = at.phase, at.c, at.held
     k = len(phase)
+    ledger = None if at.pool is None else Ledger(ops, at.pool, phase, c)
     chunk: list[Any] = []
     offered: list[Any] = []
     after = list(at.encoded)
@@ -213,8 +312,13 @@ def schedule_step(
         going = ops.all_(left > 0, ops.not_(stopped), ops.not_(crashed))
         decoded.append(ops.all_(phase[p] == DECODING, going))
         reach = ops.all_(phase[p] == RUNNING, going)
+        if ledger is not None:
+            reach = ops.all_(reach, ops.not_(ledger.out[p]))
         offer = cap(left)
         got, taken = visit(p, offer, reach, reach)
+        if ledger is not None:
+            taken, itself = ledger.running(p, phase, c[p], got.chunk, taken)
+            stopped = ops.any_(stopped, itself)
         chunk.append(ops.where(taken, got.chunk, 0))
         offered.append(ops.where(reach, offer, 0))
         unsafe = ops.any_(unsafe, ops.all_(reach, got.unsafe))
@@ -225,11 +329,13 @@ def schedule_step(
         left = left - chunk[p]
     admitted: list[Any] = []
     seated = sum(ops.where(ops.any_(ph == RUNNING, ph == DECODING), 1, 0) for ph in phase)
-    broke = behind_fit = ops.false
+    broke = behind_fit = full = ops.false
+    if ledger is not None:  # the waiting loop runs only in a step that preempted nothing
+        full = ops.any_(*ledger.out)
     for p in range(k):
         waiting = phase[p] == WAITING
         going = ops.all_(ops.not_(broke), ops.not_(crashed), left > 0, seated < max_seqs)
-        reach = ops.all_(waiting, going)
+        reach = ops.all_(waiting, going, ops.not_(full))
         behind = ops.all_(waiting, broke)
         offer = cap(left)
         got, taken = visit(p, offer, ops.any_(reach, behind), reach)
@@ -240,6 +346,9 @@ def schedule_step(
         breaks += [got.split != 0] if rules.later == "break" else []
         stop = ops.all_(zero, ops.any_(*breaks)) if breaks else ops.false
         broke = ops.any_(broke, ops.all_(reach, stop))
+        if ledger is not None:
+            taken, refused = ledger.waiting(p, c[p], got.chunk, taken)
+            full = ops.any_(full, refused)
         admitted.append(taken)
         seated = seated + ops.where(taken, 1, 0)
         got_chunk = ops.where(taken, got.chunk, 0)
@@ -249,7 +358,18 @@ def schedule_step(
         crashed = ops.any_(crashed, ops.all_(reach, got.crashed))
         left = left - got_chunk
     return Outcome(
-        chunk, offered, admitted, left, broke, behind_fit, unsafe, crashed, after, shared, decoded
+        chunk,
+        offered,
+        admitted,
+        left,
+        broke,
+        behind_fit,
+        unsafe,
+        crashed,
+        after,
+        shared,
+        decoded,
+        ledger,
     )
 
 
@@ -283,7 +403,9 @@ def alone_fit(ops: Ops, at: Positions, offer: Any, where: Any) -> Any:
 
 class Settled(NamedTuple):
     """A request's place after a step: its phase, its c and the group of the list it is in
-    (0 the running list, 1 admitted by the step, 2 the waiting queue, 3 finished)."""
+    (0 the running list, 1 admitted by the step, 2 preempted by the step (the head of the
+    waiting queue, in running-list order: each victim is prepended as it is popped from the
+    end), 3 the waiting queue, 4 finished)."""
 
     phase: Any
     c: Any
@@ -298,21 +420,30 @@ def settle(
     admitted: Any,
     end: Any,
     held_at: Callable[[Any], Any],
+    preempted: Any = False,
+    start: Any = 0,
 ) -> Settled:
     """Where a request is after a step that gave it ``taken`` tokens (its chunk, or a decoding
     request's decode advance) (history note 6; :data:`DECODING`): at c + taken >= E it has
     done its prefill, and is decoding while its entries still reference an item at that c
     (``held_at(c + taken)`` > 0, the entries its step left), else finished, at c = E (its
     later decode steps are part of the rest of M). Otherwise a running or admitted request is
-    running, a waiting one waits."""
+    running, a waiting one waits. A request the step preempted (it took nothing) waits at the
+    head of the queue, back at ``start`` (``_preempt_request``: num_computed_tokens = 0; the
+    pool's requests are fresh, c0 = 0)."""
     after = c + taken
     done = after >= end
     freed = ops.all_(done, held_at(after) <= 0)
     in_list = ops.any_(phase == RUNNING, phase == DECODING, admitted)
     new_phase = ops.where(
-        freed,
-        FINISHED,
-        ops.where(done, DECODING, ops.where(in_list, RUNNING, phase)),
+        preempted,
+        WAITING,
+        ops.where(freed, FINISHED, ops.where(done, DECODING, ops.where(in_list, RUNNING, phase))),
     )
-    group = ops.where(freed, 3, ops.where(admitted, 1, ops.where(in_list, 0, 2)))
-    return Settled(new_phase, ops.where(freed, end, after), group)
+    group = ops.where(
+        preempted,
+        2,
+        ops.where(freed, 4, ops.where(admitted, 1, ops.where(in_list, 0, 3))),
+    )
+    c_after = ops.where(preempted, start, ops.where(freed, end, after))
+    return Settled(new_phase, c_after, group)

@@ -1,0 +1,189 @@
+"""Fidelity of several requests sharing one KV block pool (SPEC KV2 rule 5), against each
+release's own ``KVCacheManager``.
+
+Two or three fresh requests of different prompts share the release's manager, compiled from
+its source text over a counting block pool (:class:`chunkproof.source.kv_alloc_run.TreePool`;
+release code is trusted in tests), in a pool from the least the start-up check accepts to a
+few blocks more. Each step gives every request a random chunk; the tree runs ``schedule()``'s
+FCFS loops as far as the pool goes (preemption in the running loop, the admission test in the
+waiting loop). The model's step (:func:`chunkproof.spec.scheduler_loops.schedule_step` with a
+:class:`~chunkproof.spec.scheduler_loops.Pool` of the release's rule-5 functions, on plain
+integers, then :func:`~chunkproof.spec.scheduler_loops.settle`) must schedule and preempt the
+same requests and leave each holding the same blocks, step after step.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from test_kv_lookup_fidelity import RELEASES, minor_of
+from test_loop_rules import PLAIN, fixed_stages, nothing_held
+
+from chunkproof.model.config import Config
+from chunkproof.model.errors import ConfigError
+from chunkproof.model.policy import LoopRules
+from chunkproof.source.kv_alloc_run import TreePool
+from chunkproof.source.releases import release_root
+from chunkproof.spec.kv_blocks import (
+    PoolRules,
+    held_in_list,
+    leaves_stale,
+    pool_modelled,
+    pool_rules,
+    shared_asked,
+)
+from chunkproof.spec.scheduler_loops import (
+    FINISHED,
+    RUNNING,
+    WAITING,
+    Got,
+    Pool,
+    Positions,
+    schedule_step,
+    settle,
+)
+from chunkproof.spec.slots import eagle_drop
+
+pytestmark = pytest.mark.fidelity
+
+SEED = 20_261_206
+CASES = 60
+STEPS = 40
+
+
+def draw_instance(rng: random.Random, version: str) -> tuple[Config, ...]:
+    """Two or three fresh requests of different prompts on one engine the pool rules cover
+    (:func:`~chunkproof.spec.kv_blocks.pool_modelled`): B in 4, 8; G in B, B/2 and H = G; a
+    lookahead L (0 where the release does not cover S >= 1); no chunk start that asks a tail
+    copy (rule 2b) and no internal checkpoints."""
+    rules = pool_rules(version)
+    while True:
+        block = rng.choice((4, 8))
+        split = rng.choice((block, block // 2))
+        lookahead = rng.choice((0, 1, 2)) if rules.speculative else 0
+        prompts = [rng.randint(1, 5 * block) for _ in range(rng.choice((2, 3)))]
+        try:
+            group = tuple(
+                Config(
+                    block=block,
+                    split_block=split,
+                    hash_block=split,
+                    partial_hits=split < block and minor_of(version) >= 26,
+                    prompt=prompt,
+                    max_sched=64,
+                    lookahead=lookahead,
+                    drop=lookahead >= 1 and rng.random() < 0.5,
+                )
+                for prompt in prompts
+            )
+        except ConfigError:
+            continue
+        if all(covered(rules, cfg) for cfg in group):
+            return group
+
+
+def covered(rules: PoolRules, cfg: Config) -> bool:
+    """Rule 5's scope: the pool rules model the request and no chunk start asks a tail copy."""
+    copies = any(rules.tail_copy(cfg, start) for start in range(cfg.prompt))
+    return pool_modelled(rules, cfg) and not copies
+
+
+class ModelPool:
+    """The model's side: the requests' (phase, c, stale) in list order, stepped by
+    ``schedule_step`` with a :class:`Pool` and placed again by ``settle``."""
+
+    def __init__(self, group: Sequence[Config], rules: PoolRules, blocks: int, mml: int):
+        self.group, self.rules, self.blocks, self.mml = group, rules, blocks, mml
+        self.order = list(range(len(group)))
+        self.phase = [WAITING] * len(group)
+        self.c = [0] * len(group)
+        self.stale = [0] * len(group)
+
+    def step(self, chunks: Sequence[int]) -> tuple[dict[int, int], set[int], list[int], int]:
+        """One step giving request r ``chunks[r]``: (scheduled, preempted, held, free)."""
+        order, group, mml = self.order, self.group, self.mml
+        cfgs = [group[r] for r in order]
+        pool = Pool(
+            self.blocks,
+            [self.stale[r] for r in order],
+            lambda p, c, stale: held_in_list(cfgs[p], c, stale, mml),
+            lambda p, c, e: shared_asked(cfgs[p], c, e, mml),
+            lambda p, c, e: leaves_stale(cfgs[p], c, e),
+            lambda p: self.rules.admission(cfgs[p], mml),
+        )
+        takes = [Got(chunks[r], chunks[r], False, False, 0) for r in order]
+        at = Positions(
+            [self.phase[r] for r in order],
+            [self.c[r] for r in order],
+            [0] * len(order),
+            fixed_stages(takes),
+            nothing_held,
+            pool,
+        )
+        done = schedule_step(PLAIN, at, 1 << 20, lambda left: left, 256, LoopRules())
+        ledger = done.ledger
+        assert ledger is not None
+        places: list[tuple[Any, int, int]] = []
+        for p, r in enumerate(order):
+            place = settle(
+                PLAIN,
+                at.phase[p],
+                at.c[p],
+                done.chunk[p],
+                done.admitted[p],
+                group[r].prompt,
+                lambda after: 0,
+                ledger.out[p],
+            )
+            self.phase[r], self.c[r] = place.phase, place.c
+            self.stale[r] = 0 if place.phase != RUNNING else ledger.stale[p]
+            places.append((place.group, p, r))
+        self.order = [r for _, _, r in sorted(places)]
+        scheduled = {r: done.chunk[p] for p, r in enumerate(order) if done.chunk[p] > 0}
+        preempted = {r for p, r in enumerate(order) if ledger.out[p]}
+        held = [
+            held_in_list(group[r], self.c[r], self.stale[r], mml) if self.phase[r] == RUNNING else 0
+            for r in range(len(group))
+        ]
+        return scheduled, preempted, held, self.blocks - 1 - sum(held)
+
+    def done(self) -> bool:
+        return all(phase == FINISHED for phase in self.phase)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_several_requests_share_the_pool_as_the_release_does(version: str) -> None:
+    """Step after step the model schedules, preempts and leaves holding what the release's
+    own manager does, and some instances of every release preempt."""
+    rng = random.Random(f"{SEED}-pool-{version}")
+    rules = pool_rules(version)
+    wrong: list[str] = []
+    preemptions = 0
+    for _ in range(CASES):
+        group = draw_instance(rng, version)
+        mml = max(cfg.prompt for cfg in group) + 1
+        least = rules.startup_pool(group[0].replace(prompt=mml - 1))
+        blocks = rng.randint(max(least, 2), max(least, 2) + 6)
+        real = TreePool(release_root(version), group, eagle_drop(group[0]), blocks, mml)
+        model = ModelPool(group, rules, blocks, mml)
+        for index in range(STEPS):
+            if model.done():
+                break
+            left = [cfg.prompt - c for cfg, c in zip(group, model.c, strict=True)]
+            chunks = [rng.randint(1, max(n, 1)) for n in left]
+            got = real.step(chunks)
+            want = model.step(chunks)
+            seen = (got.scheduled, set(got.preempted), got.held, got.free)
+            preemptions += bool(got.preempted)
+            if seen != want:
+                prompts = [cfg.prompt for cfg in group]
+                wrong.append(
+                    f"{group[0].describe()} prompts={prompts} N={blocks} step {index} "
+                    f"chunks={chunks}: real {seen}, model {want}"
+                )
+                break
+    assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:4])
+    assert preemptions > 0
