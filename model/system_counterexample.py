@@ -34,15 +34,18 @@ from chunkproof.model.trace_file import (
     recorded_verdict,
 )
 
-SYSTEM_SCHEMA = "chunkproof.system-counterexample/3"
+SYSTEM_SCHEMA = "chunkproof.system-counterexample/4"
 """Version 2 adds the adaptive floor: the engine's ``long_prefill_token_threshold_adaptive``
 and each step's eligible count; a file of version 1 reads as one with the floor off. Version 3
 adds decoding requests (list ``decoding``: the prefill done, an encoder entry still
 referenced) and the tokens each one's decode step advanced (``decoded``); a file of an earlier
-version has none."""
+version has none. Version 4 adds the KV block pool the requests share (the engine's
+``kv_pool_blocks``, absent without one), which requests each step preempted (``preempted``)
+and, for a run that goes on for ever (S-POOL), the step its loop starts at (``loop``)."""
 SYSTEM_SCHEMAS = (
     "chunkproof.system-counterexample/1",
     "chunkproof.system-counterexample/2",
+    "chunkproof.system-counterexample/3",
     SYSTEM_SCHEMA,
 )
 """The versions a reader accepts."""
@@ -53,6 +56,7 @@ class RequestStep:
     """One request in one step: the list it was in (running, waiting, decoding: in the
     running list, c >= E and an encoder entry still referenced, or finished: in neither of
     vLLM's lists) and its place there (a decoding request's in the running list), its c,
+    whether the step preempted it (with a KV block pool),
     whether the step scheduled it (its code did not raise and its chunk passed the loop's zero
     test: a stage may have broken P0, and a chunk below 0 that no clamp caught is scheduled as
     it is, SPEC Q3), its stages at the budget a loop offered it (``None``: no loop reached it,
@@ -65,6 +69,7 @@ class RequestStep:
     scheduled: bool
     stages: Step | None
     decoded: int = 0
+    preempted: bool = False
 
     @property
     def chunk(self) -> int:
@@ -74,16 +79,17 @@ class RequestStep:
     def to_dict(self) -> dict[str, Any]:
         head = {"list": self.queue, "place": self.place, "scheduled": self.scheduled}
         decoded = {"decoded": self.decoded} if self.queue == "decoding" else {}
-        return (
-            head | (self.stages.to_dict() if self.stages is not None else {"c": self.c}) | decoded
-        )
+        preempted = {"preempted": True} if self.preempted else {}
+        stages = self.stages.to_dict() if self.stages is not None else {"c": self.c}
+        return head | stages | decoded | preempted
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestStep:
         stages = Step.from_dict(data) if "budget" in data else None
         place, c, scheduled = int(data["place"]), int(data["c"]), bool(data["scheduled"])
         decoded = int(data.get("decoded", 0))
-        return cls(str(data["list"]), place, c, scheduled, stages, decoded)
+        preempted = bool(data.get("preempted", False))
+        return cls(str(data["list"]), place, c, scheduled, stages, decoded, preempted)
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,11 @@ class SystemCounterexample:
     adaptive: bool = False
     """The engine's ``long_prefill_token_threshold_adaptive`` (every step then records its
     eligible count)."""
+    blocks: int = 0
+    """The KV block pool the requests share (its N; 0: none)."""
+    loop: int | None = None
+    """For a run that goes on for ever, the step its loop starts at: the state after the last
+    step is the one before it, and every step from it on is offered the whole budget M."""
 
     def budget_model(self) -> Adversarial:
         """Any budget 1..M at every step (SPEC S4; M is shared by the requests)."""
@@ -144,11 +155,13 @@ class SystemCounterexample:
                 "long_prefill_token_threshold_adaptive": self.adaptive,
                 "budget_model": self.budget_model().to_dict(),
                 "order": "FCFS",
+                **({"kv_pool_blocks": self.blocks} if self.blocks else {}),
             },
             "requests": [cfg.to_dict() for cfg in self.requests],
             "arrival": list(self.arrival),
             "property": self.property,
             "trace": [s.to_dict() for s in self.steps],
+            **({"loop": self.loop} if self.loop is not None else {}),
             "verdict": self.verdict,
             "details": self.details,
         }
@@ -166,6 +179,8 @@ class SystemCounterexample:
                 arrival=tuple(int(label) for label in data["arrival"]),
                 max_seqs=int(data["engine"]["max_num_seqs"]),
                 adaptive=bool(data["engine"].get("long_prefill_token_threshold_adaptive", False)),
+                blocks=int(data["engine"].get("kv_pool_blocks", 0)),
+                loop=int(data["loop"]) if "loop" in data else None,
                 property=str(data["property"]),
                 steps=tuple(SystemStep.from_dict(s) for s in data["trace"]),
                 verdict=recorded_verdict(data),

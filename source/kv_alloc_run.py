@@ -508,9 +508,11 @@ class TreePool:
     or preempts itself, which ends the loop; then, only when nothing was preempted, the waiting
     queue in order, each admitted with ``full_sequence_must_fit`` (0.23 on, the default
     ``scheduler_reserve_full_isl``), the first refusal ending the loop. The chunk each request
-    takes when a loop reaches it is given; a request whose prefill is done finishes after the
-    step (max_tokens 1) and its blocks are freed. The requests share the engine's settings
-    (the groups of ``cfgs[0]``); nothing is cached between them (no hits)."""
+    takes when a loop reaches it is given (a zero is skipped in the running loop and ends the
+    waiting loop, as every release's split zero does); a request whose prefill is done
+    finishes after the step (max_tokens 1) and its blocks are freed. The requests share the
+    engine's settings (the groups of ``cfgs[0]``); nothing is cached between them (no
+    hits)."""
 
     def __init__(
         self,
@@ -541,6 +543,9 @@ class TreePool:
         index = 0
         while index < len(self.running):
             r = self.running[index]
+            if chunks[r] <= 0:
+                index += 1
+                continue
             granted = manager.allocate_slots(
                 self.requests[r], chunks[r], num_lookahead_tokens=self.lookahead
             )
@@ -559,6 +564,8 @@ class TreePool:
             index += 1
         while not preempted and self.waiting:
             r = self.waiting[0]
+            if chunks[r] <= 0:
+                break
             gate = {"full_sequence_must_fit": True} if self.gated else {}
             granted = manager.allocate_slots(
                 self.requests[r], chunks[r], num_lookahead_tokens=self.lookahead, **gate

@@ -751,6 +751,24 @@ def pool_modelled(rules: PoolRules, cfg: Config) -> bool:
     return rules.speculative or cfg.lookahead == 0
 
 
+def outside_shared_pool(rules: PoolRules, cfg: Config) -> str | None:
+    """Why rule 5 does not cover ``cfg`` under ``rules`` (``None``: it does): it holds for a
+    fresh request (:func:`admitted_fresh`, no uncached prefix) without encoder items or
+    internal checkpoints whose pool the rules model (:func:`pool_modelled`) and none of whose
+    chunks asks a tail copy (rule 2b: the copy's block is back at the step's end)."""
+    if not admitted_fresh(cfg) or cfg.uncached_prefix > 0:
+        return "a request admitted with a hit, a junction or an uncached prefix"
+    if cfg.items:
+        return "encoder items"
+    if cfg.checkpoints:
+        return "internal prefill checkpoints"
+    if not pool_modelled(rules, cfg):
+        return f"L >= 1 under {rules.releases} (its Mamba group frees on c - S tokens)"
+    if any(rules.tail_copy(cfg, start) > 0 for start in range(cfg.prompt)):
+        return "a chunk start that copies the prompt's tail state"
+    return None
+
+
 def lone_allocations(
     cfg: Config,
     chunks: Sequence[int],

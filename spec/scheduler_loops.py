@@ -379,11 +379,14 @@ def stalled(ops: Ops, done: Outcome) -> Any:
     request got a chunk > 0 and no decode step ran. With every chunk 0 the state is its own
     successor; a chunk below 0 (a P0 breach no clamp caught) moves c back, no progress
     either. Stage values outside their range do not stop the judgement: the release schedules
-    what its code gives."""
+    what its code gives. A step that preempts a request changes the state (the request waits
+    again at c0), so it is no stall either (:class:`Ledger`)."""
+    preempted = done.ledger.out if done.ledger is not None else []
     return ops.all_(
         ops.not_(done.crashed),
         *[taken <= 0 for taken in done.chunk],
         *[ops.not_(ran) for ran in done.decoded],
+        *[ops.not_(out) for out in preempted],
     )
 
 

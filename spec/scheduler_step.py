@@ -107,6 +107,13 @@ from chunkproof.model.subset import parse
 from chunkproof.model.vectorised import evaluate
 from chunkproof.spec import system_properties as sysprops
 from chunkproof.spec.interface import Transitions
+from chunkproof.spec.kv_blocks import (
+    held_in_list,
+    leaves_stale,
+    outside_shared_pool,
+    pool_rules,
+    shared_asked,
+)
 from chunkproof.spec.request import Batch, batch_key, make_batch
 from chunkproof.spec.scheduler_loops import (
     DECODING,
@@ -116,6 +123,7 @@ from chunkproof.spec.scheduler_loops import (
     Got,
     Held,
     Ops,
+    Pool,
     Positions,
     Stages,
     alone,
@@ -143,8 +151,13 @@ REQUEST_FIELDS = (
 """The fields of a :class:`Config` that belong to one request; the others are the engine's,
 shared by every request of an instance."""
 
-SCHEDULER_PROPERTIES = ("P0", *sysprops.SYSTEM_PROPERTIES)
-"""The properties the model judges on every transition."""
+SCHEDULER_PROPERTIES = (
+    "P0",
+    *(pid for pid in sysprops.SYSTEM_PROPERTIES if pid not in sysprops.POOL_PROPERTIES),
+)
+"""The properties the model judges on every transition; with a KV block pool, also those of
+:data:`~chunkproof.spec.system_properties.POOL_PROPERTIES` (:attr:`SchedulerStepModel.
+cycle_properties`)."""
 
 MAX_SEQS = 256
 """vLLM's default ``max_num_seqs``."""
@@ -227,9 +240,11 @@ def eligible_choices(whole: int, theta: int, least: int) -> tuple[int, ...]:
         count += 1
 
 
-FIELDS = 4
+FIELDS = 5
 """Columns per position: label, phase, c, e (the request's encoder items up to the last one
-encoded: :mod:`chunkproof.model.encoder_items`; 0 without items and once finished)."""
+encoded: :mod:`chunkproof.model.encoder_items`; 0 without items and once finished) and stale
+(with a KV block pool, 1 while a running request still holds the state block of its chunk
+before the last: :class:`~chunkproof.spec.scheduler_loops.Pool`; else 0)."""
 
 
 def engine_settings(cfg: Config) -> tuple[object, ...]:
@@ -334,6 +349,10 @@ class SchedulerBatch:
     items: int
     encoder: np.ndarray
     margin: np.ndarray
+    blocks: np.ndarray
+    """Per instance, the KV block pool's N (0: no pool, no allocation fails)."""
+    model_len: np.ndarray
+    """Per instance, ``max_model_len``: its longest prompt + 1 (as SPEC P8 takes it)."""
 
     def __len__(self) -> int:
         return len(self.instances)
@@ -345,10 +364,13 @@ class SchedulerBatch:
 
 
 def make_scheduler_batch(
-    instances: list[tuple[Config, ...]], call: CallRules | None = None
+    instances: list[tuple[Config, ...]],
+    call: CallRules | None = None,
+    blocks: Sequence[int] | None = None,
 ) -> SchedulerBatch:
     """A batch of ``instances`` (of one size k, sharing the engine's settings), under the
-    policy's encoder ``call`` rules (the free margin: ``None``, none)."""
+    policy's encoder ``call`` rules (the free margin: ``None``, none), each with the KV block
+    pool of its entry of ``blocks`` (``None`` or 0: no pool)."""
     k = len(instances[0])
     flat = [cfg for group in instances for cfg in group]
     klass = np.array([group.index(cfg) for group in instances for cfg in group], dtype=np.int64)
@@ -368,12 +390,20 @@ def make_scheduler_batch(
         )
     radix = max(cfg.tokens for cfg in flat) + 1 + int(margin.max())
     items = max(len(cfg.items) for cfg in flat) + 1
-    if len(instances) * (k * len(PHASE_NAMES) * radix * items) ** k >= 1 << 62:
+    if len(instances) * (k * len(PHASE_NAMES) * radix * items * 2) ** k >= 1 << 62:
         raise ConfigError("scheduler step: too many instances or tokens for an int64 key")
     encoder = np.array([shared_encoder(group) for group in instances], dtype=np.int64)
+    pool = np.array(blocks if blocks is not None else [0] * len(instances), dtype=np.int64)
+    model_len = np.array([pool_model_len(group) for group in instances], dtype=np.int64)
     return SchedulerBatch(
-        instances, k, requests, klass, whole, theta, radix, items, encoder, margin
+        instances, k, requests, klass, whole, theta, radix, items, encoder, margin, pool, model_len
     )
+
+
+def pool_model_len(group: Sequence[Config]) -> int:
+    """``max_model_len`` of the engine that runs ``group`` with a KV block pool: its longest
+    prompt + 1, the least that lets each request generate (SPEC P8's, for one request)."""
+    return max(cfg.prompt for cfg in group) + 1
 
 
 def free_margins(requests: RequestRows, call: CallRules | None) -> np.ndarray:
@@ -403,6 +433,9 @@ class SchedulerStepModel:
     properties: tuple[str, ...] = SCHEDULER_PROPERTIES
     adaptive: bool = False
     """``long_prefill_token_threshold_adaptive`` (module docstring, Actions)."""
+    blocks: Sequence[int] = ()
+    """Per instance, the N of the KV block pool its requests share (SPEC KV2 rule 5); empty:
+    no pool (no allocation fails)."""
     rules: LoopRules = dataclasses.field(init=False)
     """What a zero does in each loop (:func:`step_loop_rules`), read once; the step refuses
     the policy here, before any search, when it cannot run them."""
@@ -416,24 +449,51 @@ class SchedulerStepModel:
         self.encoder_call = call_rules(self.policy.stage("encoder"))
         if self.adaptive:
             check_adaptive(self.policy)
+        if self.pooled:
+            check_pool(self.policy, self.instances, self.blocks, self.adaptive)
+            self.properties = (*self.properties, *self.cycle_properties)
         for group in self.instances:
             _check_instance(self.policy, group)
             check_encoder_call(self.policy, sum(1 for cfg in group if cfg.items))
 
+    @property
+    def pooled(self) -> bool:
+        """Whether the instances' requests share a KV block pool (:attr:`blocks`)."""
+        return bool(self.blocks)
+
+    @property
+    def cycle_properties(self) -> tuple[str, ...]:
+        """The properties of runs that go on for ever (:mod:`chunkproof.checker.engines.
+        lassos`): S-POOL where the requests share a pool."""
+        return sysprops.POOL_PROPERTIES if self.pooled else ()
+
+    def cycle_edges(self, batch: SchedulerBatch, steps: Transitions, pid: str) -> np.ndarray:
+        """The steps S-POOL holds a run to: each offered the whole budget M (the instance
+        alone; a pooled run has no decode steps and no adaptive floor, so that is one step per
+        state)."""
+        budget = steps.action % ACTION_STRIDE
+        edges: np.ndarray = budget == batch.whole[steps.target[:, 0]]
+        return edges
+
     def batches(self) -> Iterator[SchedulerBatch]:
         """The instances, grouped by size and their requests' :func:`batch_key` values, at
         most :data:`BATCH_INSTANCES` per batch."""
-        groups: dict[tuple[object, ...], list[tuple[Config, ...]]] = {}
-        for group in self.instances:
+        groups: dict[tuple[object, ...], list[int]] = {}
+        for index, group in enumerate(self.instances):
             keys = tuple(sorted({batch_key(cfg) for cfg in group}))
-            groups.setdefault((len(group), keys), []).append(group)
+            groups.setdefault((len(group), keys), []).append(index)
         for same in groups.values():
             for first in range(0, len(same), BATCH_INSTANCES):
-                yield self.batch(same[first : first + BATCH_INSTANCES])
+                chosen = same[first : first + BATCH_INSTANCES]
+                blocks = [self.blocks[i] for i in chosen] if self.pooled else None
+                yield self.batch([self.instances[i] for i in chosen], blocks)
 
-    def batch(self, instances: list[tuple[Config, ...]]) -> SchedulerBatch:
-        """A batch of ``instances`` under the policy's encoder call rules."""
-        return make_scheduler_batch(instances, self.encoder_call)
+    def batch(
+        self, instances: list[tuple[Config, ...]], blocks: Sequence[int] | None = None
+    ) -> SchedulerBatch:
+        """A batch of ``instances`` under the policy's encoder call rules, each with the pool of
+        its entry of ``blocks`` (``None``: no pool)."""
+        return make_scheduler_batch(instances, self.encoder_call, blocks)
 
     def initial(self, batch: SchedulerBatch) -> np.ndarray:
         """Init: every arrival order of every instance, all requests waiting at c0 (one row
@@ -443,18 +503,19 @@ class SchedulerStepModel:
         label = np.tile(orders, (len(batch), 1))
         phase = np.full(label.shape, WAITING, dtype=np.int64)
         c = batch.requests.start[batch.rows(inst, label)]
-        states = self.arrange(batch, inst, label, phase, c, np.zeros_like(c), phase)
+        zero = np.zeros_like(c)
+        states = self.arrange(batch, inst, label, phase, c, zero, phase, zero)
         first = np.unique(self.key(batch, states), return_index=True)[1]
         return states[np.sort(first)]
 
     def key(self, batch: SchedulerBatch, states: np.ndarray) -> np.ndarray:
-        """Mixed radix over (instance, then per position label, phase, c, e)."""
-        digit = len(PHASE_NAMES) * batch.radix * batch.items
+        """Mixed radix over (instance, then per position label, phase, c, e, stale)."""
+        digit = len(PHASE_NAMES) * batch.radix * batch.items * 2
         keys = states[:, 0].copy()
         for p in range(batch.k):
-            label, phase, c, e = (states[:, 1 + FIELDS * p + j] for j in range(FIELDS))
+            label, phase, c, e, stale = (states[:, 1 + FIELDS * p + j] for j in range(FIELDS))
             place = ((label * len(PHASE_NAMES) + phase) * batch.radix + c) * batch.items + e
-            keys = keys * (batch.k * digit) + place
+            keys = keys * (batch.k * digit) + place * 2 + stale
         return keys
 
     def state_space(self, batch: SchedulerBatch) -> None:
@@ -470,17 +531,20 @@ class SchedulerStepModel:
         c: np.ndarray,
         encoded: np.ndarray,
         group: np.ndarray,
+        stale: np.ndarray,
     ) -> np.ndarray:
         """Canonical rows: positions sorted by ``group`` (the list a request is in, in list
         order), the finished requests by (label, c) with e 0 (their entries are freed); labels
-        replaced by their class under symmetry reduction (module docstring)."""
+        replaced by their class under symmetry reduction (module docstring). ``stale`` is 0
+        outside the running list (a request there holds no blocks)."""
         if self.symmetry:
             label = batch.klass[batch.rows(inst, label)]
         position = np.broadcast_to(np.arange(batch.k), label.shape)
         tie = np.where(phase == FINISHED, label * batch.radix + c, position)
         order = np.argsort(group * (batch.k * batch.radix) + tie, axis=1, kind="stable")
         encoded = np.where(phase == FINISHED, 0, encoded)
-        columns = [np.take_along_axis(a, order, axis=1) for a in (label, phase, c, encoded)]
+        stale = np.where(phase == RUNNING, stale, 0)
+        columns = [np.take_along_axis(a, order, axis=1) for a in (label, phase, c, encoded, stale)]
         return np.concatenate([inst[:, None], np.stack(columns, axis=2).reshape(len(inst), -1)], 1)
 
     def successors(self, batch: SchedulerBatch, states: np.ndarray) -> Transitions:
@@ -573,12 +637,14 @@ class SchedulerStepModel:
         choice."""
         rows = states[source]
         inst = rows[:, 0]
-        label, phase, c, e = (rows[:, 1 + j :: FIELDS] for j in range(FIELDS))
+        label, phase, c, e, stale = (rows[:, 1 + j :: FIELDS] for j in range(FIELDS))
         request_rows = batch.rows(inst, label)
         ops = numpy_ops(len(rows))
         phases = list(phase.T)
         held = self._held(batch, request_rows)
-        at = Positions(phases, list(c.T), list(e.T), self._at(batch, request_rows), held)
+        pool = self._pool(batch, request_rows, inst, stale) if self.pooled else None
+        stages = self._at(batch, request_rows)
+        at = Positions(phases, list(c.T), list(e.T), stages, held, pool)
         cap = self._cap(ops, batch, inst, phases, budget, eligible)
         done = schedule_step(ops, at, budget, cap, self.max_seqs, self.rules)
         chunk, admitted = np.stack(done.chunk, axis=1), np.stack(done.admitted, axis=1)
@@ -599,9 +665,16 @@ class SchedulerStepModel:
             "HOL": ~done.crashed & sysprops.head_of_line(done.broke, done.behind_fit),
             "STARVE": sysprops.starvation(still, fit),
         }
+        bad |= {pid: np.zeros(len(rows), dtype=bool) for pid in self.cycle_properties}
         record = {f"chunk{p}": chunk[:, p] for p in range(batch.k)}
         record |= {f"offered{p}": np.asarray(done.offered[p]) for p in range(batch.k)}
         record |= {f"shared{p}": np.asarray(done.shared[p]) for p in range(batch.k)}
+        out = [np.zeros(len(rows), dtype=bool)] * batch.k
+        stale_after = [np.zeros(len(rows), dtype=np.int64)] * batch.k
+        if done.ledger is not None:
+            out = [np.asarray(o, dtype=bool) for o in done.ledger.out]
+            stale_after = [np.asarray(v, dtype=np.int64) for v in done.ledger.stale]
+        record |= {f"preempted{p}": out[p] for p in range(batch.k)}
         record["left"] = np.asarray(done.left)
         lane, advance = self._advances(batch, request_rows, c, decoded)
         encoded = np.stack(done.encoded, axis=1)[lane]
@@ -615,13 +688,25 @@ class SchedulerStepModel:
                 return held_after(p, at_c, encoded[:, p])
 
             end = batch.requests.end[request_rows[lane, p]]
+            start = batch.requests.start[request_rows[lane, p]]
             places.append(
                 settle(
-                    lanes, phase[lane, p], c[lane, p], taken[:, p], admitted[lane, p], end, held_at
+                    lanes,
+                    phase[lane, p],
+                    c[lane, p],
+                    taken[:, p],
+                    admitted[lane, p],
+                    end,
+                    held_at,
+                    out[p][lane],
+                    start,
                 )
             )
         new_phase, after, group = (np.stack(column, axis=1) for column in zip(*places, strict=True))
-        target = self.arrange(batch, inst[lane], label[lane], new_phase, after, encoded, group)
+        kept = np.stack(stale_after, axis=1)[lane]
+        target = self.arrange(
+            batch, inst[lane], label[lane], new_phase, after, encoded, group, kept
+        )
         record = {name: values[lane] for name, values in record.items()}
         record |= {f"decoded{p}": advance[:, p] for p in range(batch.k)}
         action = budget if eligible is None else action_of(budget, eligible)
@@ -689,6 +774,35 @@ class SchedulerStepModel:
 
         return held
 
+    def _pool(
+        self, batch: SchedulerBatch, rows: np.ndarray, inst: np.ndarray, stale: np.ndarray
+    ) -> Pool:
+        """The KV block pool of the lanes' instances (SPEC KV2 rule 5), the release's rules
+        (:func:`~chunkproof.spec.kv_blocks.pool_rules`) evaluated per position over the lanes'
+        requests: :class:`~chunkproof.spec.scheduler_loops.Pool` over NumPy."""
+        rules = pool_rules(self.policy.kv_release)
+        model_len = batch.model_len[inst]
+        requests = batch.requests
+
+        def per(function: Callable[..., Any], p: int, *args: np.ndarray) -> np.ndarray:
+            out = np.zeros(len(rows), dtype=np.int64)
+            for index, part in enumerate(requests.parts):
+                mine = np.flatnonzero(requests.part[rows[:, p]] == index)
+                if len(mine):
+                    view = part.view(requests.local[rows[mine, p]])
+                    lanes = [np.broadcast_to(a, out.shape)[mine] for a in args]
+                    out[mine] = _subset(function, [view, *lanes])
+            return out
+
+        return Pool(
+            batch.blocks[inst],
+            list(stale.T),
+            lambda p, c, kept: per(held_in_list, p, c, kept, model_len),
+            lambda p, c, end: per(shared_asked, p, c, end, model_len),
+            lambda p, c, end: per(leaves_stale, p, c, end),
+            lambda p: per(rules.admission, p, model_len),
+        )
+
     def _cap(
         self,
         ops: Ops,
@@ -729,9 +843,21 @@ def numpy_ops(lanes: int) -> Ops:
     )
 
 
-def fixed_inputs(policy: Policy) -> list[str]:
-    """Every input the scheduler step over ``policy`` fixes, for its reports."""
-    return [*policy.fixed, *STEP_FIXED]
+POOL_FIXED = (
+    "the KV block pool: every request fresh (c0 = 0, no hit), no encoder items, no internal "
+    "checkpoints, no tail copies; max_model_len the instance's longest prompt + 1; watermark "
+    "0; no KV connector; FCFS",
+    "a preempted request finds none of its blocks cached again: it resumes at c = 0",
+    "every request arrives at the first step and leaves at its prefill's end (max_tokens 1)",
+)
+"""What the scheduler step fixes beyond each request's step when its requests share a KV block
+pool (``--pool``), in place of :data:`STEP_FIXED`."""
+
+
+def fixed_inputs(policy: Policy, pooled: bool = False) -> list[str]:
+    """Every input the scheduler step over ``policy`` fixes, for its reports (``pooled``: its
+    requests share a KV block pool)."""
+    return [*policy.fixed, *(POOL_FIXED if pooled else STEP_FIXED)]
 
 
 def per_step_theta(policy: Policy) -> bool:
@@ -754,6 +880,42 @@ def threshold_rule(policy: Policy, positive: bool, adaptive: bool = False) -> st
     if adaptive:
         return rule + "on (at least M // eligible, every eligible count the environment can set)"
     return rule + "off"
+
+
+def check_pool(
+    policy: Policy,
+    instances: Sequence[tuple[Config, ...]],
+    blocks: Sequence[int],
+    adaptive: bool,
+) -> None:
+    """Instances the pool model covers (SPEC KV2 rule 5): one pool size per instance, no
+    adaptive floor, every request inside rule 5's scope
+    (:func:`~chunkproof.spec.kv_blocks.outside_shared_pool`) and a pool the release's start-up
+    check accepts for the instance's ``max_model_len`` (:func:`least_pool`)."""
+    if len(blocks) != len(instances):
+        raise ConfigError("scheduler step: one KV pool size per instance")
+    if adaptive:
+        raise ConfigError("--pool: the adaptive floor with a KV block pool is not modelled")
+    rules = pool_rules(policy.kv_release)
+    for group, size in zip(instances, blocks, strict=True):
+        for cfg in group:
+            reason = outside_shared_pool(rules, cfg)
+            if reason is not None:
+                raise ConfigError(f"--pool: the shared pool model does not cover {reason}")
+        if size < least_pool(policy, group):
+            raise ConfigError(
+                f"--pool: {size} blocks is below the {least_pool(policy, group)} that "
+                f"{rules.releases}'s start-up check accepts for max_model_len "
+                f"{pool_model_len(group)}"
+            )
+
+
+def least_pool(policy: Policy, group: Sequence[Config]) -> int:
+    """The fewest KV blocks the release's start-up check accepts for the engine that runs
+    ``group`` (SPEC KV2 rule 4 at its ``max_model_len``, :func:`pool_model_len`), and at
+    least 2: the null block and one block to hand out."""
+    longest = max(group, key=lambda cfg: cfg.prompt)
+    return max(pool_rules(policy.kv_release).startup_pool(longest), 2)
 
 
 def check_adaptive(policy: Policy) -> None:
@@ -849,7 +1011,7 @@ def describe_state(batch: SchedulerBatch, row: np.ndarray) -> str:
     lists: dict[int, list[str]] = {phase: [] for phase in (RUNNING, WAITING, FINISHED)}
     group = batch.instances[int(row[0])]
     for p in range(batch.k):
-        label, phase, c, e = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+        label, phase, c, e, _ = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
         encoded = f", e={e}" if group[label].items and phase != FINISHED else ""
         decoding = ", decoding" if phase == DECODING else ""
         where = RUNNING if phase == DECODING else phase

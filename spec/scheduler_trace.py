@@ -21,7 +21,13 @@ from chunkproof.model.config import Config
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import step
 from chunkproof.model.system_counterexample import RequestStep, SystemCounterexample, SystemStep
-from chunkproof.spec.scheduler_loops import DECODING, RUNNING, WAITING, least_eligible
+from chunkproof.spec.scheduler_loops import (
+    DECODING,
+    FINISHED,
+    RUNNING,
+    WAITING,
+    least_eligible,
+)
 from chunkproof.spec.scheduler_step import (
     FIELDS,
     PHASE_NAMES,
@@ -59,7 +65,7 @@ class Run:
         row, k = self.rows[index], self.batch.k
         by_label = {}
         for p in range(k):
-            label, _, _, e = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+            label, _, _, e, _ = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
             by_label[label] = e
         return tuple(by_label[label] for label in range(k))
 
@@ -72,23 +78,32 @@ def run_instance(
     max_seqs: int,
     eligible: Sequence[int] | None = None,
     decodes: Sequence[Sequence[int]] | None = None,
+    blocks: int = 0,
 ) -> Run:
     """The steps of ``instance`` from Init with the waiting queue ``arrival`` (labels), offered
     ``budgets`` in order, with the adaptive floor at the ``eligible`` counts (``None``: the
     floor off), each decoding request the running loop reaches advancing by its entry of
     ``decodes`` (per step, per position of the state row; ``None``: 1 each) (module
-    docstring), and the states they pass through. The run ends early where the model's search
-    would stop (a step that breaks P0, or after which every request has finished), and where
-    the step has no transition with the given advances."""
+    docstring), the requests sharing a KV block pool of ``blocks`` (0: none), and the states
+    they pass through. The run ends early where the model's search would stop (a step that
+    breaks P0, or after which every request has finished), and where the step has no
+    transition with the given advances."""
+    pool = [blocks] if blocks else []
     model = SchedulerStepModel(
-        policy, [instance], symmetry=False, max_seqs=max_seqs, adaptive=eligible is not None
+        policy,
+        [instance],
+        symmetry=False,
+        max_seqs=max_seqs,
+        adaptive=eligible is not None,
+        blocks=pool,
     )
-    batch = model.batch([instance])
+    batch = model.batch([instance], pool or None)
     label = np.array([arrival], dtype=np.int64)
     phase = np.full(label.shape, WAITING, dtype=np.int64)
     starts = np.array([[instance[i].start for i in arrival]], dtype=np.int64)
     zero = np.zeros(1, dtype=np.int64)
-    row = model.arrange(batch, zero, label, phase, starts, np.zeros_like(starts), phase)[0]
+    nothing = np.zeros_like(starts)
+    row = model.arrange(batch, zero, label, phase, starts, nothing, phase, nothing)[0]
     steps = []
     rows = [row]
     for index, budget in enumerate(budgets):
@@ -131,7 +146,7 @@ def _requests(
     places = [0] * len(PHASE_NAMES)
     encoder = shared_encoder(instance)
     for p in range(len(instance)):
-        label, phase, c, _ = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+        label, phase, c, _, _ = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
         offered = int(record[f"offered{p}"])
         cfg = engine_encoder(instance[label], encoder)
         shared = int(record[f"shared{p}"])
@@ -140,7 +155,8 @@ def _requests(
         listed = RUNNING if phase == DECODING else phase
         decoded = int(record[f"decoded{p}"])
         queue = PHASE_NAMES[phase]
-        parts[label] = RequestStep(queue, places[listed], c, scheduled, stages, decoded)
+        preempted = bool(record[f"preempted{p}"])
+        parts[label] = RequestStep(queue, places[listed], c, scheduled, stages, decoded, preempted)
         places[listed] += 1
     return tuple(parts[label] for label in range(len(instance)))
 
@@ -154,9 +170,10 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
         return f"a recorded budget lies outside the budget model's 1..{top}"
     eligible = [int(s.eligible or 0) for s in cx.steps] if cx.adaptive else None
     decodes = [recorded_advances(s) for s in cx.steps]
-    replayed = run_instance(
-        policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible, decodes
-    ).steps
+    run = run_instance(
+        policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible, decodes, cx.blocks
+    )
+    replayed = run.steps
     for index, (recorded, actual) in enumerate(zip(cx.steps, replayed, strict=False)):
         phases = [np.array([PHASE_NAMES.index(r.queue)]) for r in actual.requests]
         offered = np.array([actual.budget])
@@ -188,9 +205,45 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
             "request finished, a step broke P0, or the next step's recorded decode advances "
             "are none it allows)"
         )
+    if cx.loop is not None:
+        return _loop_difference(cx, run)
     if cx.property not in replayed[-1].breaks:
         return f"the last step no longer breaks {cx.property}"
     return None
+
+
+def _loop_difference(cx: SystemCounterexample, run: Run) -> str | None:
+    """For a run that goes on for ever: ``None`` when every step from the loop's first is
+    offered the whole budget M and the state after the last is the one before the loop's
+    first, else what differs."""
+    assert cx.loop is not None
+    if not 0 <= cx.loop < len(cx.steps):
+        return f"the loop starts at step {cx.loop}, outside the trace"
+    whole = cx.requests[0].max_sched
+    if any(s.budget != whole for s in cx.steps[cx.loop :]):
+        return f"a step of the loop is offered less than the whole budget M={whole}"
+    if not loops_back(run, cx.loop):
+        return f"the state after the last step is not the one before step {cx.loop}"
+    return None
+
+
+def loops_back(run: Run, loop: int) -> bool:
+    """Whether the state after the run's last step is the one before step ``loop``, up to which
+    of two equal requests is where (:func:`canonical`)."""
+    return canonical(run.batch, run.rows[-1]) == canonical(run.batch, run.rows[loop])
+
+
+def canonical(batch: SchedulerBatch, row: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """A state row with every label replaced by the least label of an equal configuration (as
+    the search's symmetry reduction names requests), the finished requests in sorted order:
+    two rows are the same state exactly when these agree."""
+    listed: list[tuple[int, ...]] = []
+    finished: list[tuple[int, ...]] = []
+    for p in range(batch.k):
+        label, phase, c, e, stale = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+        place = (int(batch.klass[label]), phase, c, e, stale)
+        (finished if phase == FINISHED else listed).append(place)
+    return (*listed, *sorted(finished))
 
 
 def recorded_advances(stepped: SystemStep) -> tuple[int, ...]:

@@ -7,10 +7,12 @@ computed: whether it scheduled any request, which requests a zero blocked, and w
 would have been given alone. Each predicate returns ``True`` where the transition *violates*
 the property (the ``bad[pid]`` arrays of a :class:`~chunkproof.spec.interface.Transitions`).
 
-"For ever" is a cycle of global states. In the scheduler-step model every request's c only
-grows and the two queues keep their order (the model's docstring), so every cycle is a
-self-loop: a step that schedules nothing. A property about what happens for ever is therefore a
-property of one transition whose target is its source.
+"For ever" is a cycle of global states. In the scheduler-step model without a KV block pool
+every request's c only grows and the two queues keep their order (the model's docstring), so
+every cycle is a self-loop: a step that schedules nothing. A property about what happens for
+ever is therefore a property of one transition whose target is its source. With a pool a
+preempted request goes back to c = 0, so a cycle can pass through many states: S-POOL judges
+those on the whole explored graph.
 
 SPEC Q3: the properties judge every step whose code does not raise, P0-violating or not, on the
 chunks the release schedules after every clamp it applies. A step "schedules nothing" when it
@@ -46,9 +48,23 @@ SYSTEM_PROPERTIES: dict[str, Property] = {
             "no reachable step that schedules nothing (a cycle: it repeats for ever under the "
             "same budget) leaves out a request that the budget alone would give a chunk > 0",
         ),
+        Property(
+            "S-POOL",
+            "POOL-LIVE",
+            "with a KV block pool, no reachable state starts a run of steps each offered the "
+            "whole budget M that never finishes every request (a cycle through preemption: "
+            "a preempted request starts again at c = 0)",
+            "the instance alone in the engine; a preempted request finds none of its blocks "
+            "cached again and resumes at c = 0",
+        ),
     )
 }
-"""The system properties, in the order reports list them."""
+"""The system properties, in the order reports list them. S-POOL is judged only where the
+requests share a KV block pool (``chunkproof system --pool``)."""
+
+POOL_PROPERTIES = ("S-POOL",)
+"""The system properties of runs that go on for ever through preemption (judged on the whole
+explored graph: :mod:`chunkproof.checker.engines.lassos`)."""
 
 
 def system_live(

@@ -100,7 +100,7 @@ def head_offer(theta: int, adaptive: bool, eligible: int | None) -> int:
         get_builtin("vllm-0.33"), [(head, behind)], symmetry=False, adaptive=adaptive
     )
     batch = make_scheduler_batch([(head, behind)])
-    row = np.array([[0, 0, WAITING, 0, 0, 1, WAITING, 0, 0]], dtype=np.int64)
+    row = np.array([[0, 0, WAITING, 0, 0, 0, 1, WAITING, 0, 0, 0]], dtype=np.int64)
     count = None if eligible is None else np.array([eligible])
     moved = model.step(batch, row, np.zeros(1, dtype=np.int64), np.array([12]), count)
     assert split_action(int(moved.action[0])) == (12, eligible or 0)

@@ -15,12 +15,12 @@ same requests and leave each holding the same blocks, step after step.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from test_kv_lookup_fidelity import RELEASES, minor_of
-from test_loop_rules import PLAIN, fixed_stages, nothing_held
+from test_loop_rules import PLAIN, nothing_held
 
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
@@ -104,6 +104,14 @@ class ModelPool:
 
     def step(self, chunks: Sequence[int]) -> tuple[dict[int, int], set[int], list[int], int]:
         """One step giving request r ``chunks[r]``: (scheduled, preempted, held, free)."""
+        takes = [Got(n, n, False, False, 0) for n in chunks]
+        return self.advance(lambda p, label, c, offer: takes[label], 1 << 20, LoopRules())
+
+    def advance(
+        self, stages: Callable[[int, int, Any, Any], Got], budget: int, rules: LoopRules
+    ) -> tuple[dict[int, int], set[int], list[int], int]:
+        """One step at ``budget`` under the loop ``rules``, the request ``label`` at position p
+        taking ``stages(p, label, c, offer)``: (scheduled, preempted, held, free)."""
         order, group, mml = self.order, self.group, self.mml
         cfgs = [group[r] for r in order]
         pool = Pool(
@@ -114,16 +122,15 @@ class ModelPool:
             lambda p, c, e: leaves_stale(cfgs[p], c, e),
             lambda p: self.rules.admission(cfgs[p], mml),
         )
-        takes = [Got(chunks[r], chunks[r], False, False, 0) for r in order]
         at = Positions(
             [self.phase[r] for r in order],
             [self.c[r] for r in order],
             [0] * len(order),
-            fixed_stages(takes),
+            lambda p, c, offer, where, shared: stages(p, order[p], c, offer),
             nothing_held,
             pool,
         )
-        done = schedule_step(PLAIN, at, 1 << 20, lambda left: left, 256, LoopRules())
+        done = schedule_step(PLAIN, at, budget, lambda left: left, 256, rules)
         ledger = done.ledger
         assert ledger is not None
         places: list[tuple[Any, int, int]] = []

@@ -691,9 +691,9 @@ def test_a_step_allocates_what_the_encoder_call_scheduled_at_the_value_it_was_ha
     assert step(policy, cfg, 8, 4).chunk == 3
     model = SchedulerStepModel(policy, [(cfg,)])
     (batch,) = list(model.batches())
-    state = np.array([[0, 0, RUNNING, 8, 1]])
+    state = np.array([[0, 0, RUNNING, 8, 1, 0]])
     moved = model.step(batch, state, np.array([0]), np.array([4]))
-    assert moved.target.tolist() == [[0, 0, RUNNING, 11, 2]]
+    assert moved.target.tolist() == [[0, 0, RUNNING, 11, 2, 0]]
 
 
 def test_the_state_key_holds_a_decoding_request_past_its_prefill() -> None:

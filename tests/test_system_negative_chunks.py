@@ -73,7 +73,8 @@ def _first_step(policy: Policy, tokens: tuple[int, int], budget: int) -> dict[st
     label = np.array([[0, 1]])
     phase = np.full((1, 2), WAITING)
     zero = np.zeros(1, dtype=np.int64)
-    row = model.arrange(batch, zero, label, phase, np.zeros((1, 2), np.int64), phase * 0, phase)
+    nothing = phase * 0
+    row = model.arrange(batch, zero, label, phase, nothing, nothing, phase, nothing)
     moved = model.step(batch, row, zero, np.array([budget]))
     (lane,) = range(len(moved.source))
     got: dict[str, Any] = {name: int(values[lane]) for name, values in moved.record.items()}

@@ -377,7 +377,7 @@ def _symbolic_state(row: np.ndarray, by_pattern: list[int]) -> list[int]:
     rank = {int(label): p for p, (label, *_) in enumerate(parts)}
     state = []
     for label in by_pattern:
-        _, phase, c, e = (int(v) for v in parts[rank[label]])
+        _, phase, c, e, _ = (int(v) for v in parts[rank[label]])
         state += [phase, c, rank[label], e]
     return state
 

@@ -122,7 +122,7 @@ from chunkproof.spec.scheduler_step import (
     fixed_inputs,
     request_sets,
 )
-from chunkproof.spec.space import Space
+from chunkproof.spec.space import Space, parse_ints
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
 
 DEFAULT_OUT = Path("chunkproof-out")
@@ -152,6 +152,32 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 
 _positive = _at_least(1)
 _natural = _at_least(0)
+
+MAX_POOL_SIZES = 64
+"""Most KV pool sizes one ``system --pool`` explores per request set."""
+
+
+def _pool_sizes(text: str) -> tuple[int | str, ...]:
+    """An argparse type: ``--pool``, KV block pool sizes (``8,12``, ``8-16``) and ``min``, the
+    least the release's start-up check accepts for each instance."""
+    words = [part.strip() for part in text.split(",")]
+    sizes: list[int | str] = ["min"] if "min" in words else []
+    numbers = ",".join(word for word in words if word != "min")
+    if numbers:
+        try:
+            ints = parse_ints(numbers, "--pool")
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("--pool: ")) from None
+        if sum(high - low + 1 for low, high in ints.intervals) > MAX_POOL_SIZES:
+            raise argparse.ArgumentTypeError(f"at most {MAX_POOL_SIZES} pool sizes")
+        values = [n for low, high in ints.intervals for n in range(low, high + 1)]
+        if min(values) < 2:
+            raise argparse.ArgumentTypeError(
+                "a pool needs at least 2 blocks (the null block and one to hand out)"
+            )
+        sizes += values
+    return tuple(sizes)
+
 
 RLIMIT_MAX = 2**32 - 1
 """The largest ``--rlimit``: Z3 reads a resource limit as a 32-bit count (a larger one wraps
@@ -1110,6 +1136,15 @@ def _add_system_parser(sub: Any) -> None:
         "(SPEC S4)",
     )
     p.add_argument(
+        "--pool",
+        type=_pool_sizes,
+        default=(),
+        metavar="SIZES",
+        help="the requests share a KV block pool of each size (8,12 or 8-16; min: the least "
+        "the release's start-up check accepts): allocation, FCFS preemption and S-POOL "
+        "(default: no pool, no allocation fails)",
+    )
+    p.add_argument(
         "--prove",
         action="store_true",
         help="search with Z3 instead, per proof cell (2 or 3 requests): bounded to --depth, "
@@ -1164,7 +1199,7 @@ def _system_document(
             | {"name": {**PROPERTIES, **SYSTEM_PROPERTIES}[v.property].name, "range": rng}
             for v in verdicts
         ],
-        "fixed": fixed_inputs(policy),
+        "fixed": fixed_inputs(policy, bool(info.get("pools"))),
         **branches_document(policy),
         **extra,
         **_source(policy),
@@ -1177,7 +1212,7 @@ def _system_header(policy: Policy, mode: str, space: Space, info: dict[str, Any]
     branches of ``schedule()`` (for a policy read from source) and the loop rules."""
     print(f"chunkproof system {policy.name}{mode} ({policy.summary})")
     print(f"range (each configuration one request): {_range_words(space.describe())}")
-    print(fixed_line(fixed_inputs(policy)))
+    print(fixed_line(fixed_inputs(policy, bool(info.get("pools")))))
     for line in branch_lines(policy):
         print(line)
     print(f"loops: {info['loops']}")
@@ -1233,6 +1268,10 @@ def _cmd_system(args: argparse.Namespace) -> int:
         raise ChunkproofError("--budget: the scheduler step is offered every budget 1..M")
     texts = range_texts(args)
     space = user_space(texts, None, production=False) if texts else system_space()
+    if args.pool and (args.prove or args.abstraction):
+        raise ChunkproofError(
+            "--pool: the KV block pool is explored only (not with --prove or --abstraction)"
+        )
     if args.prove:
         return _cmd_system_prove(args, policy, space)
     if args.unbounded or args.timeout is not None:
@@ -1247,6 +1286,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
             not args.no_symmetry,
             out,
             args.adaptive_threshold,
+            args.pool,
         )
     statuses = {v.status for v in verdicts}
     code = EXIT_BAD_INPUT if EMPTY in statuses else EXIT_VIOLATED if VIOLATED in statuses else 0
@@ -1267,6 +1307,14 @@ def _cmd_system(args: argparse.Namespace) -> int:
         f"{info['states']} global states"
         f"{'' if info['symmetry'] else ' (no symmetry reduction)'} in {info['seconds']} s"
     )
+    if info["pools"]:
+        print(
+            f"KV block pool: {', '.join(info['pools'])} blocks per instance (min: the least "
+            "the release's start-up check accepts, num_gpu_blocks_override); "
+            f"{info['outside_pool']} request configuration(s) outside the pool model left "
+            f"out, {info['below_startup']} (set, pool) pair(s) below the start-up check "
+            "(vLLM refuses to start)"
+        )
     if info["left_out"]:
         print(
             f"left out: {info['left_out']} set(s) of {info['requests']} requests in "

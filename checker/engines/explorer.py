@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkproof.checker.engines.lassos import judge_cycles
 from chunkproof.spec.interface import ExplicitModel, Transitions
 
 NO_WITNESS = -1
@@ -78,10 +79,22 @@ class Explored:
 
 
 def explore_batch(model: ExplicitModel, batch: Any) -> Explored:
-    """Breadth-first search of every instance of ``batch`` (module docstring)."""
+    """Breadth-first search of every instance of ``batch`` (module docstring), then the
+    model's properties of runs that go on for ever (:func:`~chunkproof.checker.engines.lassos.
+    judge_cycles`) on the whole graph."""
     listed = model.state_space(batch)
-    if listed is not None:
-        return _explore_listed(model, batch, listed)
+    explored = (
+        _explore_listed(model, batch, listed)
+        if listed is not None
+        else _explore_levels(model, batch)
+    )
+    if getattr(model, "cycle_properties", ()):
+        judge_cycles(model, explored)
+    return explored
+
+
+def _explore_levels(model: ExplicitModel, batch: Any) -> Explored:
+    """:func:`explore_batch` one BFS level at a time (module docstring)."""
     frontier_states = model.initial(batch)
     frontier_keys = model.key(batch, frontier_states)
     visited = VisitedKeys(frontier_keys)

@@ -19,21 +19,32 @@ from chunkproof.model.step import Step, step
 from chunkproof.model.system_counterexample import SYSTEM_FORMAT, SystemCounterexample, SystemStep
 from chunkproof.model.trace_file import TraceFile, TraceFormat
 from chunkproof.spec.scheduler_step import SCHEDULER_PROPERTIES
-from chunkproof.spec.scheduler_trace import Run, arrival_order, replay, run_instance
+from chunkproof.spec.scheduler_trace import (
+    Run,
+    arrival_order,
+    loops_back,
+    replay,
+    run_instance,
+)
+from chunkproof.spec.system_properties import POOL_PROPERTIES
 
 
 @dataclass(frozen=True)
 class Witness:
     """A violating path the explorer found: the instance, the waiting queue at Init as the
     state row names it (least labels of equal configurations), the budgets offered, with the
-    adaptive floor the eligible counts (``None`` without it), and per step the decode advances
-    per position of the state row (:func:`~chunkproof.spec.scheduler_trace.run_instance`)."""
+    adaptive floor the eligible counts (``None`` without it), per step the decode advances
+    per position of the state row (:func:`~chunkproof.spec.scheduler_trace.run_instance`), the
+    KV block pool's N (0: none) and, for a run that goes on for ever (S-POOL), the step its
+    loop starts at: the state after the last step is the one before it."""
 
     instance: tuple[Config, ...]
     queue: tuple[int, ...]
     budgets: tuple[int, ...]
     eligible: tuple[int, ...] | None
     decodes: tuple[tuple[int, ...], ...]
+    blocks: int = 0
+    loop: int | None = None
 
 
 def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple[int, ...], Run]:
@@ -48,6 +59,7 @@ def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple
         max_seqs,
         witness.eligible,
         witness.decodes,
+        witness.blocks,
     )
     return arrival, run
 
@@ -56,11 +68,18 @@ def build(
     policy: Policy, witness: Witness, pid: str, max_seqs: int, details: dict[str, Any]
 ) -> SystemCounterexample:
     """The counterexample of ``pid`` along ``witness``, recomputed on the model's Next; its
-    last step must break ``pid`` (equal requests are interchangeable, so the labelled run
-    breaks it where the reduced one did)."""
+    last step must break ``pid``, or for a run that goes on for ever return to the state
+    before the loop's first step (equal requests are interchangeable, so the labelled run
+    breaks it where the reduced one did, and loops back up to which of them is where)."""
     arrival, run = labelled_run(policy, witness, max_seqs)
     steps = run.steps
-    assert len(steps) == len(witness.budgets) and pid in steps[-1].breaks, (pid, witness)
+    assert len(steps) == len(witness.budgets), (pid, witness)
+    if witness.loop is None:
+        assert pid in steps[-1].breaks, (pid, witness)
+        verdict = verdict_words(policy, witness.instance, steps[-1], pid)
+    else:
+        assert loops_back(run, witness.loop), (pid, witness)
+        verdict = loop_words(witness.instance, steps, witness.loop, witness.blocks)
     return SystemCounterexample(
         policy=policy.name,
         source_sha256=policy.source_sha256,
@@ -71,8 +90,34 @@ def build(
         adaptive=witness.eligible is not None,
         property=pid,
         steps=steps,
-        verdict=verdict_words(policy, witness.instance, steps[-1], pid),
+        verdict=verdict,
         details=details,
+        blocks=witness.blocks,
+        loop=witness.loop,
+    )
+
+
+def loop_words(
+    instance: tuple[Config, ...], steps: tuple[SystemStep, ...], loop: int, blocks: int
+) -> str:
+    """What a lasso shows (S-POOL): offered the whole budget M at every step, the run comes back
+    to the state before step ``loop``; the requests the loop preempts, each where the pool
+    refused it."""
+    preempted = [
+        f"#{label} (T={instance[label].T}) at c={part.c}"
+        for stepped in steps[loop:]
+        for label, part in enumerate(stepped.requests)
+        if part.preempted
+    ]
+    unfinished = [
+        f"#{label}" for label, part in enumerate(steps[loop].requests) if part.queue != "finished"
+    ]
+    return (
+        f"offered the whole budget M={steps[loop].budget} at every step, the run from step "
+        f"{loop} returns to the same state after {len(steps) - loop} step(s) and repeats for "
+        f"ever with {', '.join(unfinished)} unfinished: the pool of {blocks} KV blocks refuses "
+        f"a chunk and the running loop preempts {', '.join(preempted)}, which starts again at "
+        "c = 0"
     )
 
 
@@ -152,7 +197,7 @@ class SystemKind:
     """The scheduler step's counterexamples (:class:`~chunkproof.checker.kinds.TraceKind`)."""
 
     format: TraceFormat = SYSTEM_FORMAT
-    properties: tuple[str, ...] = SCHEDULER_PROPERTIES
+    properties: tuple[str, ...] = (*SCHEDULER_PROPERTIES, *POOL_PROPERTIES)
 
     def owns(self, cx: TraceFile) -> bool:
         return isinstance(cx, SystemCounterexample)
@@ -175,7 +220,14 @@ class SystemKind:
         )
 
     def repro_source(self, cx: TraceFile, source_name: str, style: str) -> str:
-        """The standalone form only: the short form has no ``schedule()`` loops."""
+        """The standalone form only: the short form has no ``schedule()`` loops; and not yet
+        for requests that share a KV block pool."""
+        if _mine(cx).blocks:
+            raise ChunkproofError(
+                "repro: a counterexample whose requests share a KV block pool has no pytest "
+                "form yet (it needs the tree's KVCacheManager inside schedule()'s loops); "
+                "`chunkproof replay` re-runs it on the model"
+            )
         if style == "vllm":
             raise ChunkproofError(
                 "--style vllm: a multi-request counterexample needs schedule()'s loops; "

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from chunkproof.checker.engines.explorer import NO_WITNESS, Explored, explore_batch
+from chunkproof.checker.engines.lassos import around
 from chunkproof.checker.engines.verdicts import EMPTY, PROVED, VIOLATED
 from chunkproof.checker.kinds import save_counterexample
 from chunkproof.checker.kinds.system import Witness, build, labelled_run
@@ -33,6 +34,7 @@ from chunkproof.checker.reports.output import RunFolder
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
+from chunkproof.spec.kv_blocks import outside_shared_pool, pool_rules
 from chunkproof.spec.scheduler_step import (
     FIELDS,
     MAX_SEQS,
@@ -40,6 +42,7 @@ from chunkproof.spec.scheduler_step import (
     decode_advances,
     describe_state,
     engine_settings,
+    least_pool,
     request_sets,
     split_action,
     step_loop_rules,
@@ -47,7 +50,7 @@ from chunkproof.spec.scheduler_step import (
 )
 from chunkproof.spec.scheduler_trace import Run
 from chunkproof.spec.space import Space
-from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
+from chunkproof.spec.system_properties import POOL_PROPERTIES, SYSTEM_PROPERTIES
 
 MAX_INSTANCES = 200_000
 """Most request sets one run explores (a larger space is refused before they are built)."""
@@ -114,40 +117,61 @@ def action_words(budget: int, eligible: int, row: np.ndarray, decodes: Sequence[
 
 
 def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
-    """A labelled run of a witness as trace lines: each state with the action taken there,
-    then the last step's target (every request under its own label, also where the search
-    reduced equal requests to one)."""
+    """A labelled run of a witness as trace lines: each state with the action taken there (and
+    the requests the step preempted), then the last step's target (every request under its own
+    label, also where the search reduced equal requests to one); a lasso (S-POOL) marks the
+    state its loop starts from and says the last state is that one again."""
     eligible = witness.eligible or (0,) * len(witness.budgets)
-    lines = [
-        f"{describe_state(run.batch, row)}  {action_words(budget, count, row, decodes)}"
-        for row, budget, count, decodes in zip(
+    lines = []
+    for index, (row, budget, count, decodes) in enumerate(
+        zip(
             run.rows[: len(witness.budgets)],
             witness.budgets,
             eligible,
             witness.decodes,
             strict=True,
         )
-    ]
-    lines.append(describe_state(run.batch, run.rows[len(witness.budgets)]))
+    ):
+        action = action_words(budget, count, row, decodes)
+        out = [
+            f"#{label}" for label, part in enumerate(run.steps[index].requests) if part.preempted
+        ]
+        if out:
+            action = f"{action[:-3]}, preempts {', '.join(out)}-->"
+        mark = "(loop) " if index == witness.loop else ""
+        lines.append(f"{mark}{describe_state(run.batch, row)}  {action}")
+    last = describe_state(run.batch, run.rows[len(witness.budgets)])
+    if witness.loop is not None:
+        last += f"  (= the state before step {witness.loop}: the loop repeats for ever)"
+    lines.append(last)
     return tuple(lines)
 
 
-def _witness(explored: Explored, transition: int, adaptive: bool) -> Witness:
+def _witness(explored: Explored, transition: int, adaptive: bool, pid: str) -> Witness:
     """The instance of a violating transition, the waiting queue of its path's initial state
     and the actions along the path (budgets, and with the adaptive floor eligible counts),
-    that transition's last."""
+    that transition's last; for a property of runs that go on for ever (S-POOL), the path to
+    the transition's state and then the run around its cycle
+    (:func:`~chunkproof.checker.engines.lassos.around`), with the step the loop starts at."""
     batch, steps = explored.batch, explored.steps
     source = int(steps.source[transition])
     path = explored.path(source)
     first = explored.states[path[0][0] if path else source]
-    taken = [int(a) for a in (*(via for _, via in path), steps.action[transition])]
+    lasso, loop = [transition], None
+    if pid in POOL_PROPERTIES:
+        lasso, back = around(explored, transition, pid)
+        loop = len(path) + back
+    taken = [int(a) for a in (*(via for _, via in path), *steps.action[lasso])]
     actions = [split_action(a) for a in taken]
+    inst = int(first[0])
     return Witness(
-        batch.instances[int(first[0])],
+        batch.instances[inst],
         tuple(int(v) for v in first[1::FIELDS]),
         tuple(budget for budget, _ in actions),
         tuple(eligible for _, eligible in actions) if adaptive else None,
         tuple(decode_advances(a, batch.k) for a in taken),
+        int(batch.blocks[inst]),
+        loop,
     )
 
 
@@ -160,9 +184,34 @@ def _set_count(policy: Policy, configs: list[Config], k: int) -> int:
     return sum(math.comb(size + k - 1, k) for size in groups.values())
 
 
-def describe_instance(group: tuple[Config, ...]) -> str:
-    """The requests of an instance, each as ``#label: its configuration``."""
-    return "; ".join(f"#{label}: {cfg.describe()}" for label, cfg in enumerate(group))
+def pooled_instances(
+    policy: Policy, sets: Sequence[tuple[Config, ...]], pools: Sequence[int | str]
+) -> tuple[list[tuple[Config, ...]], list[int], int]:
+    """Each request set with each KV block pool of ``pools`` (a size, or ``"min"``: the least
+    the release's start-up check accepts for the set's ``max_model_len``,
+    :func:`~chunkproof.spec.scheduler_step.least_pool`), once per distinct size: the sets (one
+    entry per pool), their pool sizes, and how many (set, size) pairs the start-up check
+    refuses (a pool below its least), which vLLM does not run."""
+    instances: list[tuple[Config, ...]] = []
+    blocks: list[int] = []
+    below = 0
+    for group in sets:
+        least = least_pool(policy, group)
+        sizes = {least if size == "min" else int(size) for size in pools}
+        for size in sorted(sizes):
+            if size < least:
+                below += 1
+                continue
+            instances.append(group)
+            blocks.append(size)
+    return instances, blocks, below
+
+
+def describe_instance(group: tuple[Config, ...], blocks: int = 0) -> str:
+    """The requests of an instance, each as ``#label: its configuration``, and the KV block
+    pool they share (``blocks`` > 0)."""
+    pool = f"; a pool of {blocks} KV blocks" if blocks else ""
+    return "; ".join(f"#{label}: {cfg.describe()}" for label, cfg in enumerate(group)) + pool
 
 
 def threshold_words(info: dict[str, Any]) -> str:
@@ -179,16 +228,24 @@ def explore_system(
     symmetry: bool = True,
     out: RunFolder | None = None,
     adaptive: bool = False,
+    pools: Sequence[int | str] = (),
 ) -> tuple[list[SystemVerdict], dict[str, Any]]:
     """Every instance of ``requests`` requests drawn from ``space`` (module docstring), with
-    the adaptive floor when ``adaptive``; with ``out``, each violated property's
-    counterexample file and picture in it."""
+    the adaptive floor when ``adaptive``, each with every KV block pool of ``pools`` (a size,
+    or ``"min"``: the least the release's start-up check accepts; empty: no pool,
+    :func:`pooled_instances`); with ``out``, each violated property's counterexample file and
+    picture in it."""
     if not 1 <= requests <= MAX_REQUESTS:
         raise ChunkproofError(f"--requests must be 1 to {MAX_REQUESTS}")
     if max_seqs < 1:
         raise ChunkproofError("--max-seqs must be at least 1")
     started = time.monotonic()
     configs = list(space.configs())
+    outside = 0
+    if pools:
+        rules = pool_rules(policy.kv_release)
+        inside = [cfg for cfg in configs if outside_shared_pool(rules, cfg) is None]
+        outside, configs = len(configs) - len(inside), inside
     count = _set_count(policy, configs, requests)
     if count > MAX_INSTANCES:
         raise ChunkproofError(
@@ -196,8 +253,13 @@ def explore_system(
             f"{MAX_INSTANCES}; narrow the ranges"
         )
     sets = request_sets(policy, configs, requests)
+    left_out = count - len(sets)
+    below = 0
+    blocks: list[int] = []
+    if pools:
+        sets, blocks, below = pooled_instances(policy, sets, pools)
     model = SchedulerStepModel(
-        policy, sets, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive
+        policy, sets, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive, blocks=blocks
     )
     violating = dict.fromkeys(model.properties, 0)
     smallest: dict[str, tuple[tuple[Any, ...], str, Witness]] = {}
@@ -210,10 +272,11 @@ def explore_system(
             violating[pid] += len(hits)
             for inst in hits:
                 group = batch.instances[int(inst)]
-                rank = _rank(group)
+                rank = (_rank(group), int(batch.blocks[inst]))
                 if pid not in smallest or rank < smallest[pid][0]:
-                    witness = _witness(explored, int(found[inst]), adaptive)
-                    smallest[pid] = (rank, describe_instance(group), witness)
+                    witness = _witness(explored, int(found[inst]), adaptive, pid)
+                    described = describe_instance(group, int(batch.blocks[inst]))
+                    smallest[pid] = (rank, described, witness)
     verdicts = []
     for pid in model.properties:
         status = EMPTY if not sets else VIOLATED if violating[pid] else PROVED
@@ -239,7 +302,10 @@ def explore_system(
         "symmetry": symmetry,
         "request_configurations": len(configs),
         "instances": len(sets),
-        "left_out": count - len(sets),
+        "left_out": left_out,
+        "pools": [str(size) for size in pools],
+        "outside_pool": outside,
+        "below_startup": below,
         "states": states,
         "seconds": round(time.monotonic() - started, 3),
     }

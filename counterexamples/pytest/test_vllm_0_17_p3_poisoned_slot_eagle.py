@@ -2127,3 +2127,124 @@ def tree_allocations(
         if not calls[-1].granted:
             break
     return calls
+
+
+@dataclass(frozen=True)
+class PoolStepResult:
+    """One step of :class:`TreePool`: per request, the tokens the step scheduled (0: none), the
+    requests it preempted (in order), the free blocks after it and the blocks (not null) each
+    request holds after it (both groups)."""
+
+    scheduled: dict[int, int]
+    preempted: list[int]
+    free: int
+    held: list[int]
+
+
+class TreePool:
+    """Fresh requests of ``cfgs``' prompts sharing the tree's own ``KVCacheManager`` over a
+    :class:`CountingPool` of ``num_blocks`` blocks (SPEC KV2 rule 5): each :meth:`step` runs
+    ``schedule()``'s two loops as far as the pool goes, FCFS, as the releases' ``schedule()``
+    has them (read from it): the running list in order, a refused request preempting
+    ``running.pop()`` (its blocks freed, c = 0, at the head of the waiting queue) until it fits
+    or preempts itself, which ends the loop; then, only when nothing was preempted, the waiting
+    queue in order, each admitted with ``full_sequence_must_fit`` (0.23 on, the default
+    ``scheduler_reserve_full_isl``), the first refusal ending the loop. The chunk each request
+    takes when a loop reaches it is given (a zero is skipped in the running loop and ends the
+    waiting loop, as every release's split zero does); a request whose prefill is done
+    finishes after the step (max_tokens 1) and its blocks are freed. The requests share the
+    engine's settings (the groups of ``cfgs[0]``); nothing is cached between them (no
+    hits)."""
+
+    def __init__(
+        self,
+        root: Path,
+        cfgs: Sequence[KvConfig],
+        use_eagle: bool,
+        num_blocks: int,
+        max_model_len: int,
+    ) -> None:
+        tree = allocation_tree(root, CountingPool)
+        self.lookahead = cfgs[0].lookahead
+        self.manager = kv_manager(tree, cfgs[0], use_eagle, num_blocks, max_model_len)
+        self.requests = [fresh_request(cfg, f"r{i}", tree) for i, cfg in enumerate(cfgs)]
+        self.prompts = [cfg.prompt for cfg in cfgs]
+        self.running: list[int] = []
+        self.waiting = list(range(len(cfgs)))
+        self.finished: list[int] = []
+        self.gated = "full_sequence_must_fit" in self.manager.allocate_slots.__code__.co_varnames
+
+    def step(self, chunks: Sequence[int]) -> PoolStepResult:
+        """One step in which the request ``r`` takes ``chunks[r]`` tokens if a loop reaches
+        it and the pool grants them."""
+        manager = self.manager
+        if hasattr(manager, "new_step_starts"):
+            manager.new_step_starts()
+        scheduled: dict[int, int] = {}
+        preempted: list[int] = []
+        index = 0
+        while index < len(self.running):
+            r = self.running[index]
+            if chunks[r] <= 0:
+                index += 1
+                continue
+            granted = manager.allocate_slots(
+                self.requests[r], chunks[r], num_lookahead_tokens=self.lookahead
+            )
+            while granted is None:
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim == r:
+                    break
+                granted = manager.allocate_slots(
+                    self.requests[r], chunks[r], num_lookahead_tokens=self.lookahead
+                )
+            if granted is None:
+                break
+            scheduled[r] = chunks[r]
+            index += 1
+        while not preempted and self.waiting:
+            r = self.waiting[0]
+            if chunks[r] <= 0:
+                break
+            gate = {"full_sequence_must_fit": True} if self.gated else {}
+            granted = manager.allocate_slots(
+                self.requests[r], chunks[r], num_lookahead_tokens=self.lookahead, **gate
+            )
+            if granted is None:
+                break
+            self.waiting.pop(0)
+            self.running.append(r)
+            self.requests[r].status = RequestStatus.RUNNING
+            scheduled[r] = chunks[r]
+        end_step(manager)
+        for r, chunk in scheduled.items():
+            request = self.requests[r]
+            request.num_computed_tokens += chunk
+            if request.num_computed_tokens >= self.prompts[r]:
+                manager.free(request)
+                self.running.remove(r)
+                self.finished.append(r)
+        return PoolStepResult(scheduled, preempted, manager.block_pool.free, self.held())
+
+    def held(self) -> list[int]:
+        """The blocks (not null) each request holds, both groups."""
+        return [
+            sum(
+                1
+                for group in self.manager.coordinator.single_type_managers
+                for block in group.req_to_blocks.get(request.request_id, ())
+                if not block.is_null
+            )
+            for request in self.requests
+        ]
+
+    def _preempt(self, r: int) -> None:
+        """``_preempt_request``: the request's blocks freed, c = 0, at the head of the waiting
+        queue."""
+        request = self.requests[r]
+        self.manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        self.waiting.insert(0, r)

@@ -1,0 +1,226 @@
+"""Several requests sharing a KV block pool in ``chunkproof system --pool`` (SPEC KV2 rule 5,
+S-POOL): the explicit step over NumPy lanes against the same rules on plain integers, runs that
+go on for ever found on the whole explored graph (:mod:`chunkproof.checker.engines.lassos`),
+their counterexample files, and bad input.
+
+The known answer: in 0.23-0.28 the least pool the start-up check accepts counts the null block
+among its blocks (SPEC KV2 rule 4), so a request of P = max_model_len - 1 tokens is refused its
+last chunk even alone (SPEC P8's finding on 0.28). In the step, with T = 9, B = 8 and M = 8 in a
+pool of 4 blocks, the running loop preempts the request at c = 8 and it starts again at 0, for
+ever; 0.29 counts the null block on top, and its least pool serves every request.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import Cli
+from test_kv_pool_fidelity import ModelPool, covered
+
+from chunkproof.checker.engines.lassos import endless
+from chunkproof.checker.kinds import load_counterexample
+from chunkproof.model.builtin import get_builtin
+from chunkproof.model.config import Config
+from chunkproof.model.step import step
+from chunkproof.model.system_counterexample import SystemCounterexample
+from chunkproof.source.kv_alloc_run import TreePool
+from chunkproof.source.releases import release_root
+from chunkproof.spec.kv_blocks import pool_rules
+from chunkproof.spec.scheduler_loops import FINISHED, Got
+from chunkproof.spec.scheduler_step import FIELDS, SchedulerStepModel, least_pool
+
+REFUSED = ["--block", "8", "--lookahead", "0", "--drop", "off", "--prompt", "3,9"]
+REFUSED += ["--max-sched", "8"]
+"""Two requests, T = 3 and T = 9, B = 8, M = 8 (module docstring)."""
+
+
+def test_endless_keeps_the_states_that_reach_a_cycle() -> None:
+    """0 -> 1 -> 2 -> 1 loops for ever from 0, 1 and 2; 3 -> 4 ends; 5 -> 5 is a cycle of
+    one; 6 has no edge."""
+    source = np.array([0, 1, 2, 3, 5])
+    target = np.array([1, 2, 1, 4, 5])
+    assert np.flatnonzero(endless(7, source, target)).tolist() == [0, 1, 2, 5]
+
+
+def test_the_least_pool_of_0_28_preempts_a_request_for_ever(cli: Cli, tmp_path: Path) -> None:
+    """S-POOL on 0.28 at the least pool (4 blocks for max_model_len 10): the lasso's loop
+    preempts #1 at c = 8 and comes back to the state before it; the file replays. A pool of 5
+    holds the request's last chunk: no lasso."""
+    least = cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
+    assert least.code == 1
+    assert "S-POOL   VIOLATED  2 of 3 instances" in least.out, least.out
+    assert "--budget 8, preempts #1-->" in least.out
+    assert "(= the state before step 1: the loop repeats for ever)" in least.out
+    path = tmp_path / "vllm-0.28" / "system-S-POOL.json"
+    data = json.loads(path.read_text())
+    assert data["engine"]["kv_pool_blocks"] == 4 and data["loop"] == 1
+    assert [s["budget"] for s in data["trace"]] == [8, 8, 8]
+    assert (
+        data["trace"][-1]["requests"][1] | {"preempted": True} == data["trace"][-1]["requests"][1]
+    )
+    replayed = cli("replay", str(path))
+    assert replayed.code == 0 and "reproduces on vllm-0.28: S-POOL" in replayed.out
+    larger = cli("system", "vllm-0.28", *REFUSED, "--pool", "5", "--json", "--out", str(tmp_path))
+    verdicts = {v["property"]: v["status"] for v in larger.json()["verdicts"]}
+    assert verdicts["S-POOL"] == "PROVED"
+
+
+def test_a_changed_loop_does_not_replay(cli: Cli, tmp_path: Path) -> None:
+    """A lasso whose loop is said to start at step 0 does not come back to that state: replay
+    says so and exits 1."""
+    cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
+    path = tmp_path / "vllm-0.28" / "system-S-POOL.json"
+    data = json.loads(path.read_text())
+    data["loop"] = 0
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps(data))
+    replayed = cli("replay", str(moved))
+    assert replayed.code == 1
+    assert "the state after the last step is not the one before step 0" in replayed.out
+
+
+def test_from_0_29_the_least_pool_serves_every_instance(cli: Cli, tmp_path: Path) -> None:
+    """0.29 counts the null block on top of its least pool: over T 1-12, B 4 and 8, L 0-1 and
+    M 4 and 8, no run offered M preempts for ever."""
+    ranges = ["--block", "4,8", "--lookahead", "0-1", "--drop", "off", "--prompt", "1-12"]
+    ranges += ["--max-sched", "4,8"]
+    done = cli("system", "vllm-0.29", *ranges, "--pool", "min", "--json", "--out", str(tmp_path))
+    document = done.json()
+    verdicts = {v["property"]: v for v in document["verdicts"]}
+    assert verdicts["S-POOL"]["status"] == "PROVED"
+    assert verdicts["S-POOL"]["instances"] == document["explored"]["instances"] > 0
+    assert any("resumes at c = 0" in line for line in document["fixed"])
+
+
+def test_the_pool_leaves_out_what_it_does_not_model(cli: Cli, tmp_path: Path) -> None:
+    """Requests with a hit, or a release's L >= 1 its pool rules do not cover (0.23-0.25), are
+    left out and counted; a range with none left is EMPTY (exit 2), never PROVED."""
+    ranges = ["--block", "4", "--drop", "off", "--prompt", "4-6", "--max-sched", "4"]
+    mixed = cli("system", "vllm-0.23", *ranges, "--lookahead", "0-1", "--pool", "min")
+    assert mixed.code in (0, 1) and "3 request configuration(s) outside the pool model" in mixed.out
+    empty = cli("system", "vllm-0.23", *ranges, "--lookahead", "1", "--pool", "min")
+    assert empty.code == 2 and "EMPTY" in empty.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--pool", "1"], "at least 2 blocks"),
+        (["--pool", "x"], "cannot read 'x'"),
+        (["--pool", "2-100"], "at most 64 pool sizes"),
+        (["--pool", "8", "--prove"], "explored only"),
+        (["--pool", "8", "--abstraction"], "explored only"),
+        (["--pool", "8", "--adaptive-threshold"], "adaptive floor"),
+    ],
+)
+def test_bad_pool_input_is_one_line_and_exit_2(cli: Cli, argv: list[str], words: str) -> None:
+    done = cli("system", "vllm-0.33", *REFUSED, *argv)
+    assert done.code == 2 and words in done.err, done.err
+    assert len(done.err.strip().splitlines()) == 1 and "Traceback" not in done.err
+
+
+@pytest.mark.parametrize("version", ["vllm-0.15", "vllm-0.28", "vllm-0.30", "vllm-0.34"])
+def test_the_lanes_step_is_the_plain_one(version: str) -> None:
+    """The explicit model's step over NumPy lanes (the pool rules evaluated per request from
+    each part's fields, its rows and their stale column) schedules the same chunks, preempts
+    the same requests and leaves them in the same places as the loop rules on plain integers
+    with the policy's concrete stages, along random budgets of random instances."""
+    policy = get_builtin(version)
+    rules = pool_rules(policy.kv_release)
+    loop_rules = policy.rules()
+    assert loop_rules is not None
+    rng = random.Random(f"lanes-{version}")
+    compared = preempting = 0
+    while compared < 150:
+        block = rng.choice((4, 8))
+        lookahead = rng.choice((0, 1)) if rules.speculative else 0
+        group = tuple(
+            Config(
+                block=block,
+                prompt=rng.randint(1, 3 * block),
+                max_sched=4 * block,
+                lookahead=lookahead,
+            )
+            for _ in range(rng.choice((2, 3)))
+        )
+        if not all(covered(rules, cfg) and policy.accepts(cfg) is None for cfg in group):
+            continue
+        blocks = least_pool(policy, group) + rng.randint(0, 2)
+        plain = ModelPool(group, rules, blocks, max(cfg.prompt for cfg in group) + 1)
+        model = SchedulerStepModel(policy, [group], symmetry=False, blocks=[blocks])
+        (batch,) = model.batches()
+
+        def stages(
+            p: int, label: int, c: int, offer: int, group: tuple[Config, ...] = group
+        ) -> Got:
+            got = step(policy, group[label], c, offer)
+            return Got(got.chunk, got.split, got.unsafe is not None, got.crash is not None, 0)
+
+        for _ in range(12):
+            if plain.done():
+                break
+            row = _row(plain)
+            budget = rng.randint(1, 4 * block)
+            moved = model.step(batch, row[None, :], np.zeros(1, dtype=np.int64), np.array([budget]))
+            labels = [int(row[1 + FIELDS * p]) for p in range(len(group))]
+            lanes = {label: int(moved.record[f"chunk{p}"][0]) for p, label in enumerate(labels)}
+            out = {label for p, label in enumerate(labels) if moved.record[f"preempted{p}"][0]}
+            scheduled, preempted, _, _ = plain.advance(stages, budget, loop_rules)
+            assert {r: n for r, n in lanes.items() if n > 0} == scheduled, (group, blocks)
+            assert out == preempted, (group, blocks)
+            assert _placed(moved.target[0]) == _placed(_row(plain)), (group, blocks)
+            compared += 1
+            preempting += bool(preempted)
+            if not moved.follow[0]:
+                break
+    assert preempting > 0
+
+
+def _row(plain: ModelPool) -> np.ndarray:
+    """The plain model's state as the explicit model's row (instance 0, no symmetry)."""
+    row = [0]
+    for label in plain.order:
+        row += [label, plain.phase[label], plain.c[label], 0, plain.stale[label]]
+    return np.array(row, dtype=np.int64)
+
+
+def _placed(row: np.ndarray) -> list[tuple[int, ...]]:
+    """A row's positions (label, phase, c, stale), the finished ones sorted."""
+    k = (len(row) - 1) // FIELDS
+    parts = [tuple(int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)]) for p in range(k)]
+    listed = [(p[0], p[1], p[2], p[4]) for p in parts if p[1] != FINISHED]
+    done = sorted((p[0], p[1], p[2], p[4]) for p in parts if p[1] == FINISHED)
+    return listed + done
+
+
+@pytest.mark.fidelity
+def test_the_lasso_of_0_28_preempts_the_same_way_on_the_real_tree(cli: Cli, tmp_path: Path) -> None:
+    """The S-POOL counterexample's chunks through 0.28.0's own KVCacheManager (TreePool): each
+    step schedules and preempts what the file records, and the loop's last step leaves the
+    requests where its first found them; at 0.29.0's least pool for the same prompts nothing
+    is preempted."""
+    cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
+    cx = load_counterexample(tmp_path / "vllm-0.28" / "system-S-POOL.json")
+    assert isinstance(cx, SystemCounterexample) and cx.loop is not None
+    real = TreePool(release_root("0.28.0"), cx.requests, False, cx.blocks, 10)
+    places = []
+    for stepped in cx.steps:
+        chunks = [part.stages.chunk if part.stages else 1 for part in stepped.requests]
+        places.append((list(real.running), list(real.waiting)))
+        got = real.step(chunks)
+        assert got.scheduled == {
+            i: part.chunk for i, part in enumerate(stepped.requests) if part.scheduled
+        }
+        assert set(got.preempted) == {
+            i for i, part in enumerate(stepped.requests) if part.preempted
+        }
+    assert (list(real.running), list(real.waiting)) == places[cx.loop]
+    assert [r.num_computed_tokens for r in real.requests][1] == 0
+    later = TreePool(release_root("0.29.0"), cx.requests, False, 5, 10)
+    for stepped in cx.steps:
+        chunks = [part.stages.chunk if part.stages else 1 for part in stepped.requests]
+        assert not later.step(chunks).preempted
