@@ -188,7 +188,7 @@ def _row(plain: ModelPool) -> np.ndarray:
     return np.array(row, dtype=np.int64)
 
 
-def _placed(row: np.ndarray) -> list[tuple[int, ...]]:
+def _placed(row: np.ndarray) -> list[tuple[int, int, int, int]]:
     """A row's positions (label, phase, c, stale), the finished ones sorted."""
     k = (len(row) - 1) // FIELDS
     parts = [tuple(int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)]) for p in range(k)]
