@@ -13,6 +13,11 @@ scheduler step are two models behind these interfaces.
 instance index within a batch, the rest the state vector. :meth:`ExplicitModel.successors`
 evaluates every action of every given state at once and returns a :class:`Transitions`.
 
+A model may also judge properties of runs that go on for ever: it lists them in
+``cycle_properties`` and names the transitions such a run is held to (``cycle_edges(batch,
+steps, pid)``); the explorer judges them on the whole graph of a batch it has searched
+(:mod:`chunkproof.checker.engines.lassos`).
+
 **Symbolic form** (:class:`SymbolicModel`). Parameters, state variables and the action are Z3
 terms; the model gives the initial-state predicate, the guard, the next state and, per
 property, the condition under which a transition violates it.

@@ -45,9 +45,10 @@ history note sections 6 and 10). The second model behind
   (:func:`chunkproof.model.step.vectorised_stages`) at (c, token_budget) and token_budget -= n; n =
   0 is ``continue`` (in every release; the loop rules below). The loop stops when token_budget is
   0. Then the waiting loop visits the waiting requests in queue order while token_budget > 0 and
-  the running list has fewer than ``max_seqs`` requests (no preemption: the model has no KV
-  allocation to fail). A request the step schedules allocates the encoder items its call scheduled
-  at once (e := max(e, the call's count)), so the requests visited after it see them; entries are
+  the running list has fewer than ``max_seqs`` requests (without a KV block pool, below, no
+  allocation fails and nothing is preempted). A request the step schedules allocates the
+  encoder items its call scheduled at once (e := max(e, the call's count)), so the requests
+  visited after it see them; entries are
   freed after the step (``update_from_output``), and all of a request's when it finishes. Each
   request is offered the budget left, capped from C8 (0.31) by the per-step threshold theta_eff
   (history note 6, running loop step 2): theta when more than one request is eligible, else 0
@@ -73,6 +74,15 @@ history note sections 6 and 10). The second model behind
   below 0 that 0.28-0.33's reservation clamps to 0 is a zero; one no clamp catches, up to 0.27,
   is scheduled as it is and gives its tokens back to the budget:
   :mod:`~chunkproof.spec.scheduler_loops`).
+* KV block pool (``blocks``, ``chunkproof system --pool``; SPEC KV2 rule 5): the requests of
+  an instance share a pool of N blocks. Each chunk asks for its blocks; a running request the
+  pool refuses preempts the last of the running list, or itself, which waits again at c = 0
+  (so a cycle of states need not be a self-loop); the waiting loop runs only in a step that
+  preempted nothing and admits behind the release's test for the whole sequence
+  (:class:`~chunkproof.spec.scheduler_loops.Ledger`). A row then carries each request's stale
+  bit (:data:`FIELDS`), and S-POOL, judged on the whole explored graph
+  (:attr:`SchedulerStepModel.cycle_properties`), asks that no run offered M at every step goes
+  on for ever.
 
 Symmetry reduction (``symmetry=True``): requests with equal configurations are interchangeable,
 so a row stores, instead of a request's label, the least label of an equal configuration, and
