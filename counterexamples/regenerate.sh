@@ -139,3 +139,9 @@ pick_system system-slive-adaptive-floor vllm-0.33 S-LIVE --block 4 --lookahead 2
 # reaches its end + L, so neither moves again (S-LIVE). Alone the request is live; 0.33, which
 # frees an image at its end, has no deadlock.
 pick_system system-slive-shared-encoder-cache vllm-0.28 S-LIVE --block 1 --lookahead 1 --drop on --threshold 4 --prompt 12 --max-sched 8 --items 2+4,6+4 --encoder-cache 8
+
+# vllm-0.28, two requests sharing the least KV block pool 0.28's start-up check accepts for
+# max_model_len 10 (4 blocks, the null block among them): T=9 is refused its last chunk even
+# alone, preempts itself at c=8 and starts again at 0, for ever (S-POOL, a lasso); 0.29 counts
+# the null block on top of its least pool, which serves it.
+pick_system system-s-pool-least-pool vllm-0.28 S-POOL --block 8 --lookahead 0 --drop off --prompt 3,9 --max-sched 8 --pool min

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import Cli
+from repro_helpers import blocking_packages, generate_repro, run_repro
 from test_kv_pool_fidelity import ModelPool, covered
 
 from chunkproof.checker.engines.lassos import endless
@@ -224,3 +225,31 @@ def test_the_lasso_of_0_28_preempts_the_same_way_on_the_real_tree(cli: Cli, tmp_
     for stepped in cx.steps:
         chunks = [part.stages.chunk if part.stages else 1 for part in stepped.requests]
         assert not later.step(chunks).preempted
+
+
+@pytest.mark.fidelity
+def test_the_pool_repro_fails_on_the_real_0_28_tree(cli: Cli, tmp_path: Path) -> None:
+    """The S-POOL file's repro runs the real split and the tree's own KVCacheManager inside
+    schedule()'s loops: on 0.28.0, with the file's 4 blocks, the run comes back to the loop's
+    state and the test fails with S-POOL; the same file with a pool of 5 blocks passes (the
+    request's last chunk fits)."""
+    cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
+    test_file = generate_repro(cli, tmp_path / "vllm-0.28" / "system-S-POOL.json", tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
+    status, output = run_repro(test_file, release_root("0.28.0"), blockers)
+    assert status == 1 and "AssertionError: S-POOL: " in output, output
+    assert "comes back to the same state after 2 step(s)" in output
+    source = test_file.read_text()
+    assert source.count("POOL_BLOCKS = 4\n") == 1
+    larger = tmp_path / "test_larger_pool.py"
+    larger.write_text(source.replace("POOL_BLOCKS = 4\n", "POOL_BLOCKS = 5\n"))
+    status, output = run_repro(larger, release_root("0.28.0"), blockers)
+    assert status == 0 and "1 passed" in output, output
+
+
+def test_only_s_pool_has_a_pool_repro(cli: Cli, tmp_path: Path) -> None:
+    """A pooled HOL file has no pytest form yet: one line, exit 2 (its loops would need the
+    tree's manager too)."""
+    cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
+    done = cli("repro", str(tmp_path / "vllm-0.28" / "system-HOL.json"), "--pytest", "x.py")
+    assert done.code == 2 and "HOL counterexample whose requests share a KV block pool" in done.err

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkproof.checker.reports.system_picture import save_system_picture
+from chunkproof.checker.repro.pool import pool_repro_source
 from chunkproof.checker.repro.system import system_repro_source
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
@@ -220,20 +221,24 @@ class SystemKind:
         )
 
     def repro_source(self, cx: TraceFile, source_name: str, style: str) -> str:
-        """The standalone form only: the short form has no ``schedule()`` loops; and not yet
-        for requests that share a KV block pool."""
-        if _mine(cx).blocks:
-            raise ChunkproofError(
-                "repro: a counterexample whose requests share a KV block pool has no pytest "
-                "form yet (it needs the tree's KVCacheManager inside schedule()'s loops); "
-                "`chunkproof replay` re-runs it on the model"
-            )
+        """The standalone form only: the short form has no ``schedule()`` loops. Where the
+        requests share a KV block pool, S-POOL's runs the tree's manager
+        (:mod:`chunkproof.checker.repro.pool`); the other properties' have no form yet."""
+        mine = _mine(cx)
         if style == "vllm":
             raise ChunkproofError(
                 "--style vllm: a multi-request counterexample needs schedule()'s loops; "
                 "use --style standalone"
             )
-        return system_repro_source(_mine(cx), source_name)
+        if mine.blocks and mine.loop is not None:
+            return pool_repro_source(mine, source_name)
+        if mine.blocks:
+            raise ChunkproofError(
+                f"repro: a {mine.property} counterexample whose requests share a KV block pool "
+                "has no pytest form yet (only S-POOL's runs the tree's KVCacheManager); "
+                "`chunkproof replay` re-runs it on the model"
+            )
+        return system_repro_source(mine, source_name)
 
 
 SYSTEM = SystemKind()

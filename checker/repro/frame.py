@@ -301,9 +301,10 @@ def file_docstring(
     """The generated file's docstring: ``title`` (what breaks where), ``cx``'s verdict, what
     the test runs on its ``requests`` and ``offered`` (with ``cache`` "P6", the tree's KV cache
     lookup; with "P8", the tree's block allocation; with "P3", the tree's Mamba keys and the
-    states their blocks hold), where the source tree comes from, and where
-    the file came from (``source_name``). Backslashes and double quotes in them are escaped: a
-    file name, a policy name and a verdict stay inside the docstring."""
+    states their blocks hold; with "S-POOL", several requests on the tree's manager), where
+    the source tree comes from, and where the file came from (``source_name``). Backslashes
+    and double quotes in them are escaped: a file name, a policy name and a verdict stay
+    inside the docstring."""
     source = (
         f"vLLM source with sha256 {cx.source_sha256}"
         if cx.source_sha256
@@ -334,6 +335,13 @@ def file_docstring(
             "state@e into the request's Mamba block at column cdiv(e, B) - 1, and an internal "
             "checkpoint into the block the manager reserved for it."
         )
+    if cache == "S-POOL":
+        also += (
+            " The pool has the counterexample's N blocks, chunkproof's reading of the least "
+            "its release's start-up check accepts, not run from the tree: a release that "
+            "fixed the start-up check instead (0.29 counts the null block on top) refuses to "
+            "start with that N, and still fails this file."
+        )
     if cache == "P8":
         also += (
             " It runs the tree's own KVCacheManager.allocate_slots (compiled from the source "
@@ -345,7 +353,7 @@ def file_docstring(
         ["chunkproof.source.extraction"]
         + ["chunkproof.source.encoder_run"] * items
         + ["chunkproof.source.kv_run"] * bool(cache)
-        + ["chunkproof.source.kv_alloc_run"] * (cache in ("P3", "P8"))
+        + ["chunkproof.source.kv_alloc_run"] * (cache in ("P3", "P8", "S-POOL"))
     )
     carried = " and ".join(carried.rsplit(", ", 1))
     lines = [

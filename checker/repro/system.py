@@ -89,9 +89,9 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     name = f"{cx.property}_{rule.name}".lower().replace("-", "_")
     values = {
         "docstring": file_docstring(cx, cx.requests, title, offered, source_name),
-        "configs": _list_literal([config_literal(cfg) for cfg in cx.requests]),
+        "configs": list_literal([config_literal(cfg) for cfg in cx.requests]),
         "scheduler": dict_literal(attributes[0][0]),
-        "requests": _list_literal([dict_literal(request) for _, request in attributes]),
+        "requests": list_literal([dict_literal(request) for _, request in attributes]),
         "prefill_ends": repr([cfg.prefill_end for cfg in cx.requests]),
         "arrival": repr(list(cx.arrival)),
         "max_seqs": str(cx.max_seqs),
@@ -103,7 +103,7 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
         "adaptive": str(cx.adaptive),
         "composition": policy.composition,
         "policy": one_line(cx.policy),
-        "recorded": _recorded_literal(cx),
+        "recorded": recorded_literal(cx),
         "test_name": f"test_{name}",
         "property": cx.property,
         "definition": rule.definition,
@@ -112,7 +112,7 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     if not with_items:
         checks = Template(_CHECKS[cx.property]).substitute(encoder_of="")
         methods = real_methods(policy, [])
-        return _TEMPLATE.substitute(values | _BY_LABEL | _NO_ENCODER | methods, check_body=checks)
+        return _TEMPLATE.substitute(values | BY_LABEL | NO_ENCODER | methods, check_body=checks)
     imports, driver = module_source(encoder_run)
     capacity, budget = shared_encoder(cx.requests)
     encoder = encoder_values(cx.requests[with_items[0]]) | _ENCODER_CALLS
@@ -121,7 +121,7 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     checks = Template(_CHECKS[cx.property]).substitute(encoder_of=_ENCODER_CALLS["encoder_of"])
     methods = real_methods(policy, [], imports)
     return _ENCODER_TEMPLATE.substitute(
-        values | _BY_LABEL | encoder | methods,
+        values | BY_LABEL | encoder | methods,
         check_body=checks,
         items_by_label=repr(items),
         encoder_run=driver,
@@ -133,7 +133,7 @@ def _property(pid: str) -> Property:
     return SYSTEM_PROPERTIES[pid] if pid in SYSTEM_PROPERTIES else PROPERTIES[pid]
 
 
-def _list_literal(items: list[str]) -> str:
+def list_literal(items: list[str]) -> str:
     """A list display of the literals ``items``, one a block, each headed by its label."""
     body = "".join(
         f"    # #{label}\n{textwrap.indent(item, '    ')},\n" for label, item in enumerate(items)
@@ -141,7 +141,7 @@ def _list_literal(items: list[str]) -> str:
     return "[\n" + body + "]"
 
 
-def _recorded_literal(cx: SystemCounterexample) -> str:
+def recorded_literal(cx: SystemCounterexample) -> str:
     """The recorded steps: the budget and the stages each request a loop reached got, each
     step headed by the lists it started from, the verdict before the last."""
     note = textwrap.wrap(f"{cx.property}: {cx.verdict}", 92)
@@ -186,7 +186,7 @@ def _recorded_step(
     )
 
 
-_BY_LABEL: Values = {
+BY_LABEL: Values = {
     "step_parameters": ", label: int",
     "step_lines": "\n    label: int,",
     "step_subject": "request ``label``",
@@ -253,7 +253,7 @@ _CHECKS = {
 """The body of the generated ``violation``: P0, then the property (module docstring), each
 problem naming the property and the step."""
 
-_REQUESTS = """
+REQUESTS = """
 # The requests' configurations (chunkproof's model, SPEC S1): request #i is CONFIGS[i].
 CONFIGS = $configs
 
@@ -440,7 +440,7 @@ def violation(
 $check_body
 '''
 
-_TEMPLATE = Template(PRELUDE + _REQUESTS + STEP_CLASS + _TEST + REAL_METHODS)
+_TEMPLATE = Template(PRELUDE + REQUESTS + STEP_CLASS + _TEST + REAL_METHODS)
 
 _ENCODER = '''# The requests' encoders: the tree's EncoderCacheManager (one, which they
 # share), Request members, PlaceholderRange and the scheduler's encoder methods, compiled from
@@ -486,10 +486,10 @@ def holds(encoders: dict[int, EncoderRun], label: int) -> bool:
 """The encoders of a file with requests with encoder items (a :class:`~string.Template`)."""
 
 _ENCODER_TEMPLATE = Template(
-    PRELUDE + _REQUESTS + _ENCODER + STEP_CLASS + _TEST + ENCODER_STEP + REAL_REST + ENCODER_DRIVER
+    PRELUDE + REQUESTS + _ENCODER + STEP_CLASS + _TEST + ENCODER_STEP + REAL_REST + ENCODER_DRIVER
 )
 
-_NO_ENCODER: Values = {
+NO_ENCODER: Values = {
     "test_fixtures": "",
     "step_extra": "",
     "encoders_parameter": "",

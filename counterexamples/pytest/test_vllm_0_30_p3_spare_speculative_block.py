@@ -2176,10 +2176,9 @@ class TreePool:
 
     def step(self, chunks: Sequence[int]) -> PoolStepResult:
         """One step in which the request ``r`` takes ``chunks[r]`` tokens if a loop reaches
-        it and the pool grants them."""
-        manager = self.manager
-        if hasattr(manager, "new_step_starts"):
-            manager.new_step_starts()
+        it and the pool grants them (:meth:`begin`, :meth:`allocate` with :meth:`preempt`,
+        :meth:`end`)."""
+        self.begin()
         scheduled: dict[int, int] = {}
         preempted: list[int] = []
         index = 0
@@ -2188,45 +2187,66 @@ class TreePool:
             if chunks[r] <= 0:
                 index += 1
                 continue
-            granted = manager.allocate_slots(
-                self.requests[r], chunks[r], num_lookahead_tokens=self.lookahead
-            )
-            while granted is None:
+            while not self.allocate(r, chunks[r]):
                 victim = self.running.pop()
-                self._preempt(victim)
+                self.preempt(victim)
                 preempted.append(victim)
                 if victim == r:
                     break
-                granted = manager.allocate_slots(
-                    self.requests[r], chunks[r], num_lookahead_tokens=self.lookahead
-                )
-            if granted is None:
+            if r in preempted:
                 break
             scheduled[r] = chunks[r]
             index += 1
         while not preempted and self.waiting:
             r = self.waiting[0]
-            if chunks[r] <= 0:
+            if chunks[r] <= 0 or not self.allocate(r, chunks[r], admission=True):
                 break
-            gate = {"full_sequence_must_fit": True} if self.gated else {}
-            granted = manager.allocate_slots(
-                self.requests[r], chunks[r], num_lookahead_tokens=self.lookahead, **gate
-            )
-            if granted is None:
-                break
-            self.waiting.pop(0)
-            self.running.append(r)
-            self.requests[r].status = RequestStatus.RUNNING
+            self.running.append(self.waiting.pop(0))
             scheduled[r] = chunks[r]
-        end_step(manager)
+        for r in self.end(scheduled):
+            self.running.remove(r)
+        return PoolStepResult(scheduled, preempted, self.manager.block_pool.free, self.held())
+
+    def begin(self) -> None:
+        """A step starts (``new_step_starts``, 0.29 on)."""
+        if hasattr(self.manager, "new_step_starts"):
+            self.manager.new_step_starts()
+
+    def allocate(self, r: int, chunk: int, admission: bool = False) -> bool:
+        """``allocate_slots`` for ``chunk`` tokens of request ``r``, as the running loop asks
+        it, or with ``admission`` as the waiting loop does (``full_sequence_must_fit`` where the
+        release has it; the request then runs). Whether the pool granted it."""
+        request = self.requests[r]
+        gate = {"full_sequence_must_fit": True} if admission and self.gated else {}
+        granted = self.manager.allocate_slots(
+            request, chunk, num_lookahead_tokens=self.lookahead, **gate
+        )
+        if granted is not None and admission:
+            request.status = RequestStatus.RUNNING
+        return granted is not None
+
+    def preempt(self, r: int) -> None:
+        """``_preempt_request``: the request's blocks freed, c = 0, at the head of the waiting
+        queue (the caller took it out of the running list)."""
+        request = self.requests[r]
+        self.manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        self.waiting.insert(0, r)
+
+    def end(self, scheduled: dict[int, int]) -> list[int]:
+        """The step ends (:func:`end_step`) and computes what it scheduled; the requests whose
+        prefill that finishes leave, their blocks freed (max_tokens 1). Those requests."""
+        end_step(self.manager)
+        finished = []
         for r, chunk in scheduled.items():
             request = self.requests[r]
             request.num_computed_tokens += chunk
             if request.num_computed_tokens >= self.prompts[r]:
-                manager.free(request)
-                self.running.remove(r)
+                self.manager.free(request)
                 self.finished.append(r)
-        return PoolStepResult(scheduled, preempted, manager.block_pool.free, self.held())
+                finished.append(r)
+        return finished
 
     def held(self) -> list[int]:
         """The blocks (not null) each request holds, both groups."""
@@ -2239,12 +2259,3 @@ class TreePool:
             )
             for request in self.requests
         ]
-
-    def _preempt(self, r: int) -> None:
-        """``_preempt_request``: the request's blocks freed, c = 0, at the head of the waiting
-        queue."""
-        request = self.requests[r]
-        self.manager.free(request)
-        request.status = RequestStatus.PREEMPTED
-        request.num_computed_tokens = 0
-        self.waiting.insert(0, r)

@@ -1,0 +1,230 @@
+"""Standalone pytest repros of a counterexample whose requests share a KV block pool
+(``chunkproof repro FILE --pytest OUT`` on an S-POOL file of ``chunkproof system --pool``;
+SPEC KV2 rule 5).
+
+The file is a multi-request repro's (:mod:`chunkproof.checker.repro.system`: the requests,
+the stand-ins, the recorded steps, the real split and reservation read from a vLLM source
+tree) whose ``schedule()`` asks the tree's own ``KVCacheManager`` for every chunk: it carries
+:mod:`chunkproof.source.kv_run` and :mod:`chunkproof.source.kv_alloc_run`, whose ``TreePool``
+compiles the manager from the source text over a pool of the recorded size. The running loop
+preempts ``running.pop()`` while the pool refuses a chunk, or the request itself, which ends
+the loop; the waiting loop runs only when nothing was preempted and admits through the
+manager's test for the whole sequence. The test offers the recorded budgets (the whole budget
+M from the loop's first step on), checks SPEC P0 on every request a loop reached, and fails
+with S-POOL when the run comes back to the lists and computed tokens it had before the loop's
+first step: from there it repeats for ever. On a tree whose pool serves the requests it does
+not come back, and the file passes.
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+from chunkproof.checker.repro.frame import (
+    PRELUDE,
+    REAL_METHODS,
+    STEP_CLASS,
+    Values,
+    config_literal,
+    dict_literal,
+    file_docstring,
+    module_source,
+    one_line,
+    real_methods,
+    standins,
+)
+from chunkproof.checker.repro.requests import KV_DRIVER, POOL_DRIVER
+from chunkproof.checker.repro.system import (
+    BY_LABEL,
+    NO_ENCODER,
+    REQUESTS,
+    list_literal,
+    recorded_literal,
+)
+from chunkproof.model.system_counterexample import SystemCounterexample
+from chunkproof.source import kv_alloc_run, kv_run
+from chunkproof.source.loading import recorded_policy
+from chunkproof.spec.scheduler_step import per_step_theta, pool_model_len, step_loop_rules
+from chunkproof.spec.slots import eagle_drop
+from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
+
+
+def pool_repro_source(cx: SystemCounterexample, source_name: str) -> str:
+    """The text of the standalone pytest file for the S-POOL counterexample ``cx`` (module
+    docstring)."""
+    assert cx.loop is not None and cx.blocks > 0
+    policy = recorded_policy(cx)
+    rules = step_loop_rules(policy)
+    rule = SYSTEM_PROPERTIES[cx.property]
+    attributes = [standins(cx, cfg, source_name) for cfg in cx.requests]
+    offered = (
+        "the counterexample's budgets step by step to schedule()'s two loops over the requests, "
+        f"each chunk asking the tree's own KVCacheManager for its blocks in a pool of "
+        f"{cx.blocks} (FCFS, {rules.describe()}, preemption as schedule() has it); after the "
+        "last step it asserts S-POOL (the run is not back where the loop's first step found "
+        "it), and it asserts P0"
+    )
+    requests = "; ".join(f"#{i}: {cfg.describe()}" for i, cfg in enumerate(cx.requests))
+    title = f"S-POOL {rule.name} breaks on {cx.policy} ({requests}; {cx.blocks} KV blocks)"
+    imports = [*module_source(kv_run)[0], *module_source(kv_alloc_run)[0]]
+    values: Values = {
+        "docstring": file_docstring(cx, cx.requests, title, offered, source_name, "S-POOL"),
+        "configs": list_literal([config_literal(cfg) for cfg in cx.requests]),
+        "scheduler": dict_literal(attributes[0][0]),
+        "requests": list_literal([dict_literal(request) for _, request in attributes]),
+        "prefill_ends": repr([cfg.prefill_end for cfg in cx.requests]),
+        "arrival": repr(list(cx.arrival)),
+        "max_seqs": str(cx.max_seqs),
+        "whole": str(cx.budget_model().high),
+        "running_zero": repr(rules.running),
+        "split_zero": repr(rules.split),
+        "later_zero": repr(rules.later),
+        "theta": str(cx.requests[0].threshold if per_step_theta(policy) else 0),
+        "adaptive": "False",
+        "composition": policy.composition,
+        "policy": one_line(cx.policy),
+        "recorded": recorded_literal(cx),
+        "definition": rule.definition,
+        "kv_use_eagle": repr(eagle_drop(cx.requests[0])),
+        "pool_blocks": str(cx.blocks),
+        "max_model_len": str(pool_model_len(cx.requests)),
+        "loop": str(cx.loop),
+        "kv_run": module_source(kv_run)[1],
+        "kv_alloc_run": module_source(kv_alloc_run)[1],
+    }
+    return _TEMPLATE.substitute(values | BY_LABEL | NO_ENCODER | real_methods(policy, [], imports))
+
+
+_POOL = '''
+# The KV block pool the requests share (SPEC KV2 rule 5): the tree's own KVCacheManager (at the
+# end of the file: chunkproof.source.kv_alloc_run.TreePool, over chunkproof.source.kv_run's
+# compiler), built by its __init__ from the source text over POOL_BLOCKS blocks, the null
+# block among them. Every request is fresh, and a preempted one starts again at c = 0.
+KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
+POOL_BLOCKS = $pool_blocks
+MAX_MODEL_LEN = $max_model_len  # the longest prompt + 1
+LOOP = $loop  # the recorded run comes back to the state before this step
+
+
+@pytest.fixture
+def pool() -> TreePool:
+    """The requests in the waiting queue (ARRIVAL) of the tree's own manager."""
+    root = vllm_source_root()
+    try:
+        found = TreePool(root, CONFIGS, KV_USE_EAGLE, POOL_BLOCKS, MAX_MODEL_LEN)
+    except SourceError as exc:
+        pytest.fail(f"cannot run the KV cache code of {root}: {exc}", pytrace=False)
+    found.waiting = list(ARRIVAL)
+    return found
+
+
+'''
+
+_TEST = '''class Recorded(NamedTuple):
+    """One recorded schedule() step: the budget offered and the stages each request a loop
+    reached got from the budget left, by request label."""
+
+    budget: int
+    stages: dict[int, Step]
+
+
+# The counterexample: what $policy does, step by step.
+RECORDED = $recorded
+
+
+def test_s_pool_pool_live(vllm: Extracted, pool: TreePool) -> None:
+    """S-POOL: $definition."""
+    scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
+    seen = []
+    for index, recorded in enumerate(RECORDED):
+        seen.append(state(pool))
+        reached = schedule(vllm, scheduler, pool, recorded.budget)
+        where = f"step {index} (budget {recorded.budget})"
+        for label, step in reached.items():
+            problem = unsafe(step)
+            assert problem is None, f"P0: {where}, #{label}: {problem.removeprefix('P0: ')}"
+    assert state(pool) != seen[LOOP], (
+        f"S-POOL: offered the whole budget M={WHOLE_BUDGET} from step {LOOP} on, the run comes "
+        f"back to the same state after {len(RECORDED) - LOOP} step(s) and repeats for ever: "
+        f"running {seen[LOOP][0]}, waiting {seen[LOOP][1]}, computed {seen[LOOP][2]} (the tree's "
+        f"KVCacheManager refuses a chunk in a pool of {POOL_BLOCKS} blocks and the running loop "
+        "preempts)"
+    )
+
+
+def state(pool: TreePool) -> tuple[list[int], list[int], list[int]]:
+    """The running list, the waiting queue and every request's computed tokens."""
+    computed = [request.num_computed_tokens for request in pool.requests]
+    return list(pool.running), list(pool.waiting), computed
+
+
+def schedule(vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int) -> dict[int, Step]:
+    """One schedule() step over the requests (history note 6; SPEC KV2 rule 5): the running
+    loop offers each running request in order the budget left and asks the tree's manager for
+    its chunk; while it refuses, the last running request is preempted, until the chunk fits
+    or the request preempts itself, which ends the loop (a zero: RUNNING_ZERO). Only when
+    nothing was preempted, the waiting loop offers each waiting request in queue order the
+    budget left while budget and a seat remain and admits one the manager grants (its test for
+    the whole sequence); a refusal ends the loop (a zero: SPLIT_ZERO or LATER_ZERO). A request
+    whose step breaks P0 gets nothing. Each request is offered the budget left capped by
+    theta_eff (THETA_PER_STEP). The steps of the requests the loops reached."""
+    eligible = len(pool.running) + len(pool.waiting) + (budget < WHOLE_BUDGET)
+    theta = THETA_PER_STEP if eligible >= 2 else 0
+    pool.begin()
+    left, reached, scheduled, preempted = budget, {}, {}, []
+    index = 0
+    while index < len(pool.running) and left > 0:
+        label = pool.running[index]
+        c = pool.requests[label].num_computed_tokens
+        step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
+        if taken(step) == 0:
+            if RUNNING_ZERO == "break" and unsafe(step) is None:
+                break
+            index += 1
+            continue
+        while not pool.allocate(label, step.chunk):
+            victim = pool.running.pop()
+            pool.preempt(victim)
+            preempted.append(victim)
+            if victim == label:
+                break
+        if label in preempted:
+            break
+        scheduled[label] = step.chunk
+        left -= step.chunk
+        index += 1
+    for label in [] if preempted else list(pool.waiting):
+        if left == 0 or len(pool.running) >= MAX_NUM_SEQS:
+            break
+        c = pool.requests[label].num_computed_tokens
+        step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
+        if taken(step) == 0:
+            if unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
+                break
+            continue
+        if not pool.allocate(label, step.chunk, admission=True):
+            break
+        pool.waiting.remove(label)
+        pool.running.append(label)
+        scheduled[label] = step.chunk
+        left -= step.chunk
+    for label in pool.end(scheduled):
+        pool.running.remove(label)
+    return reached
+
+
+def offer(left: int, theta: int) -> int:
+    """The budget left, capped by theta_eff ``theta`` (0: no cap)."""
+    return min(left, theta) if theta > 0 else left
+
+
+def taken(step: Step) -> int:
+    """The tokens a request gets from its step: its chunk, or nothing where P0 breaks."""
+    return 0 if unsafe(step) is not None else step.chunk
+'''
+
+_TEMPLATE = Template(
+    PRELUDE + REQUESTS + _POOL + STEP_CLASS + _TEST + REAL_METHODS + KV_DRIVER + POOL_DRIVER
+)
+"""The file: the requests, the pool, the test and its ``schedule()``, the real methods, and
+the carried KV cache drivers."""
