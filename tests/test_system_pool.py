@@ -24,6 +24,7 @@ from test_kv_pool_fidelity import ModelPool, covered
 
 from chunkproof.checker.engines.lassos import endless
 from chunkproof.checker.kinds import load_counterexample
+from chunkproof.checker.reports.system_picture import system_marks
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.step import step
@@ -34,6 +35,9 @@ from chunkproof.spec.kv_blocks import pool_rules
 from chunkproof.spec.scheduler_loops import FINISHED, Got
 from chunkproof.spec.scheduler_step import FIELDS, SchedulerStepModel, least_pool
 
+CURATED = Path(__file__).resolve().parent.parent / "counterexamples" / "vllm-0.28"
+CURATED = CURATED / "system-s-pool-least-pool.json"
+"""The curated S-POOL counterexample (regenerate.sh)."""
 REFUSED = ["--block", "8", "--lookahead", "0", "--drop", "off", "--prompt", "3,9"]
 REFUSED += ["--max-sched", "8"]
 """Two requests, T = 3 and T = 9, B = 8, M = 8 (module docstring)."""
@@ -253,3 +257,15 @@ def test_only_s_pool_has_a_pool_repro(cli: Cli, tmp_path: Path) -> None:
     cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
     done = cli("repro", str(tmp_path / "vllm-0.28" / "system-HOL.json"), "--pytest", "x.py")
     assert done.code == 2 and "HOL counterexample whose requests share a KV block pool" in done.err
+
+
+def test_the_picture_marks_the_preemption_and_the_loop() -> None:
+    """The curated S-POOL file's picture: #1's cell in the last step says it was preempted and
+    went back to c = 0 (no red X: it was not given 0 tokens), and every step of the loop is
+    shaded."""
+    cx = load_counterexample(CURATED)
+    assert isinstance(cx, SystemCounterexample)
+    marks = system_marks(cx)
+    assert marks.failing == (1, 2)
+    (last,) = [cell for cell in marks.cells if cell.step == 2 and cell.lane == 1]
+    assert (last.label, last.progress, last.zero) == ("running: preempted", "c 8→0 / T=9", False)

@@ -5,8 +5,10 @@ As in :mod:`chunkproof.checker.reports.request_picture`, :func:`system_marks` co
 content (pure, tested) and :func:`render_system` draws it with the figure helpers of
 :mod:`chunkproof.checker.reports.figure`. A cell of a lane shows what the step did to the
 request: the chunk it got (a bar over its progress c/T, the new tokens darker), a red X where a
-loop reached it and it got none, no new tokens where no loop reached it; the step that breaks
-the property is shaded red, and the verdict is the title.
+loop reached it and it got none, no new tokens where no loop reached it, "preempted" where the
+KV block pool refused its chunk and it went back to c = 0; the step that breaks the property
+is shaded red (for a run that goes on for ever, every step of its loop), and the verdict is the
+title.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ LANE_NAMES = 2.6
 @dataclass(frozen=True)
 class Cell:
     """Request ``lane`` in step ``step``: its list, c before and after out of T (after a
-    decoding request's decode advance too), and whether a loop reached it (``offered``
-    tokens; 0: not reached)."""
+    decoding request's decode advance too; 0 after a preemption), whether a loop reached it
+    (``offered`` tokens; 0: not reached) and whether the step preempted it."""
 
     lane: int
     step: int
@@ -54,11 +56,13 @@ class Cell:
     after: int
     total: int
     offered: int
+    preempted: bool = False
 
     @property
     def zero(self) -> bool:
-        """A loop reached the request and the step scheduled it nothing."""
-        return self.offered > 0 and self.after == self.before
+        """A loop reached the request and the step scheduled it nothing (a preempted request
+        lost its tokens instead)."""
+        return self.offered > 0 and self.after == self.before and not self.preempted
 
     @property
     def label(self) -> str:
@@ -68,6 +72,8 @@ class Cell:
                 if self.after > self.before
                 else "decoding: not reached"
             )
+        if self.preempted:
+            return f"{self.queue}: preempted"
         if self.zero:
             return f"{self.queue}: 0 of {self.offered}"
         if self.after > self.before:
@@ -83,14 +89,14 @@ class Cell:
 class SystemMarks:
     """Everything the picture shows: the title, the verdict, a name per lane, the budget per
     step (with the adaptive floor, the eligible count too), the cells, and the step that breaks
-    the property."""
+    the property (``failing``: the first and last, more than one for a loop)."""
 
     title: str
     verdict: str
     lanes: tuple[str, ...]
     budgets: tuple[str, ...]
     cells: tuple[Cell, ...]
-    failing: int
+    failing: tuple[int, int]
 
 
 def system_marks(cx: SystemCounterexample) -> SystemMarks:
@@ -102,9 +108,10 @@ def system_marks(cx: SystemCounterexample) -> SystemMarks:
             index,
             part.queue,
             part.c,
-            part.c + part.chunk + part.decoded,
+            0 if part.preempted else part.c + part.chunk + part.decoded,
             cx.requests[lane].T,
             0 if part.stages is None else part.stages.budget,
+            part.preempted,
         )
         for index, s in enumerate(cx.steps)
         for lane, part in enumerate(s.requests)
@@ -118,7 +125,7 @@ def system_marks(cx: SystemCounterexample) -> SystemMarks:
             for s in cx.steps
         ),
         cells=cells,
-        failing=len(cx.steps) - 1,
+        failing=(len(cx.steps) - 1 if cx.loop is None else cx.loop, len(cx.steps) - 1),
     )
 
 
@@ -131,7 +138,8 @@ def render_system(marks: SystemMarks, path: Path) -> Path:
         ax = fig.add_subplot()
         ax.set_xlim(-0.5, steps - 0.5)
         ax.set_ylim(lanes - 0.5, -0.5)
-        ax.axvspan(marks.failing - 0.5, marks.failing + 0.5, color=RED, alpha=0.08, linewidth=0)
+        first, last = marks.failing
+        ax.axvspan(first - 0.5, last + 0.5, color=RED, alpha=0.08, linewidth=0)
         for cell in marks.cells:
             _draw_cell(ax, cell)
         ax.set_xticks(range(steps), [f"step {i + 1}\n{b}" for i, b in enumerate(marks.budgets)])
@@ -160,9 +168,9 @@ def _draw_cell(ax: Axes, cell: Cell) -> None:
     ax.barh(y, width, left=left, height=0.22, color=ADMITTED, zorder=1)
     done = width * cell.before / scale
     ax.barh(y, done, left=left, height=0.22, color=DONE, zorder=2)
-    ax.barh(y, width * (cell.after - cell.before) / scale, left=left + done, height=0.22,
-            color=BAR, zorder=3)  # fmt: skip
-    colour = RED if cell.zero else "black"
+    grown = max(cell.after - cell.before, 0)
+    ax.barh(y, width * grown / scale, left=left + done, height=0.22, color=BAR, zorder=3)
+    colour = RED if cell.zero or cell.preempted else "black"
     ax.text(cell.step, y - 0.17, cell.label, ha="center", va="bottom", fontsize=8, color=colour)
     ax.text(cell.step, y + 0.17, cell.progress, ha="center", va="top", fontsize=7)
     if cell.zero:
