@@ -217,6 +217,15 @@ def asked_blocks(cfg: Config, start: int, end: int, max_model_len: int, mamba: i
     return attention_blocks(cfg, end, max_model_len) - held + mamba
 
 
+def held_in_list(cfg: Config, c: int, stale: int, max_model_len: int) -> int:
+    """KV2 rules 1-2 and 5a: a request in the running list at c (it has computed at least one
+    chunk) holds the attention blocks up to c plus its lookahead slots (rule 1), S + 1 Mamba
+    blocks, and ``stale`` (0 or 1) more: the state block of its chunk before the last, which
+    ``remove_skipped_blocks`` frees only when the request next calls ``allocate_slots`` (so
+    a request asking holds none)."""
+    return attention_blocks(cfg, c, max_model_len) + cfg.lookahead + 1 + stale
+
+
 def free_blocks(cfg: Config, start: int, pool: int, max_model_len: int) -> int:
     """KV2 rules 2-3: the free blocks of a pool of ``pool`` when the chunk starting at
     ``start`` asks: all but the null block at first; later the attention blocks up to
@@ -226,7 +235,7 @@ def free_blocks(cfg: Config, start: int, pool: int, max_model_len: int) -> int:
     identical request cached are free until the hit takes them."""
     if start == 0 or at_hit(cfg, start):
         return pool - 1
-    return pool - 1 - attention_blocks(cfg, start, max_model_len) - cfg.lookahead - 1
+    return pool - 1 - held_in_list(cfg, start, 0, max_model_len)
 
 
 def no_tail_copy(cfg: Config, start: int) -> int:
@@ -487,14 +496,6 @@ def refused_v33(cfg: Config, c: int, e: int) -> bool:
 
 
 # -- several requests on one pool (rule 5), fresh and without checkpoints or tail copies ------
-
-
-def held_in_list(cfg: Config, c: int, stale: int, max_model_len: int) -> int:
-    """KV2 rule 5a: a request in the running list at c (it has computed at least one chunk)
-    holds the attention blocks up to c plus its lookahead slots (rule 1), S + 1 Mamba blocks,
-    and ``stale`` (0 or 1) more: the state block of its chunk before the last, which
-    ``remove_skipped_blocks`` frees only when the request next calls ``allocate_slots``."""
-    return attention_blocks(cfg, c, max_model_len) + cfg.lookahead + 1 + stale
 
 
 def shared_asked(cfg: Config, start: int, end: int, max_model_len: int) -> int:

@@ -684,7 +684,7 @@ class SchedulerStepModel:
         if done.ledger is not None:
             out = [np.asarray(o, dtype=bool) for o in done.ledger.out]
             stale_after = [np.asarray(v, dtype=np.int64) for v in done.ledger.stale]
-        record |= {f"preempted{p}": out[p] for p in range(batch.k)}
+            record |= {f"preempted{p}": out[p] for p in range(batch.k)}
         record["left"] = np.asarray(done.left)
         lane, advance = self._advances(batch, request_rows, c, decoded)
         encoded = np.stack(done.encoded, axis=1)[lane]

@@ -155,7 +155,7 @@ def _requests(
         listed = RUNNING if phase == DECODING else phase
         decoded = int(record[f"decoded{p}"])
         queue = PHASE_NAMES[phase]
-        preempted = bool(record[f"preempted{p}"])
+        preempted = bool(record.get(f"preempted{p}", False))  # only a pooled step preempts
         parts[label] = RequestStep(queue, places[listed], c, scheduled, stages, decoded, preempted)
         places[listed] += 1
     return tuple(parts[label] for label in range(len(instance)))

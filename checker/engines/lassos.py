@@ -53,9 +53,10 @@ def judge_cycles(model: Any, explored: Explored) -> None:
     inst = explored.states[steps.source, 0]
     for pid in model.cycle_properties:
         chosen = np.flatnonzero(model.cycle_edges(explored.batch, steps, pid) & steps.follow)
-        at = np.searchsorted(keys[order], model.key(explored.batch, steps.target[chosen]))
+        target_keys = model.key(explored.batch, steps.target[chosen])
+        at = np.searchsorted(keys[order], target_keys)
         target = order[np.minimum(at, len(order) - 1)]
-        assert (keys[target] == model.key(explored.batch, steps.target[chosen])).all()
+        assert (keys[target] == target_keys).all()  # a followed step's target was visited
         source = steps.source[chosen]
         survives = endless(len(explored.states), source, target)
         hits = chosen[survives[source] & survives[target]]

@@ -24,27 +24,22 @@ from chunkproof.checker.repro.frame import (
     PRELUDE,
     REAL_METHODS,
     STEP_CLASS,
-    Values,
-    config_literal,
-    dict_literal,
     file_docstring,
     module_source,
-    one_line,
     real_methods,
-    standins,
 )
 from chunkproof.checker.repro.requests import KV_DRIVER, POOL_DRIVER
 from chunkproof.checker.repro.system import (
     BY_LABEL,
+    LOOP_HELPERS,
     NO_ENCODER,
     REQUESTS,
-    list_literal,
-    recorded_literal,
+    requests_values,
 )
 from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.source import kv_alloc_run, kv_run
 from chunkproof.source.loading import recorded_policy
-from chunkproof.spec.scheduler_step import per_step_theta, pool_model_len, step_loop_rules
+from chunkproof.spec.scheduler_step import pool_model_len, step_loop_rules
 from chunkproof.spec.slots import eagle_drop
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
 
@@ -54,37 +49,21 @@ def pool_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     docstring)."""
     assert cx.loop is not None and cx.blocks > 0
     policy = recorded_policy(cx)
-    rules = step_loop_rules(policy)
     rule = SYSTEM_PROPERTIES[cx.property]
-    attributes = [standins(cx, cfg, source_name) for cfg in cx.requests]
     offered = (
         "the counterexample's budgets step by step to schedule()'s two loops over the requests, "
         f"each chunk asking the tree's own KVCacheManager for its blocks in a pool of "
-        f"{cx.blocks} (FCFS, {rules.describe()}, preemption as schedule() has it); after the "
-        "last step it asserts S-POOL (the run is not back where the loop's first step found "
-        "it), and it asserts P0"
+        f"{cx.blocks} (FCFS, {step_loop_rules(policy).describe()}, preemption as schedule() "
+        "has it); after the last step it asserts S-POOL (the run is not back where the loop's "
+        "first step found it), and it asserts P0"
     )
     requests = "; ".join(f"#{i}: {cfg.describe()}" for i, cfg in enumerate(cx.requests))
     title = f"S-POOL {rule.name} breaks on {cx.policy} ({requests}; {cx.blocks} KV blocks)"
     imports = [*module_source(kv_run)[0], *module_source(kv_alloc_run)[0]]
-    values: Values = {
+    values = requests_values(cx, source_name) | {
         "docstring": file_docstring(cx, cx.requests, title, offered, source_name, "S-POOL"),
-        "configs": list_literal([config_literal(cfg) for cfg in cx.requests]),
-        "scheduler": dict_literal(attributes[0][0]),
-        "requests": list_literal([dict_literal(request) for _, request in attributes]),
-        "prefill_ends": repr([cfg.prefill_end for cfg in cx.requests]),
-        "arrival": repr(list(cx.arrival)),
-        "max_seqs": str(cx.max_seqs),
-        "whole": str(cx.budget_model().high),
-        "running_zero": repr(rules.running),
-        "split_zero": repr(rules.split),
-        "later_zero": repr(rules.later),
-        "theta": str(cx.requests[0].threshold if per_step_theta(policy) else 0),
-        "adaptive": "False",
-        "composition": policy.composition,
-        "policy": one_line(cx.policy),
-        "recorded": recorded_literal(cx),
         "definition": rule.definition,
+        "loop_helpers": LOOP_HELPERS,
         "kv_use_eagle": repr(eagle_drop(cx.requests[0])),
         "pool_blocks": str(cx.blocks),
         "max_model_len": str(pool_model_len(cx.requests)),
@@ -213,15 +192,7 @@ def schedule(vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int) -
     return reached
 
 
-def offer(left: int, theta: int) -> int:
-    """The budget left, capped by theta_eff ``theta`` (0: no cap)."""
-    return min(left, theta) if theta > 0 else left
-
-
-def taken(step: Step) -> int:
-    """The tokens a request gets from its step: its chunk, or nothing where P0 breaks."""
-    return 0 if unsafe(step) is not None else step.chunk
-'''
+$loop_helpers'''
 
 _TEMPLATE = Template(
     PRELUDE + REQUESTS + _POOL + STEP_CLASS + _TEST + REAL_METHODS + KV_DRIVER + POOL_DRIVER

@@ -71,10 +71,7 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     """The text of the standalone pytest file for ``cx`` (module docstring). Its requests
     share the engine, so one stand-in scheduler serves them all. The requests with encoder
     items run the tree's own encoder (:data:`_ENCODER`), on one cache they share."""
-    if len({engine_settings(cfg) for cfg in cx.requests}) != 1:
-        raise ChunkproofError(f"{source_name}: the requests do not share the engine's settings")
     with_items = [label for label, cfg in enumerate(cx.requests) if cfg.items]
-    attributes = [standins(cx, cfg, source_name) for cfg in cx.requests]
     policy = recorded_policy(cx)
     rules = step_loop_rules(policy)
     rule = _property(cx.property)
@@ -87,23 +84,9 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     requests = "; ".join(f"#{i}: {cfg.describe()}" for i, cfg in enumerate(cx.requests))
     title = f"{cx.property} {rule.name} breaks on {cx.policy} ({requests})"
     name = f"{cx.property}_{rule.name}".lower().replace("-", "_")
-    values = {
+    values = requests_values(cx, source_name) | {
         "docstring": file_docstring(cx, cx.requests, title, offered, source_name),
-        "configs": list_literal([config_literal(cfg) for cfg in cx.requests]),
-        "scheduler": dict_literal(attributes[0][0]),
-        "requests": list_literal([dict_literal(request) for _, request in attributes]),
-        "prefill_ends": repr([cfg.prefill_end for cfg in cx.requests]),
-        "arrival": repr(list(cx.arrival)),
-        "max_seqs": str(cx.max_seqs),
-        "whole": str(cx.budget_model().high),
-        "running_zero": repr(rules.running),
-        "split_zero": repr(rules.split),
-        "later_zero": repr(rules.later),
-        "theta": str(cx.requests[0].threshold if per_step_theta(policy) else 0),
-        "adaptive": str(cx.adaptive),
-        "composition": policy.composition,
-        "policy": one_line(cx.policy),
-        "recorded": recorded_literal(cx),
+        "loop_helpers": LOOP_HELPERS,
         "test_name": f"test_{name}",
         "property": cx.property,
         "definition": rule.definition,
@@ -126,6 +109,34 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
         items_by_label=repr(items),
         encoder_run=driver,
     )
+
+
+def requests_values(cx: SystemCounterexample, source_name: str) -> Values:
+    """The values of :data:`REQUESTS` and the recorded steps of ``cx`` (read from
+    ``source_name``): the requests' configurations and stand-ins (one stand-in scheduler: they
+    share the engine), the engine, the loop rules read from the policy's ``schedule()``."""
+    if len({engine_settings(cfg) for cfg in cx.requests}) != 1:
+        raise ChunkproofError(f"{source_name}: the requests do not share the engine's settings")
+    attributes = [standins(cx, cfg, source_name) for cfg in cx.requests]
+    policy = recorded_policy(cx)
+    rules = step_loop_rules(policy)
+    return {
+        "configs": list_literal([config_literal(cfg) for cfg in cx.requests]),
+        "scheduler": dict_literal(attributes[0][0]),
+        "requests": list_literal([dict_literal(request) for _, request in attributes]),
+        "prefill_ends": repr([cfg.prefill_end for cfg in cx.requests]),
+        "arrival": repr(list(cx.arrival)),
+        "max_seqs": str(cx.max_seqs),
+        "whole": str(cx.budget_model().high),
+        "running_zero": repr(rules.running),
+        "split_zero": repr(rules.split),
+        "later_zero": repr(rules.later),
+        "theta": str(cx.requests[0].threshold if per_step_theta(policy) else 0),
+        "adaptive": str(cx.adaptive),
+        "composition": policy.composition,
+        "policy": one_line(cx.policy),
+        "recorded": recorded_literal(cx),
+    }
 
 
 def _property(pid: str) -> Property:
@@ -418,15 +429,7 @@ $advance    return Outcome(
     )
 
 
-def offer(left: int, theta: int) -> int:
-    """The budget left, capped by theta_eff ``theta`` (0: no cap)."""
-    return min(left, theta) if theta > 0 else left
-
-
-def taken(step: Step) -> int:
-    """The tokens a request gets from its step: its chunk, or nothing where P0 breaks."""
-    return 0 if unsafe(step) is not None else step.chunk
-
+$loop_helpers
 
 def who(label: int, c: int) -> str:
     """A request by its label, T and c."""
@@ -439,6 +442,17 @@ def violation(
     """What breaks $checked at step ``index``, if anything: "PROPERTY: step i (budget b): why"."""
 $check_body
 '''
+
+LOOP_HELPERS = '''def offer(left: int, theta: int) -> int:
+    """The budget left, capped by theta_eff ``theta`` (0: no cap)."""
+    return min(left, theta) if theta > 0 else left
+
+
+def taken(step: Step) -> int:
+    """The tokens a request gets from its step: its chunk, or nothing where P0 breaks."""
+    return 0 if unsafe(step) is not None else step.chunk
+'''
+"""What the loops of a multi-request file offer a request and take from its step."""
 
 _TEMPLATE = Template(PRELUDE + REQUESTS + STEP_CLASS + _TEST + REAL_METHODS)
 

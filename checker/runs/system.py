@@ -10,8 +10,10 @@ HOL, STARVE of :mod:`chunkproof.spec.system_properties`) is PROVED when no reach
 transition of any instance violates it, else VIOLATED with the smallest violating instance
 (least total T, then the requests' configurations in SPEC C order) and its BFS-shortest trace,
 written with a run folder as a multi-request counterexample file (SPEC C,
-:mod:`chunkproof.checker.kinds.system`). A space with no instance is EMPTY (exit 2), never
-PROVED.
+:mod:`chunkproof.checker.kinds.system`). With a KV block pool (``pools``) each request set is
+an instance per pool size, and S-POOL is judged on the whole explored graph of each instance:
+its trace is a lasso, the path to the first state that starts an endless run offered M, then
+that run's cycle. A space with no instance is EMPTY (exit 2), never PROVED.
 """
 
 from __future__ import annotations
@@ -105,14 +107,22 @@ def _rank(group: tuple[Config, ...]) -> tuple[Any, ...]:
     )
 
 
-def action_words(budget: int, eligible: int, row: np.ndarray, decodes: Sequence[int]) -> str:
+def action_words(
+    budget: int,
+    eligible: int,
+    row: np.ndarray,
+    decodes: Sequence[int],
+    preempted: Sequence[int] = (),
+) -> str:
     """An action of the model as the trace line's arrow: the budget, the eligible count the
-    adaptive floor's environment set, and the decode advances it chose (by the label at each
-    position of the state ``row``)."""
+    adaptive floor's environment set, the decode advances it chose (by the label at each
+    position of the state ``row``), and the requests the step preempted (by label)."""
     words = f"--budget {budget}{f', eligible {eligible}' if eligible else ''}"
     for p, advance in enumerate(decodes):
         if advance:
             words += f", #{int(row[1 + FIELDS * p])} decodes {advance}"
+    if preempted:
+        words += f", preempts {', '.join(f'#{label}' for label in preempted)}"
     return words + "-->"
 
 
@@ -132,12 +142,9 @@ def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
             strict=True,
         )
     ):
-        action = action_words(budget, count, row, decodes)
-        out = [
-            f"#{label}" for label, part in enumerate(run.steps[index].requests) if part.preempted
-        ]
-        if out:
-            action = f"{action[:-3]}, preempts {', '.join(out)}-->"
+        parts = run.steps[index].requests
+        out = [label for label, part in enumerate(parts) if part.preempted]
+        action = action_words(budget, count, row, decodes, out)
         mark = "(loop) " if index == witness.loop else ""
         lines.append(f"{mark}{describe_state(run.batch, row)}  {action}")
     last = describe_state(run.batch, run.rows[len(witness.budgets)])
