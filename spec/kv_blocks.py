@@ -265,6 +265,30 @@ def tail_copy_v32(cfg: Config, start: int) -> int:
     return 0
 
 
+def copies_no_tail(cfg: Config) -> bool:
+    """KV2 rule 2b before 0.26: no chunk start copies a tail state."""
+    return False
+
+
+def copies_tail_v26(cfg: Config) -> bool:
+    """KV2 rule 2b, 0.26-0.30: some chunk start in [0, P) asks the tail copy
+    (:func:`tail_copy_v26` is above 0 only at the tail T, so: T < P and the copy there)."""
+    tail = tail_position_v26(cfg)
+    return tail < cfg.prompt and tail_copy_v26(cfg, tail) > 0
+
+
+def copies_tail_v31(cfg: Config) -> bool:
+    """KV2 rule 2b, 0.31: as :func:`copies_tail_v26` at 0.31's tail."""
+    tail = tail_position_v31(cfg)
+    return tail < cfg.prompt and tail_copy_v31(cfg, tail) > 0
+
+
+def copies_tail_v32(cfg: Config) -> bool:
+    """KV2 rule 2b, 0.32 on: as :func:`copies_tail_v26` at the tail of 0.32 on."""
+    tail = tail_position(cfg)
+    return tail < cfg.prompt and tail_copy_v32(cfg, tail) > 0
+
+
 def any_pool(cfg: Config) -> int:
     """KV2 rule 4, 0.15-0.22: the start-up check reads the first KV cache group only and
     ``num_gpu_blocks_override`` is applied after it, so a pool of the null block alone starts."""
@@ -553,6 +577,8 @@ class PoolRules:
     """Rule 2c: 1 when the chunk [start, end) writes a prefill checkpoint, else 0."""
     admission: Callable[[Any, int], int] = no_admission_gate
     """Rule 5b: what the waiting loop's admission test asks for the whole sequence."""
+    copies_tail: Callable[[Any], bool] = copies_no_tail
+    """Rule 2b: whether some chunk start of the prompt asks :attr:`tail_copy`."""
 
     @property
     def speculative(self) -> bool:
@@ -621,6 +647,7 @@ POOL_RULES = (
         refused_v26,
         scope_v26,
         admission=admission_gate,
+        copies_tail=copies_tail_v26,
     ),
     PoolRules(
         "0.28",
@@ -632,6 +659,7 @@ POOL_RULES = (
         refused_v28,
         scope_v28,
         admission=admission_gate,
+        copies_tail=copies_tail_v26,
     ),
     PoolRules(
         "0.29",
@@ -645,6 +673,7 @@ POOL_RULES = (
         "checkpoints",
         checkpoint_v29,
         admission=admission_gate,
+        copies_tail=copies_tail_v26,
     ),
     PoolRules(
         "0.30",
@@ -658,6 +687,7 @@ POOL_RULES = (
         "checkpoints",
         checkpoint_v30,
         admission=admission_gate,
+        copies_tail=copies_tail_v26,
     ),
     PoolRules(
         "0.31",
@@ -671,6 +701,7 @@ POOL_RULES = (
         "checkpoints",
         checkpoint_v31,
         admission=admission_gate,
+        copies_tail=copies_tail_v31,
     ),
     PoolRules(
         "0.32",
@@ -684,6 +715,7 @@ POOL_RULES = (
         "checkpoints",
         checkpoint_v32,
         admission=admission_gate,
+        copies_tail=copies_tail_v32,
     ),
     PoolRules(
         "0.33-0.34",
@@ -697,6 +729,7 @@ POOL_RULES = (
         "checkpoints",
         checkpoint_v33,
         admission=admission_gate,
+        copies_tail=copies_tail_v32,
     ),
 )
 """The groups in release order; 0.18-0.22 are taken to be 0.17 (not read)."""
@@ -765,7 +798,7 @@ def outside_shared_pool(rules: PoolRules, cfg: Config) -> str | None:
         return "internal prefill checkpoints"
     if not pool_modelled(rules, cfg):
         return f"L >= 1 under {rules.releases} (its Mamba group frees on c - S tokens)"
-    if any(rules.tail_copy(cfg, start) > 0 for start in range(cfg.prompt)):
+    if rules.copies_tail(cfg):
         return "a chunk start that copies the prompt's tail state"
     return None
 

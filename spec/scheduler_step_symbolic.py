@@ -48,9 +48,18 @@ K = 2 or 3 requests and one proof cell (SPEC N1). The third model behind
   the new ranks sort (list, old rank). The explicit model sorts the finished requests by
   (label, c) instead, for a canonical row; no loop visits them, so that order changes no
   transition.
+* KV block pool (``pools``, SPEC KV2 rule 5, as the explicit model's ``blocks``): each
+  request's state gets its stale flag; N is a parameter, one of the sizes given and at least
+  the release's start-up minimum; ``max_model_len`` is the longest prompt + 1; each request
+  lies inside rule 5's scope (:meth:`SymbolicSchedulerStep._pool_constraint`); the loops run
+  the same :class:`~chunkproof.spec.scheduler_loops.Ledger` over Z3 terms, and a preempted
+  request waits again at c0 (group 2 of ``settle``). Cells with encoder items are outside it.
 * Properties: P0, S-LIVE, HOL, STARVE on a transition, with the predicates of
   :mod:`chunkproof.spec.system_properties` (S-LIVE and STARVE are about a self-loop, which that
-  module shows is every cycle of this model, so they too are transition predicates).
+  module shows is every cycle of this model without a pool, so they too are transition
+  predicates). With a pool, S-POOL is a property of runs that go on for ever
+  (``cycle_properties``, :meth:`SymbolicSchedulerStep.cycle_edge`), asked as a reachable
+  state by :class:`~chunkproof.proofs.lasso.LassoModel`.
 """
 
 from __future__ import annotations
@@ -69,13 +78,22 @@ from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
 from chunkproof.model.step import stage_order
 from chunkproof.spec.interface import as_term
+from chunkproof.spec.kv_blocks import (
+    admitted_fresh,
+    held_in_list,
+    leaves_stale,
+    pool_rules,
+    shared_asked,
+)
 from chunkproof.spec.request_symbolic import Cell, SymbolicRequest, cells
 from chunkproof.spec.scheduler_loops import (
     DECODING,
     FINISHED,
+    RUNNING,
     WAITING,
     Got,
     Ops,
+    Pool,
     Positions,
     alone,
     alone_fit,
@@ -96,6 +114,7 @@ from chunkproof.spec.scheduler_step import (
     step_loop_rules,
 )
 from chunkproof.spec.space import INPUT_NAMES, ItemPattern, Layouts, Space
+from chunkproof.spec.system_properties import POOL_PROPERTIES
 
 SYMBOLIC_REQUESTS = (2, 3)
 """The numbers of requests the symbolic form covers (SPEC N1): each loop evaluates the
@@ -104,16 +123,20 @@ policy once per position and item pattern, on inputs chosen among the requests' 
 
 class RequestVars(NamedTuple):
     """A state vector's variables by kind, each a list with one per request; a request's own
-    are in this order in the state vector."""
+    are in this order in the state vector. ``stale`` is a state variable only with a KV block
+    pool (:class:`~chunkproof.spec.scheduler_loops.Pool`); without one it is 0."""
 
     phase: list[Any]
     c: list[Any]
     rank: list[Any]
     e: list[Any]
+    stale: list[Any]
 
 
-STATE_FIELDS = RequestVars._fields
+STATE_FIELDS = RequestVars._fields[:4]
 """The state variables of a request, in the order of the state vector."""
+POOL_STATE_FIELDS = RequestVars._fields
+"""The state variables of a request when the requests share a KV block pool."""
 
 Z3_OPS = Ops(
     all_=lambda *terms: z3.And(*terms),
@@ -188,16 +211,29 @@ class SymbolicSchedulerStep:
     :class:`~chunkproof.spec.interface.SymbolicModel`."""
 
     def __init__(
-        self, policy: Policy, cell: SystemCell, max_seqs: int = MAX_SEQS, adaptive: bool = False
+        self,
+        policy: Policy,
+        cell: SystemCell,
+        max_seqs: int = MAX_SEQS,
+        adaptive: bool = False,
+        pools: Sequence[int | str] = (),
     ) -> None:
         if adaptive:
             check_adaptive(policy)
+        self.pooled = bool(pools)
+        """Whether the requests share a KV block pool (SPEC KV2 rule 5; module docstring)."""
+        if self.pooled and (adaptive or any(cell.layouts)):
+            raise ConfigError(
+                "--pool: the shared pool model covers no adaptive floor and no encoder items"
+            )
         k = len(cell.layouts)
         if k not in SYMBOLIC_REQUESTS:
             raise ConfigError(f"the symbolic scheduler step covers {SYMBOLIC_REQUESTS} requests")
         self.policy, self.cell, self.k, self.max_seqs = policy, cell, k, max_seqs
         self.adaptive = adaptive
-        self.properties = SCHEDULER_PROPERTIES
+        self.properties = SCHEDULER_PROPERTIES + (POOL_PROPERTIES if self.pooled else ())
+        self.cycle_properties = POOL_PROPERTIES if self.pooled else ()
+        """The properties of runs that go on for ever (:meth:`cycle_edge`)."""
         self.rules = step_loop_rules(policy)
         self.encoder_call = call_rules(policy.stage("encoder"))
         check_encoder_call(policy, sum(1 for layout in cell.layouts if layout))
@@ -235,6 +271,18 @@ class SymbolicSchedulerStep:
         self.constraint = z3.And(
             *[self.of(i, self._template(i).constraint) for i in range(k)], self._share_encoder()
         )
+        self.pool_rules = pool_rules(policy.kv_release)
+        self.blocks: Any = 0
+        """The KV block pool's N (a parameter with a pool; 0: none)."""
+        self.model_len: Any = 0
+        """``max_model_len`` of the engine, with a pool: the longest prompt + 1
+        (:func:`~chunkproof.spec.scheduler_step.pool_model_len`)."""
+        if self.pooled:
+            self.blocks = z3.Int("pool_blocks")
+            self.parameters.append(self.blocks)
+            self.model_len = _largest([self.of(i, self._template(i).view.prompt) for i in range(k)])
+            self.model_len = self.model_len + 1
+            self.constraint = z3.And(self.constraint, self._pool_constraint(pools))
         self._steps: dict[tuple[int, ...], StepTerms] = {}
         self._encoded: dict[tuple[int, ...], Any] = {}
         self.theta = as_term(view.threshold) if per_step_theta(policy) else None
@@ -242,6 +290,32 @@ class SymbolicSchedulerStep:
         """Whether some configuration of the cell has a threshold > 0."""
         if self.threshold_positive:
             check_threshold_cap(policy)
+
+    def _pool_constraint(self, pools: Sequence[int | str]) -> Any:
+        """Each request inside rule 5's scope (:func:`~chunkproof.spec.kv_blocks.
+        outside_shared_pool`, piece by piece: no encoder items is the cell's) and the pool one
+        of ``pools`` (a size, or ``"min"``), at least what the release's start-up check accepts
+        (:func:`~chunkproof.spec.scheduler_step.least_pool`: the largest request's minimum,
+        which grows with its prompt, and at least 2)."""
+        rules = self.pool_rules
+        scope = []
+        least: list[Any] = [z3.IntVal(2)]
+        for i in range(self.k):
+            template = self._template(i)
+            view = template.view
+            inside = [
+                template.holds(admitted_fresh, [view]),
+                as_term(view.uncached_prefix) == 0,
+                z3.Not(as_term(view.checkpoints)),
+                z3.Not(template.holds(rules.copies_tail, [view])),
+            ]
+            if not rules.speculative:
+                inside.append(as_term(view.lookahead) == 0)
+            scope.append(self.of(i, z3.And(*inside)))
+            least.append(self.of(i, as_term(template.call(rules.startup_pool, [view]))))
+        smallest = _largest(least)
+        sizes = [self.blocks == (smallest if size == "min" else int(size)) for size in pools]
+        return z3.And(*scope, self.blocks >= smallest, z3.Or(*sizes))
 
     def _template(self, i: int) -> SymbolicRequest:
         """The translation of request ``i``'s item pattern (its constants not renamed)."""
@@ -359,6 +433,37 @@ class SymbolicSchedulerStep:
             return 0
         return template.call(rules.margin, [template.view])
 
+    def _pool_at(self, here: Sequence[Any], stale: Sequence[Any]) -> Pool | None:
+        """With a KV block pool, the pool the positions share (``here[p][i]``: request i is at
+        position p): each rule of rule 5 (:func:`~chunkproof.spec.kv_blocks.held_in_list`,
+        ``shared_asked``, ``leaves_stale`` and the release's admission test) translated once
+        per template and chosen as :meth:`_at` chooses the stages."""
+        if not self.pooled:
+            return None
+        rules = self.pool_rules
+
+        def value(p: int, func: Any, *args: Any) -> Any:
+            values = [[template.call(func, [template.view, *args])] for template in self.templates]
+            return _choose(self._by_pattern(here[p]), values)[0]
+
+        return Pool(
+            self.blocks,
+            [_pick(here[p], stale) for p in range(self.k)],
+            lambda p, c, kept: value(p, held_in_list, c, kept, self.model_len),
+            lambda p, c, end: value(p, shared_asked, c, end, self.model_len),
+            lambda p, c, end: value(p, leaves_stale, c, end),
+            lambda p: value(p, rules.admission, self.model_len),
+        )
+
+    def fields(self, state: Sequence[Any]) -> RequestVars:
+        """A state vector's variables by kind (:func:`fields`)."""
+        return fields(state, self.pooled)
+
+    def cycle_edge(self, pid: str, state: list[Any], action: list[Any]) -> Any:
+        """The steps a run that goes on for ever is held to for ``pid`` (S-POOL): each offered
+        the whole budget M (``SchedulerStepModel.cycle_edges``)."""
+        return action[0] == self.whole
+
     # -- Next ------------------------------------------------------------------------------------
 
     def step(self, state: list[Any], action: list[Any]) -> StepTerms:
@@ -372,7 +477,7 @@ class SymbolicSchedulerStep:
         """The loop rules (:func:`~chunkproof.spec.scheduler_loops.schedule_step`) over the
         positions: the request at position p is the one of rank p."""
         k = self.k
-        phase, c, rank, e = fields(state)
+        phase, c, rank, e, stale = self.fields(state)
         here = [[rank[i] == p for i in range(k)] for p in range(k)]
         at = Positions(
             [_pick(here[p], phase) for p in range(k)],
@@ -380,6 +485,7 @@ class SymbolicSchedulerStep:
             [_pick(here[p], e) for p in range(k)],
             lambda p, c_p, offer, where, shared: self._at(here[p], c_p, offer, shared),
             lambda p, c_p, e_p: self._held_at(here[p], c_p, e_p),
+            self._pool_at(here, stale),
         )
         b = action[0]
         cap = theta_cap(Z3_OPS, phase, b, self.whole, self.theta, self._eligible(action))
@@ -390,7 +496,12 @@ class SymbolicSchedulerStep:
         got_encoded = [_pick(mine[i], done.encoded) for i in range(k)]
         decoded = [_pick(mine[i], done.decoded) for i in range(k)]
         taken = [got_chunk[i] + self._advance(action, i) for i in range(k)]
-        target = self._arrange(state, taken, got_admitted, got_encoded)
+        out: list[Any] = [False] * k
+        kept: list[Any] = [0] * k
+        if done.ledger is not None:
+            out = [_pick(mine[i], done.ledger.out) for i in range(k)]
+            kept = [_pick(mine[i], done.ledger.stale) for i in range(k)]
+        target = self._arrange(state, taken, got_admitted, got_encoded, out, kept)
         still = stalled(Z3_OPS, done)
         each = Positions(
             phase,
@@ -422,37 +533,52 @@ class SymbolicSchedulerStep:
         return action[-self.k + i] if self.decodes else 0
 
     def _arrange(
-        self, state: list[Any], taken: list[Any], admitted: list[Any], encoded: list[Any]
+        self,
+        state: list[Any],
+        taken: list[Any],
+        admitted: list[Any],
+        encoded: list[Any],
+        preempted: list[Any],
+        stale: list[Any],
     ) -> list[Any]:
         """The next state (``SchedulerStepModel.step`` and ``arrange``): each request where
         :func:`~chunkproof.spec.scheduler_loops.settle` puts it after ``taken`` tokens (its
-        chunk, or its decode advance), e 0 once finished, and the ranks sorted by (group, old
+        chunk, or its decode advance) or its preemption (back at c0), e 0 once finished, its
+        stale flag kept only in the running list, and the ranks sorted by (group, old
         rank)."""
         k = self.k
-        phase, c, rank, _ = fields(state)
+        phase, c, rank, _, _ = self.fields(state)
         keys = []
-        new_phase = []
-        new_c = []
-        new_e = []
+        rows: list[list[Any]] = []
         for i in range(k):
 
             def held_at(at_c: Any, i: int = i) -> Any:
                 return self.of(i, self._held(self._template(i), at_c, encoded[i]))
 
-            place = settle(Z3_OPS, phase[i], c[i], taken[i], admitted[i], self.ends[i], held_at)
-            new_phase.append(place.phase)
-            new_c.append(place.c)
-            new_e.append(z3.If(place.phase == FINISHED, 0, encoded[i]))
+            place = settle(
+                Z3_OPS,
+                phase[i],
+                c[i],
+                taken[i],
+                admitted[i],
+                self.ends[i],
+                held_at,
+                as_term(preempted[i]),
+                self.starts[i],
+            )
+            rows.append([place.phase, place.c, None, z3.If(place.phase == FINISHED, 0, encoded[i])])
+            if self.pooled:
+                rows[i].append(z3.If(place.phase == RUNNING, as_term(stale[i]), 0))
             keys.append(place.group * k + rank[i])
-        new_rank = [
-            z3.Sum([z3.If(keys[j] < keys[i], 1, 0) for j in range(k) if j != i]) for i in range(k)
-        ]
-        return [v for i in range(k) for v in (new_phase[i], new_c[i], new_rank[i], new_e[i])]
+        for i in range(k):
+            rows[i][2] = z3.Sum([z3.If(keys[j] < keys[i], 1, 0) for j in range(k) if j != i])
+        return [v for row in rows for v in row]
 
     # -- the SymbolicModel interface --------------------------------------------------------------
 
     def state(self, name: str) -> list[Any]:
-        return [z3.Int(f"{name}_{part}{i}") for i in range(self.k) for part in STATE_FIELDS]
+        names = POOL_STATE_FIELDS if self.pooled else STATE_FIELDS
+        return [z3.Int(f"{name}_{part}{i}") for i in range(self.k) for part in names]
 
     def action(self, name: str) -> list[Any]:
         """The budget b, with the adaptive floor the eligible count n, and where a request
@@ -462,12 +588,13 @@ class SymbolicSchedulerStep:
         return [z3.Int(name), *eligible, *advances]
 
     def init(self, state: list[Any]) -> Any:
-        """Every request waiting at c0 with no item encoded, in any arrival order."""
-        phase, c, rank, e = fields(state)
+        """Every request waiting at c0 with no item encoded (and no stale block), in any
+        arrival order."""
+        phase, c, rank, e, stale = self.fields(state)
         return z3.And(
             *[ph == WAITING for ph in phase],
             *[c[i] == self.starts[i] for i in range(self.k)],
-            *[x == 0 for x in e],
+            *[x == 0 for x in (*e, *stale)],
             *[z3.And(r >= 0, r < self.k) for r in rank],
             z3.Distinct(*rank),
         )
@@ -478,7 +605,7 @@ class SymbolicSchedulerStep:
         budget = z3.And(action[0] >= 1, action[0] <= self.whole, *self._decode_guard(state, action))
         if not self.adaptive:
             return budget
-        least = least_eligible(Z3_OPS, fields(state).phase, action[0], self.whole)
+        least = least_eligible(Z3_OPS, self.fields(state).phase, action[0], self.whole)
         return z3.And(budget, action[1] >= least)
 
     def _decode_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
@@ -491,7 +618,7 @@ class SymbolicSchedulerStep:
         for i in range(self.k):
             advance = self._advance(action, i)
             margin = self.of(i, self._margin(self._template(i)))
-            decodes = z3.And(fields(state).phase[i] == DECODING, reached[i])
+            decodes = z3.And(self.fields(state).phase[i] == DECODING, reached[i])
             guards.append(z3.If(decodes, z3.And(advance >= 1, advance <= margin), advance == 0))
         return guards
 
@@ -506,7 +633,7 @@ class SymbolicSchedulerStep:
         """The search leads on: the step breaks no stage range, makes progress and leaves
         some request unfinished (``Transitions.follow`` of the explicit model)."""
         got = self.step(state, action)
-        phases = fields(got.target).phase
+        phases = self.fields(got.target).phase
         return z3.And(
             z3.Not(got.unsafe), z3.Not(got.stalled), z3.Or(*[p != FINISHED for p in phases])
         )
@@ -519,7 +646,7 @@ class SymbolicSchedulerStep:
             return got.unsafe
         if pid == "S-LIVE":
             by_itself = alone(
-                Z3_OPS, fields(state).phase, action[0], self.whole, self._eligible(action)
+                Z3_OPS, self.fields(state).phase, action[0], self.whole, self._eligible(action)
             )
             return z3.And(got.stalled, got.unfinished, action[0] == self.whole, by_itself)
         if pid == "HOL":
@@ -540,10 +667,14 @@ class SymbolicSchedulerStep:
         )
 
 
-def fields(state: Sequence[Any]) -> RequestVars:
-    """A state vector's variables by kind (:class:`RequestVars`)."""
-    width = len(STATE_FIELDS)
-    return RequestVars(*(list(state[j::width]) for j in range(width)))
+def fields(state: Sequence[Any], pooled: bool = False) -> RequestVars:
+    """A state vector's variables by kind (:class:`RequestVars`), ``pooled`` when the
+    requests share a KV block pool (a stale flag per request; else 0)."""
+    width = len(POOL_STATE_FIELDS if pooled else STATE_FIELDS)
+    kinds = [list(state[j::width]) for j in range(width)]
+    if not pooled:
+        kinds.append([0] * (len(state) // width))
+    return RequestVars(*kinds)
 
 
 class _Renamed:

@@ -101,6 +101,30 @@ def test_the_tail_copy_by_release() -> None:
     assert [pool_rules(v).tail_copy(TAIL_7, 4) for v in releases] == [0] * len(releases)
 
 
+def test_copies_tail_is_some_chunk_start_asking_the_copy() -> None:
+    """Rule 2b's prompt-level test (``copies_tail``, what rule 5's scope and the prover read)
+    is the chunk-level copy asked at some start in [0, P), on random configurations."""
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(400):
+        block = rng.choice((2, 4, 8))
+        cfg = Config(
+            block=block,
+            split_block=rng.choice((1, 2, block)),
+            hash_block=rng.choice((1, 2, 4, block)),
+            prompt=rng.randint(1, 40),
+            max_sched=64,
+            lookahead=rng.randint(0, 2),
+            drop=rng.choice((False, True)),
+            hash_lookahead=rng.randint(0, 2),
+        )
+        for rules in POOL_RULES:
+            starts = any(rules.tail_copy(cfg, start) > 0 for start in range(cfg.prompt))
+            assert rules.copies_tail(cfg) == starts, (rules.releases, cfg)
+            checked += starts
+    assert checked > 0
+
+
 def test_the_rules_say_where_they_stop() -> None:
     """0.17-0.25 with S >= 1 are not modelled, and their P8 judges nothing there; a request
     with a junction is outside P8's scope in every release, one with internal checkpoints and

@@ -18,13 +18,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import z3
 from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
+from solver_limits import GUARD_MS, RLIMIT
 from test_kv_pool_fidelity import ModelPool, covered
+from test_system_prove import _pinned, _places, _symbolic_state, agree, space_of
 
+from chunkproof.checker.engines.explorer import explore_batch
 from chunkproof.checker.engines.lassos import endless
+from chunkproof.checker.engines.verdicts import PROVED, VIOLATED
 from chunkproof.checker.kinds import load_counterexample
+from chunkproof.checker.reports.output import run_folder
 from chunkproof.checker.reports.system_picture import system_marks
+from chunkproof.checker.runs.system import explore_system, pooled_instances
+from chunkproof.checker.runs.system_prove import prove_system
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
 from chunkproof.model.step import step
@@ -33,7 +41,8 @@ from chunkproof.source.kv_alloc_run import TreePool
 from chunkproof.source.releases import release_root
 from chunkproof.spec.kv_blocks import pool_rules
 from chunkproof.spec.scheduler_loops import FINISHED, Got
-from chunkproof.spec.scheduler_step import FIELDS, SchedulerStepModel, least_pool
+from chunkproof.spec.scheduler_step import FIELDS, SchedulerStepModel, least_pool, request_sets
+from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep, system_cells
 
 CURATED = Path(__file__).resolve().parent.parent / "counterexamples" / "vllm-0.28"
 CURATED = CURATED / "system-s-pool-least-pool.json"
@@ -117,8 +126,7 @@ def test_the_pool_leaves_out_what_it_does_not_model(cli: Cli, tmp_path: Path) ->
         (["--pool", "1"], "at least 2 blocks"),
         (["--pool", "x"], "cannot read 'x'"),
         (["--pool", "2-100"], "at most 64 pool sizes"),
-        (["--pool", "8", "--prove"], "explored only"),
-        (["--pool", "8", "--abstraction"], "explored only"),
+        (["--pool", "8", "--abstraction"], "not with --abstraction"),
         (["--pool", "8", "--adaptive-threshold"], "adaptive floor"),
     ],
 )
@@ -269,3 +277,134 @@ def test_the_picture_marks_the_preemption_and_the_loop() -> None:
     assert marks.failing == (1, 2)
     (last,) = [cell for cell in marks.cells if cell.step == 2 and cell.lane == 1]
     assert (last.label, last.progress, last.zero) == ("running: preempted", "c 8→0 / T=9", False)
+
+
+# -- the symbolic form (system --prove --pool) -------------------------------------------------
+
+LEAST_0_28 = ("vllm-0.28", {"block": "8", "lookahead": "0", "drop": "off", "prompt": "3,9"})
+SLOW_POOLS = [
+    pytest.param(
+        "vllm-0.33",
+        {"block": "4", "lookahead": "1", "drop": "off", "prompt": "2,7"},
+        (9,),
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "vllm-0.23",
+        {"block": "4", "lookahead": "0", "drop": "off", "prompt": "5,8"},
+        ("min",),
+        marks=pytest.mark.slow,
+    ),
+]
+AGREEMENT_SAMPLE = [(*LEAST_0_28, ("min", 5)), *SLOW_POOLS]
+"""Pooled ranges of several releases (M = 8), each with the pool sizes the sample takes; every
+one preempts on some transition."""
+POOL_SAMPLE = [
+    *AGREEMENT_SAMPLE,
+    pytest.param(
+        "vllm-0.29",
+        {"block": "4", "lookahead": "0", "drop": "off", "prompt": "6,8"},
+        (6,),
+        marks=pytest.mark.slow,
+    ),
+]
+"""With 0.29, whose STARVE the bounded search leaves undecided within the tests' resource
+limit (Optimize's unsat there takes about 25 s)."""
+
+
+@pytest.mark.parametrize(("name", "texts", "pools"), POOL_SAMPLE)
+def test_the_symbolic_pool_step_is_the_explicit_one(
+    name: str, texts: dict[str, str], pools: tuple[int | str, ...]
+) -> None:
+    """Every transition the explorer takes in a pool, asked of the Z3 step at the same state,
+    budget, requests and N: the same next state (each request's list, place, c and stale
+    flag: preemptions included) and the same transition properties broken."""
+    policy = get_builtin(name)
+    space = space_of({**texts, "max_sched": "8"})
+    sets = request_sets(policy, list(space.configs()), 2)
+    instances, blocks, _ = pooled_instances(policy, sets, pools)
+    (cell,) = system_cells(space, 2)
+    symbolic = SymbolicSchedulerStep(policy, cell, pools=pools)
+    pool = next(p for p in symbolic.parameters if str(p) == "pool_blocks")
+    checked = preempting = 0
+    for instance, size in zip(instances, blocks, strict=True):
+        explicit = SchedulerStepModel(policy, [instance], symmetry=False, blocks=[size])
+        (batch,) = explicit.batches()
+        explored = explore_batch(explicit, batch)
+        pinned = z3.And(_pinned(symbolic, list(instance)), pool == size)
+        steps = explored.steps
+        for t in range(len(steps.source)):
+            s_, a = symbolic.state("s"), symbolic.action("a")
+            state = _symbolic_state(explored.states[steps.source[t]], [0, 1], pooled=True)
+            solver = z3.Solver()
+            solver.add(pinned, a[0] == int(steps.action[t]), symbolic.guard(s_, a))
+            solver.add(*[v == x for v, x in zip(s_, state, strict=True)])
+            assert solver.check() == z3.sat, (instance, size)
+            found = solver.model()
+            after = [found.eval(v).as_long() for v in symbolic.next(s_, a)]
+            target = _symbolic_state(steps.target[t], [0, 1], pooled=True)
+            assert _places(after, True) == _places(target, True), (instance, size, t)
+            for pid in set(symbolic.properties) - set(symbolic.cycle_properties):
+                broken = z3.is_true(found.eval(symbolic.violation(pid, s_, a)))
+                assert broken == bool(steps.bad[pid][t]), (instance, t, pid)
+            checked += 1
+            preempting += any(steps.record[f"preempted{p}"][t] for p in range(2))
+    assert checked > 0 and preempting > 0
+
+
+@pytest.mark.parametrize(("name", "texts", "pools"), AGREEMENT_SAMPLE)
+def test_the_engines_agree_on_a_pool(
+    name: str, texts: dict[str, str], pools: tuple[int | str, ...]
+) -> None:
+    """Per property, S-POOL included: explorer VIOLATED iff the bounded search finds a
+    violation that replays (for S-POOL a lasso, asked as a reachable state:
+    :class:`~chunkproof.proofs.lasso.LassoModel`); explorer PROVED iff it finds none
+    (``agree``). The depth, 4, is at least the explorer's deepest BFS level and holds the
+    sample's lassos (a path and a loop)."""
+    policy = get_builtin(name)
+    space = space_of({**texts, "max_sched": "8"})
+    explored, _ = explore_system(policy, space, 2, pools=pools)
+    sets = request_sets(policy, list(space.configs()), 2)
+    instances, blocks, _ = pooled_instances(policy, sets, pools)
+    model = SchedulerStepModel(policy, instances, blocks=blocks)
+    assert max(int(explore_batch(model, batch).depth.max()) for batch in model.batches()) <= 4
+    proofs, _ = prove_system(
+        policy, space, 2, depth=4, timeout_ms=GUARD_MS, rlimit=RLIMIT, pools=pools
+    )
+    assert agree(proofs, explored), ({p.property: p.status for p in proofs}, explored)
+
+
+def test_the_solver_finds_the_0_28_lasso_and_its_file_replays(tmp_path: Path) -> None:
+    """The known answer through the solver: a lasso whose loop preempts T = 9 at c = 8 and
+    comes back to the state it started at, in the least pool (4 blocks); the file it writes
+    loads and its steps come back too."""
+    policy = get_builtin(LEAST_0_28[0])
+    space = space_of({**LEAST_0_28[1], "max_sched": "8"})
+    with run_folder(tmp_path, "test") as out:
+        proofs, info = prove_system(
+            policy, space, 2, depth=4, timeout_ms=GUARD_MS, rlimit=RLIMIT, out=out, pools=["min"]
+        )
+    found = next(p for p in proofs if p.property == "S-POOL")
+    example = found.example()
+    assert found.status == VIOLATED and example is not None and example.witness is not None
+    assert example.witness.blocks == 4 and example.witness.loop is not None
+    assert any("preempts" in line for line in example.trace)
+    assert "= the state before step" in example.trace[-1]
+    assert info["pools"] == ["min"]
+    cx = load_counterexample(Path(str(found.counterexample)))
+    assert isinstance(cx, SystemCounterexample) and cx.loop == example.witness.loop
+
+
+@pytest.mark.slow
+def test_a_complete_search_proves_s_pool_on_the_least_pool_of_0_29() -> None:
+    """0.29's least pool serves the longest prompt (the explorer: S-POOL PROVED): with
+    ``unbounded``, no run of 5 steps passes only new states, of the step and of the lasso
+    question alike, so the search to 4 is complete and S-POOL is PROVED without Spacer."""
+    policy = get_builtin("vllm-0.29")
+    space = space_of({**LEAST_0_28[1], "max_sched": "8"})
+    proofs, _ = prove_system(
+        policy, space, 2, 4, timeout_ms=GUARD_MS, rlimit=RLIMIT, unbounded=True, pools=["min"]
+    )
+    found = {p.property: p for p in proofs}
+    assert found["S-POOL"].status == PROVED, found["S-POOL"].cells
+    assert found["S-POOL"].cells[0].detail.endswith("passes only new states: complete")

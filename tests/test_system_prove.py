@@ -6,14 +6,18 @@
 The engines must agree: on a range the explorer checks exhaustively, a bounded search as deep
 as the explorer's reachable diameter finds a violation exactly where the explorer does (and
 the solver's trace replays on the explicit model), and where the explorer says PROVED it finds
-none, which it reports as BOUNDED, never PROVED.
+none, which it reports as BOUNDED, never PROVED (with ``unbounded``: PROVED when the search
+was complete, no run one step longer passing only new states, :mod:`chunkproof.proofs.complete`,
+or by a re-checked Spacer certificate).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -76,6 +80,20 @@ THETA |= {"threshold": "0,5"}
 """C8-C9's per-step threshold: each request capped at 5 while two are eligible."""
 
 
+def solver_answers(explored: Sequence[Any]) -> dict[str, set[str]]:
+    """Per property, the bounded search's verdicts that agree with the explorer's: its own
+    VIOLATED; for PROVED, BOUNDED, or PROVED where the search was complete."""
+    return {v.property: {BOUNDED, PROVED} if v.status == PROVED else {v.status} for v in explored}
+
+
+def agree(proofs: Sequence[Any], explored: Sequence[Any]) -> bool:
+    """Whether the solver's verdicts agree with the explorer's (:func:`solver_answers`)."""
+    answers = solver_answers(explored)
+    return answers.keys() == {p.property for p in proofs} and all(
+        p.status in answers[p.property] for p in proofs
+    )
+
+
 def space_of(texts: dict[str, str]) -> Space:
     return user_space(texts, None, production=False)
 
@@ -103,6 +121,21 @@ def test_hol_is_found_and_replays(tmp_path: Path) -> None:
     assert "--budget 3-->" in example.trace[0]
     cx = build(policy, example.witness, "HOL", info["max_seqs"], {})
     assert replay(policy, cx) is None
+
+
+def test_a_complete_search_is_a_proof() -> None:
+    """With ``unbounded``, a bounded search no run of one step more outgrows is complete: two
+    steps finish every request of the HOL range, so P0 and S-LIVE are PROVED without Spacer
+    (:mod:`chunkproof.proofs.complete`); no certificate is written for them."""
+    policy = get_builtin("vllm-0.33")
+    proofs, _ = prove_system(
+        policy, space_of(HOL_RANGE), 2, 2, timeout_ms=GUARD_MS, rlimit=RLIMIT, unbounded=True
+    )
+    status = {p.property: p.status for p in proofs}
+    assert status == {"P0": PROVED, "S-LIVE": PROVED, "HOL": VIOLATED, "STARVE": VIOLATED}
+    for proof in proofs[:2]:
+        (cell,) = proof.cells
+        assert cell.detail.endswith("no run of 3 steps passes only new states: complete")
 
 
 def test_three_requests_find_hol() -> None:
@@ -343,7 +376,7 @@ def test_the_symbolic_step_is_the_explicit_one_on_every_transition(
             state = _symbolic_state(row, by_pattern)
             if symbolic.decodes:
                 advance = decode_advances(int(steps.action[t]), 2)
-                rank = fields(state).rank
+                rank = fields(state, symbolic.pooled).rank
                 solver.add(*[a[-2 + i] == advance[rank[i]] for i in range(2)])
             solver.add(*[v == x for v, x in zip(s, state, strict=True)], symbolic.guard(s, a))
             assert solver.check() == z3.sat
@@ -370,24 +403,25 @@ def _pinned(model: SymbolicSchedulerStep, requests: list[Config]) -> z3.BoolRef:
     return z3.And(*equal)
 
 
-def _symbolic_state(row: np.ndarray, by_pattern: list[int]) -> list[int]:
+def _symbolic_state(row: np.ndarray, by_pattern: list[int], pooled: bool = False) -> list[int]:
     """An explicit state row as the Z3 step's state vector, request i being the instance's
-    ``by_pattern[i]``: (phase, c, rank, e) per request."""
+    ``by_pattern[i]``: (phase, c, rank, e) per request, and its stale flag when ``pooled``."""
     parts = [row[1 + FIELDS * p : 1 + FIELDS * (p + 1)] for p in range(len(by_pattern))]
     rank = {int(label): p for p, (label, *_) in enumerate(parts)}
     state = []
     for label in by_pattern:
-        _, phase, c, e, _ = (int(v) for v in parts[rank[label]])
-        state += [phase, c, rank[label], e]
+        _, phase, c, e, stale = (int(v) for v in parts[rank[label]])
+        state += [phase, c, rank[label], e, *([stale] if pooled else [])]
     return state
 
 
-def _places(state: list[int]) -> list[tuple[int, int, int, int]]:
+def _places(state: list[int], pooled: bool = False) -> list[tuple[int, int, int, int, int]]:
     """Per request: its phase, its place in its list (-1 when finished: the two forms order
-    the finished requests differently, and no loop visits them), its c and its e."""
-    phase, c, rank, e = fields(state)
+    the finished requests differently, and no loop visits them), its c, its e and its stale
+    flag (0 without a pool)."""
+    phase, c, rank, e, stale = fields(state, pooled)
     places = []
     for i, ph in enumerate(phase):
         ahead = sum(1 for j, other in enumerate(phase) if other == ph and rank[j] < rank[i])
-        places.append((ph, -1 if ph == FINISHED else ahead, c[i], e[i]))
+        places.append((ph, -1 if ph == FINISHED else ahead, c[i], e[i], stale[i]))
     return places

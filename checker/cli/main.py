@@ -1237,6 +1237,7 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
             out=out,
             unbounded=args.unbounded,
             adaptive=args.adaptive_threshold,
+            pools=args.pool or (),
         )
     statuses = {p.status for p in proofs}
     code = (
@@ -1268,10 +1269,8 @@ def _cmd_system(args: argparse.Namespace) -> int:
         raise ChunkproofError("--budget: the scheduler step is offered every budget 1..M")
     texts = range_texts(args)
     space = user_space(texts, None, production=False) if texts else system_space()
-    if args.pool and (args.prove or args.abstraction):
-        raise ChunkproofError(
-            "--pool: the KV block pool is explored only (not with --prove or --abstraction)"
-        )
+    if args.pool and args.abstraction:
+        raise ChunkproofError("--pool: not with --abstraction")
     if args.prove:
         return _cmd_system_prove(args, policy, space)
     if args.unbounded or args.timeout is not None:

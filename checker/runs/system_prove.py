@@ -4,21 +4,26 @@
 time.
 
 Per cell (:func:`~chunkproof.spec.scheduler_step_symbolic.system_cells`: the engine's
-inputs and each request's encoder-item pattern) and property (P0, S-LIVE, HOL, STARVE):
+inputs and each request's encoder-item pattern; with a KV block pool, a pool size of the
+given ones, SPEC KV2 rule 5) and property (P0, S-LIVE, HOL, STARVE; with a pool, S-POOL, asked
+as a lasso: :class:`~chunkproof.proofs.lasso.LassoModel`):
 
 1. *Scope*: a cell whose constraint holds no request set is empty and judges nothing.
 2. *Bounded search* to 1, 2, 4, ... and finally ``depth`` steps (idle steps allowed, so every
    shorter trace counts; a plain solver first, briefly, for an unsat, then Optimize), the
    least total T at the first depth that has a violation. A solver trace is replayed on the
-   explicit model's own Next (:func:`~chunkproof.spec.scheduler_trace.run_instance`, the concrete
-   policy): every state (each request's list, place, c and e) must be the solver's and the
-   last step must break the property, else
-   the tool is wrong (:class:`~chunkproof.checker.engines.traces.ModelMismatch`, never a verdict).
-   It
-   is then VIOLATED, with the instance, the trace and, with a run folder, a multi-request
+   explicit model's own Next (:func:`~chunkproof.spec.scheduler_trace.run_instance`, the
+   concrete policy): every state (each request's list, place, c, e and stale flag) must be
+   the solver's, and the last step must break the property (a lasso: the run must come back
+   to the state its loop starts at), else the tool is wrong
+   (:class:`~chunkproof.checker.engines.traces.ModelMismatch`, never a verdict). It is then
+   VIOLATED, with the instance, the trace and, with a run folder, a multi-request
    counterexample file.
 3. No violation within ``depth`` steps is not a proof: the cell is BOUNDED at that depth.
-   With ``unbounded`` it is then asked of Spacer (:func:`~chunkproof.proofs.chc.
+   With ``unbounded`` the search is first asked whether it was complete: no run of
+   ``depth + 1`` steps passes only new states (:func:`~chunkproof.proofs.complete.
+   loop_free_run`'s unsat), so every reachable state was within ``depth``; then PROVED.
+   Otherwise the cell is asked of Spacer (:func:`~chunkproof.proofs.chc.
    reachable_violation`) in a child process killed at the timeout
    (:func:`~chunkproof.proofs.isolated.call`: Spacer overran its own timeout on this model,
    and a call in progress cannot be interrupted). Spacer's unsat is PROVED only once its
@@ -53,12 +58,15 @@ from chunkproof.checker.runs.system import describe_instance, threshold_words, t
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
-from chunkproof.model.system_counterexample import SystemStep
 from chunkproof.proofs import certificate, isolated, solving
 from chunkproof.proofs.bounded import SolverTrace, bounded_search, shallow_violation
 from chunkproof.proofs.chc import reachable_violation
+from chunkproof.proofs.complete import loop_free_run
+from chunkproof.proofs.lasso import LassoModel
+from chunkproof.spec.interface import SymbolicModel
 from chunkproof.spec.scheduler_loops import DECODING, RUNNING
 from chunkproof.spec.scheduler_step import (
+    FIELDS,
     MAX_SEQS,
     PHASE_NAMES,
     step_loop_rules,
@@ -68,11 +76,13 @@ from chunkproof.spec.scheduler_step_symbolic import (
     SYMBOLIC_REQUESTS,
     SymbolicSchedulerStep,
     SystemCell,
-    fields,
     system_cells,
 )
-from chunkproof.spec.scheduler_trace import run_instance
+from chunkproof.spec.scheduler_trace import Run, loops_back, run_instance
 from chunkproof.spec.space import Space
+
+Place = tuple[str, int, int, int, int]
+"""A request's place in a state: its phase's name, its place in its list, c, e and stale."""
 
 BOUNDED = "BOUNDED"
 """No violation within the depth searched: not a proof."""
@@ -133,7 +143,11 @@ class SystemProof:
                 }
                 for r in self.cells
             ],
-            "example": describe_instance(example.instance) if example else None,
+            "example": (
+                describe_instance(example.instance, example.witness.blocks)
+                if example and example.witness
+                else None
+            ),
             "example_cell": example.cell.describe() if example else None,
             "trace": list(example.trace) if example else [],
             "counterexample": self.counterexample,
@@ -152,9 +166,12 @@ def prove_system(
     unbounded: bool = False,
     adaptive: bool = False,
     rlimit: int | None = None,
+    pools: Sequence[int | str] = (),
 ) -> tuple[list[SystemProof], dict[str, Any]]:
     """Every property on every cell of ``space`` (module docstring), with the adaptive floor
-    when ``adaptive``; with ``out``, each violated property's counterexample file and picture,
+    when ``adaptive``, the requests sharing a KV block pool of one of ``pools`` (sizes, or
+    ``"min"``; empty: no pool; a cell with encoder items is outside the pool model and left
+    out); with ``out``, each violated property's counterexample file and picture,
     and the certificates of the cells Spacer proves (``unbounded``). ``rlimit`` bounds each
     query of the bounded search by Z3's resource count as well as by ``timeout_ms``: a bound
     that does not depend on the machine's speed, which a test sets so that no wall clock
@@ -169,12 +186,16 @@ def prove_system(
     check_cell_count(space)
     started = time.monotonic()
     found = system_cells(space, requests)
+    outside = 0
+    if pools:
+        inside = [cell for cell in found if not any(cell.layouts)]
+        outside, found = len(found) - len(inside), inside
     proofs: dict[str, SystemProof] = {}
     judged = 0
     positive = False
     folder = _certificate_folder(policy, out) if unbounded else None
     for index, cell in enumerate(found):
-        model = SymbolicSchedulerStep(policy, cell, max_seqs, adaptive)
+        model = SymbolicSchedulerStep(policy, cell, max_seqs, adaptive, pools)
         positive |= model.threshold_positive
         for pid in model.properties:
             proofs.setdefault(pid, SystemProof(pid, EMPTY, depth))
@@ -182,11 +203,14 @@ def prove_system(
         if scope == "unsat":
             continue
         judged += 1
+        complete: dict[bool, str] = {}
         for pid in model.properties:
             if scope != "sat":
                 result = CellResult(cell, pid, UNKNOWN, "scope", "the scope is undecided")
             else:
                 result = _judge(model, pid, depth, timeout_ms, rlimit)
+            if unbounded and result.status == BOUNDED:
+                result = _complete(model, pid, result, depth, timeout_ms, rlimit, complete)
             if folder is not None and result.status == BOUNDED:
                 path = folder / f"cell-{index}-{pid}.smt2"
                 result = _unbounded(model, pid, result, path, timeout_ms, depth)
@@ -210,8 +234,9 @@ def prove_system(
         "depth": depth,
         "cells": len(found),
         "cells_with_requests": judged,
-        # the key scripts read; no cell is left out since the Z3 step has encoder items
-        "cells_left_out": 0,
+        # the key scripts read: with a pool, the cells with encoder items (outside its model)
+        "cells_left_out": outside,
+        "pools": [str(size) for size in pools],
         "unbounded": unbounded,
         "timeout_seconds": timeout_ms / 1000,
         "seconds": round(time.monotonic() - started, 3),
@@ -256,9 +281,10 @@ def _unbounded(
     header = f"{pid} on the scheduler step of {model.policy.name}, cell {model.cell.describe()}"
 
     def attempt() -> tuple[str, str]:
-        found = reachable_violation(model, pid, True, timeout_ms)
+        question = searched(model, pid)
+        found = reachable_violation(question, pid, True, timeout_ms)
         if found.status == "unsat" and found.invariant is not None:
-            certificate.write(path, model, pid, found.invariant, f"{header} (spacer)")
+            certificate.write(path, question, pid, found.invariant, f"{header} (spacer)")
         elif found.status == "unsat":
             return "unknown", found.attempts()
         return found.status, found.attempts()
@@ -295,26 +321,53 @@ def _judge(
     timeout_ms: int,
     rlimit: int | None = None,
 ) -> CellResult:
-    """Steps 2-4 of the module docstring on one cell."""
+    """Steps 2 and 4 of the module docstring on one cell (3: :func:`_complete`,
+    :func:`_unbounded`)."""
     cell = model.cell
+    question = searched(model, pid)
     found: SolverTrace | str | None = None
     for bound in _depths(depth):
         quick = (
             (QUICK_MS, None) if rlimit is None else (timeout_ms, rlimit * QUICK_MS // TIMEOUT_MS)
         )
-        if shallow_violation(model, pid, bound, *quick) != "unsat":
+        if shallow_violation(question, pid, bound, *quick) != "unsat":
             objective = [z3.Sum(model.tokens)]
-            found = bounded_search(model, pid, bound, objective, timeout_ms, rlimit=rlimit)
+            found = bounded_search(question, pid, bound, objective, timeout_ms, rlimit=rlimit)
         if found is not None:
             break
     if isinstance(found, SolverTrace):
         instance, witness, trace = replayed(model, pid, found)
         steps = len(witness.budgets)
         detail = f"a violation {steps} step{'' if steps == 1 else 's'} from an initial state"
+        if witness.loop is not None:
+            detail = f"a run of {steps} steps whose loop from step {witness.loop} repeats for ever"
         return CellResult(cell, pid, VIOLATED, "bounded search", detail, instance, witness, trace)
     if found == "unknown":
         return CellResult(cell, pid, UNKNOWN, "bounded search", f"timed out at depth {bound}")
     return CellResult(cell, pid, BOUNDED, "bounded search", f"no violation within {depth} steps")
+
+
+def _complete(
+    model: SymbolicSchedulerStep,
+    pid: str,
+    bounded: CellResult,
+    depth: int,
+    timeout_ms: int,
+    rlimit: int | None,
+    known: dict[bool, str],
+) -> CellResult:
+    """Step 3 of the module docstring, its first half: a BOUNDED cell is PROVED when no run of
+    one step more than the search passes only new states. ``known`` keeps the cell's answers
+    (one for the model, one for a lasso question) across its properties."""
+    question = searched(model, pid)
+    lasso = isinstance(question, LassoModel)
+    steps = depth + 1
+    if lasso not in known:
+        known[lasso] = loop_free_run(question, steps, timeout_ms, rlimit)
+    if known[lasso] != "unsat":
+        return bounded
+    detail = f"{bounded.detail}, and no run of {steps} steps passes only new states: complete"
+    return CellResult(bounded.cell, pid, PROVED, bounded.method, detail)
 
 
 def _depths(depth: int) -> list[int]:
@@ -326,64 +379,94 @@ def _depths(depth: int) -> list[int]:
     return bounds if bounds[-1] == depth else [*bounds, depth]
 
 
+def searched(model: SymbolicSchedulerStep, pid: str) -> SymbolicModel:
+    """What the solver is asked for ``pid``: the model itself, or for a property of runs that
+    go on for ever (S-POOL) the lasso question (:class:`~chunkproof.proofs.lasso.LassoModel`)."""
+    return LassoModel(model, pid) if pid in model.cycle_properties else model
+
+
 def replayed(
     model: SymbolicSchedulerStep, pid: str, found: SolverTrace
 ) -> tuple[tuple[Config, ...], Witness, tuple[str, ...]]:
     """The solver's trace on the explicit model's Next (module docstring, step 2): the
-    instance, the witness (arrival order, budgets) and the trace lines; a trace that does not
-    replay is :class:`ModelMismatch`."""
+    instance, the witness (arrival order, budgets, the KV block pool) and the trace lines; a
+    trace that does not replay is :class:`ModelMismatch`. A lasso's (S-POOL) steps are those
+    that move, the loop starting at the one that saved the state; the run must come back to
+    it (the final action is none of the run's)."""
     instance = model.instance(found.model)
     states = [*found.states, found.final_state]
-    arrival = tuple(sorted(range(model.k), key=lambda i: fields(states[0]).rank[i]))
-    actions = (*found.actions, found.final_action)
+    actions = [*found.actions, found.final_action]
+    loop = None
+    if pid in model.cycle_properties:
+        lasso = LassoModel(model, pid)
+        states = [lasso.parts(state)[0] for state in states]
+        loop = next(i for i, action in enumerate(actions) if lasso.saves(action))
+        actions = [action[:-1] for action in actions[:-1]]
+    arrival = tuple(sorted(range(model.k), key=lambda i: model.fields(states[0]).rank[i]))
     budgets = tuple(a[0] for a in actions)
     eligible = tuple(a[1] for a in actions) if model.adaptive else None
     decodes = tuple(
-        _by_position(state, action[len(action) - model.k :] if model.decodes else None)
-        for state, action in zip(states, actions, strict=True)
+        _by_position(model, state, action[len(action) - model.k :] if model.decodes else None)
+        for state, action in zip(states, actions, strict=False)
     )
-    run = run_instance(model.policy, instance, arrival, budgets, model.max_seqs, eligible, decodes)
+    blocks = found.model.eval(model.blocks, model_completion=True).as_long() if model.pooled else 0
+    run = run_instance(
+        model.policy, instance, arrival, budgets, model.max_seqs, eligible, decodes, blocks
+    )
     steps = run.steps
-    if len(steps) != len(budgets) or pid not in steps[-1].breaks:
+    replays = loops_back(run, loop) if loop is not None else bool(steps) and pid in steps[-1].breaks
+    if len(steps) != len(budgets) or not replays:
         raise ModelMismatch(f"{pid}: the solver's trace of the scheduler step does not replay")
-    for index, (state, stepped) in enumerate(zip(states, steps, strict=True)):
-        if _lists(state) != _recorded(stepped, run.encoded(index)):
+    for index, state in enumerate(states):
+        if _lists(model, state) != _row_lists(run, index):
             raise ModelMismatch(
                 f"{pid}: step {index} of the solver's trace is not the explicit model's state"
             )
-    witness = Witness(instance, arrival, budgets, eligible, decodes)
+    witness = Witness(instance, arrival, budgets, eligible, decodes, blocks, loop)
     return instance, witness, trace_lines(run, witness)
 
 
-def _by_position(state: list[int], advances: Sequence[int] | None) -> tuple[int, ...]:
+def _by_position(
+    model: SymbolicSchedulerStep, state: list[int], advances: Sequence[int] | None
+) -> tuple[int, ...]:
     """A solver action's decode advances (one per request) per position of the state row
     (a request's position is its rank); all 0 where the cell's requests never decode."""
-    rank = fields(state).rank
+    rank = model.fields(state).rank
     by_position = [0] * len(rank)
     for i, advance in enumerate(advances or ()):
         by_position[rank[i]] = advance
     return tuple(by_position)
 
 
-def _lists(state: list[int]) -> list[tuple[str, int, int, int]]:
-    """Per request (label order): its phase, its place in its list (-1 when finished: the
-    explicit model orders the finished requests by label; a decoding request's in the running
-    list), its c and its e."""
-    phase, c, rank, e = fields(state)
+def _lists(model: SymbolicSchedulerStep, state: list[int]) -> list[Place]:
+    """Per request (label order) in a solver state: its phase, its place in its list (-1 when
+    finished: the explicit model orders the finished requests by label; a decoding request's
+    in the running list), its c, its e and its stale flag (0 without a pool)."""
+    phase, c, rank, e, stale = model.fields(state)
     listed = [RUNNING if ph == DECODING else ph for ph in phase]
     out = []
     for i, r in enumerate(rank):
         place = sum(1 for j, other in enumerate(listed) if other == listed[i] and rank[j] < r)
         name = PHASE_NAMES[phase[i]]
-        out.append((name, -1 if name == "finished" else place, c[i], e[i]))
+        out.append((name, -1 if name == "finished" else place, c[i], e[i], stale[i]))
     return out
 
 
-def _recorded(stepped: SystemStep, encoded: tuple[int, ...]) -> list[tuple[str, int, int, int]]:
-    return [
-        (r.queue, -1 if r.queue == "finished" else r.place, r.c, e)
-        for r, e in zip(stepped.requests, encoded, strict=True)
-    ]
+def _row_lists(run: Run, index: int) -> list[Place]:
+    """:func:`_lists` of the explicit run's state before step ``index`` (after the last at
+    ``len(run.steps)``): its row lists the running list, the waiting queue, then the finished
+    requests."""
+    row = run.rows[index]
+    by_label: dict[int, Place] = {}
+    seen: dict[int, int] = {}
+    for p in range(run.batch.k):
+        label, phase, c, e, stale = (int(v) for v in row[1 + FIELDS * p : 1 + FIELDS * (p + 1)])
+        listed = RUNNING if phase == DECODING else phase
+        place = seen.get(listed, 0)
+        seen[listed] = place + 1
+        name = PHASE_NAMES[phase]
+        by_label[label] = (name, -1 if name == "finished" else place, c, e, stale)
+    return [by_label[label] for label in range(run.batch.k)]
 
 
 def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
@@ -395,6 +478,14 @@ def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
         f"budget 1..M per step{threshold_words(info)}), bounded search to {info['depth']} "
         f"steps{_spacer_words(info)} in {info['seconds']} s",
     ]
+    if info.get("pools"):
+        lines.append(
+            f"KV block pool: N in {', '.join(info['pools'])} (min: the least the release's "
+            "start-up check accepts; a pool below it is not run), max_model_len the longest "
+            "prompt + 1; each request inside the pool model (fresh: no hit, junction or "
+            "uncached prefix; no internal checkpoints or tail copy); "
+            f"{info['cells_left_out']} cell(s) with encoder items left out"
+        )
     lines.append("")
     for proof in proofs:
         qualifier = f" (no violation within {proof.depth} steps: not a proof)"
@@ -406,9 +497,13 @@ def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
             lines.append(f"      cell {fixed}: {r.status} ({r.method}: {r.detail})")
         example = proof.example()
         if example is not None:
-            lines.append(f"      smallest found: {describe_instance(example.instance)}")
+            blocks = example.witness.blocks if example.witness is not None else 0
+            lines.append(f"      smallest found: {describe_instance(example.instance, blocks)}")
             lines.extend(f"        {line}" for line in example.trace)
-            lines.append("      (replayed on the explicit model: the same states, the same break)")
+            again = "the same break"
+            if example.witness is not None and example.witness.loop is not None:
+                again = "back to the loop's first state"
+            lines.append(f"      (replayed on the explicit model: the same states, {again})")
         if proof.counterexample is not None:
             lines.append(f"      counterexample: {proof.counterexample}")
             lines.append(f"      picture: {proof.picture}")
