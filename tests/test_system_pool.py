@@ -312,6 +312,19 @@ POOL_SAMPLE = [
 limit (Optimize's unsat there takes about 25 s)."""
 
 
+def test_a_pool_with_every_cell_outside_its_model_is_empty(cli: Cli) -> None:
+    """``--prove --pool`` on a range whose every request carries encoder items: no cell is
+    judged, every property (S-POOL too) is EMPTY and the exit is 2, never a silent pass."""
+    items = ["--items", "0+2", "--encoder-cache", "4", "--pool", "min", "--prove", "--json"]
+    done = cli("system", "vllm-0.33", *REFUSED[:6], "--prompt", "3", "--max-sched", "8", *items)
+    assert done.code == 2
+    document = done.json()
+    assert {v["property"]: v["status"] for v in document["verdicts"]} == dict.fromkeys(
+        ("P0", "S-LIVE", "HOL", "STARVE", "S-POOL"), "EMPTY"
+    )
+    assert document["searched"]["cells_left_out"] == 1
+
+
 @pytest.mark.parametrize(("name", "texts", "pools"), POOL_SAMPLE)
 def test_the_symbolic_pool_step_is_the_explicit_one(
     name: str, texts: dict[str, str], pools: tuple[int | str, ...]

@@ -69,6 +69,7 @@ from chunkproof.spec.scheduler_step import (
     FIELDS,
     MAX_SEQS,
     PHASE_NAMES,
+    SCHEDULER_PROPERTIES,
     step_loop_rules,
     threshold_rule,
 )
@@ -80,6 +81,7 @@ from chunkproof.spec.scheduler_step_symbolic import (
 )
 from chunkproof.spec.scheduler_trace import Run, loops_back, run_instance
 from chunkproof.spec.space import Space
+from chunkproof.spec.system_properties import POOL_PROPERTIES
 
 Place = tuple[str, int, int, int, int]
 """A request's place in a state: its phase's name, its place in its list, c, e and stale."""
@@ -190,15 +192,14 @@ def prove_system(
     if pools:
         inside = [cell for cell in found if not any(cell.layouts)]
         outside, found = len(found) - len(inside), inside
-    proofs: dict[str, SystemProof] = {}
+    judged_properties = SCHEDULER_PROPERTIES + (POOL_PROPERTIES if pools else ())
+    proofs = {pid: SystemProof(pid, EMPTY, depth) for pid in judged_properties}
     judged = 0
     positive = False
     folder = _certificate_folder(policy, out) if unbounded else None
     for index, cell in enumerate(found):
         model = SymbolicSchedulerStep(policy, cell, max_seqs, adaptive, pools)
         positive |= model.threshold_positive
-        for pid in model.properties:
-            proofs.setdefault(pid, SystemProof(pid, EMPTY, depth))
         scope = solving.check_formula(model.constraint, timeout_ms)
         if scope == "unsat":
             continue
