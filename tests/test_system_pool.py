@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -282,31 +283,25 @@ def test_the_picture_marks_the_preemption_and_the_loop() -> None:
 # -- the symbolic form (system --prove --pool) -------------------------------------------------
 
 LEAST_0_28 = ("vllm-0.28", {"block": "8", "lookahead": "0", "drop": "off", "prompt": "3,9"})
-SLOW_POOLS = [
-    pytest.param(
-        "vllm-0.33",
-        {"block": "4", "lookahead": "1", "drop": "off", "prompt": "2,7"},
-        (9,),
-        marks=pytest.mark.slow,
-    ),
-    pytest.param(
-        "vllm-0.23",
-        {"block": "4", "lookahead": "0", "drop": "off", "prompt": "5,8"},
-        ("min",),
-        marks=pytest.mark.slow,
+
+
+def slow_pool(name: str, texts: dict[str, str], pools: tuple[int | str, ...]) -> Any:
+    """A pooled sample case that runs with the slow tests."""
+    return pytest.param(name, texts, pools, marks=pytest.mark.slow)
+
+
+AGREEMENT_SAMPLE = [
+    (*LEAST_0_28, ("min", 5)),
+    slow_pool("vllm-0.33", {"block": "4", "lookahead": "1", "drop": "off", "prompt": "2,7"}, (9,)),
+    slow_pool(
+        "vllm-0.23", {"block": "4", "lookahead": "0", "drop": "off", "prompt": "5,8"}, ("min",)
     ),
 ]
-AGREEMENT_SAMPLE = [(*LEAST_0_28, ("min", 5)), *SLOW_POOLS]
 """Pooled ranges of several releases (M = 8), each with the pool sizes the sample takes; every
 one preempts on some transition."""
 POOL_SAMPLE = [
     *AGREEMENT_SAMPLE,
-    pytest.param(
-        "vllm-0.29",
-        {"block": "4", "lookahead": "0", "drop": "off", "prompt": "6,8"},
-        (6,),
-        marks=pytest.mark.slow,
-    ),
+    slow_pool("vllm-0.29", {"block": "4", "lookahead": "0", "drop": "off", "prompt": "6,8"}, (6,)),
 ]
 """With 0.29, whose STARVE the bounded search leaves undecided within the tests' resource
 limit (Optimize's unsat there takes about 25 s)."""
