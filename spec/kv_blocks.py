@@ -785,21 +785,49 @@ def pool_modelled(rules: PoolRules, cfg: Config) -> bool:
     return rules.speculative or cfg.lookahead == 0
 
 
+def admitted_with_history(cfg: Config) -> bool:
+    """Rule 5's scope: a request admitted otherwise than :func:`admitted_fresh`, or with an
+    uncached prefix."""
+    return not admitted_fresh(cfg) or cfg.uncached_prefix > 0
+
+
+def with_checkpoints(cfg: Config) -> bool:
+    """Rule 5's scope: internal prefill checkpoints (rule 2c)."""
+    return cfg.checkpoints
+
+
+def with_speculative_blocks(cfg: Config) -> bool:
+    """Rule 5's scope: S >= 1 speculative blocks, which 0.17-0.25's Mamba group frees on c - S
+    tokens (:func:`pool_modelled`)."""
+    return cfg.lookahead >= 1
+
+
+def shared_pool_exclusions(rules: PoolRules) -> list[tuple[str, Callable[[Any], bool]]]:
+    """KV2 rule 5's scope under ``rules``, as what it leaves out besides encoder items (a
+    request's item pattern, which the prover's cells fix): each a reason and a subset
+    predicate, so the explorer (:func:`outside_shared_pool`) and the prover (its constraint)
+    read one definition. Rule 5 holds for a fresh request without internal checkpoints whose
+    pool the rules model (:func:`pool_modelled`) and none of whose chunks asks a tail copy
+    (rule 2b: the copy's block is back at the step's end)."""
+    found: list[tuple[str, Callable[[Any], bool]]] = [
+        ("a request admitted with a hit, a junction or an uncached prefix", admitted_with_history),
+        ("internal prefill checkpoints", with_checkpoints),
+    ]
+    if not rules.speculative:
+        reason = f"L >= 1 under {rules.releases} (its Mamba group frees on c - S tokens)"
+        found.append((reason, with_speculative_blocks))
+    found.append(("a chunk start that copies the prompt's tail state", rules.copies_tail))
+    return found
+
+
 def outside_shared_pool(rules: PoolRules, cfg: Config) -> str | None:
-    """Why rule 5 does not cover ``cfg`` under ``rules`` (``None``: it does): it holds for a
-    fresh request (:func:`admitted_fresh`, no uncached prefix) without encoder items or
-    internal checkpoints whose pool the rules model (:func:`pool_modelled`) and none of whose
-    chunks asks a tail copy (rule 2b: the copy's block is back at the step's end)."""
-    if not admitted_fresh(cfg) or cfg.uncached_prefix > 0:
-        return "a request admitted with a hit, a junction or an uncached prefix"
+    """Why rule 5 does not cover ``cfg`` under ``rules`` (``None``: it does): encoder items,
+    or the first of :func:`shared_pool_exclusions` that holds."""
     if cfg.items:
         return "encoder items"
-    if cfg.checkpoints:
-        return "internal prefill checkpoints"
-    if not pool_modelled(rules, cfg):
-        return f"L >= 1 under {rules.releases} (its Mamba group frees on c - S tokens)"
-    if rules.copies_tail(cfg):
-        return "a chunk start that copies the prompt's tail state"
+    for reason, holds in shared_pool_exclusions(rules):
+        if holds(cfg):
+            return reason
     return None
 
 

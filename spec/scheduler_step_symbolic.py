@@ -79,11 +79,11 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import stage_order
 from chunkproof.spec.interface import as_term
 from chunkproof.spec.kv_blocks import (
-    admitted_fresh,
     held_in_list,
     leaves_stale,
     pool_rules,
     shared_asked,
+    shared_pool_exclusions,
 )
 from chunkproof.spec.request_symbolic import Cell, SymbolicRequest, cells
 from chunkproof.spec.scheduler_loops import (
@@ -292,25 +292,19 @@ class SymbolicSchedulerStep:
             check_threshold_cap(policy)
 
     def _pool_constraint(self, pools: Sequence[int | str]) -> Any:
-        """Each request inside rule 5's scope (:func:`~chunkproof.spec.kv_blocks.
-        outside_shared_pool`, piece by piece: no encoder items is the cell's) and the pool one
+        """Each request inside rule 5's scope (none of :func:`~chunkproof.spec.kv_blocks.
+        shared_pool_exclusions` holds; no encoder items is the cell's) and the pool one
         of ``pools`` (a size, or ``"min"``), at least what the release's start-up check accepts
         (:func:`~chunkproof.spec.scheduler_step.least_pool`: the largest request's minimum,
         which grows with its prompt, and at least 2)."""
         rules = self.pool_rules
         scope = []
         least: list[Any] = [z3.IntVal(2)]
+        exclusions = shared_pool_exclusions(rules)
         for i in range(self.k):
             template = self._template(i)
             view = template.view
-            inside = [
-                template.holds(admitted_fresh, [view]),
-                as_term(view.uncached_prefix) == 0,
-                z3.Not(as_term(view.checkpoints)),
-                z3.Not(template.holds(rules.copies_tail, [view])),
-            ]
-            if not rules.speculative:
-                inside.append(as_term(view.lookahead) == 0)
+            inside = [z3.Not(template.holds(holds, [view])) for _, holds in exclusions]
             scope.append(self.of(i, z3.And(*inside)))
             least.append(self.of(i, as_term(template.call(rules.startup_pool, [view]))))
         smallest = _largest(least)

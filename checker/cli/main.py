@@ -1167,6 +1167,7 @@ def _add_system_parser(sub: Any) -> None:
         type=_positive,
         help=f"--prove: seconds per solver query ({TIMEOUT_MS // 1000})",
     )
+    _add_rlimit(p)
     add_range_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument(
@@ -1238,6 +1239,7 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
             unbounded=args.unbounded,
             adaptive=args.adaptive_threshold,
             pools=args.pool or (),
+            rlimit=args.rlimit,
         )
     statuses = {p.status for p in proofs}
     code = (
@@ -1273,8 +1275,8 @@ def _cmd_system(args: argparse.Namespace) -> int:
         raise ChunkproofError("--pool: not with --abstraction")
     if args.prove:
         return _cmd_system_prove(args, policy, space)
-    if args.unbounded or args.timeout is not None:
-        raise ChunkproofError("--unbounded and --timeout: only with --prove")
+    if args.unbounded or args.timeout is not None or args.rlimit is not None:
+        raise ChunkproofError("--unbounded, --timeout and --rlimit: only with --prove")
     check_explorer_size(space)
     with run_folder(args.out, _run_identity(args)) as out:
         verdicts, info = explore_system(

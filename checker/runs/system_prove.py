@@ -408,7 +408,7 @@ def replayed(
     eligible = tuple(a[1] for a in actions) if model.adaptive else None
     decodes = tuple(
         _by_position(model, state, action[len(action) - model.k :] if model.decodes else None)
-        for state, action in zip(states, actions, strict=False)
+        for state, action in zip(states[: len(actions)], actions, strict=True)
     )
     blocks = found.model.eval(model.blocks, model_completion=True).as_long() if model.pooled else 0
     run = run_instance(
