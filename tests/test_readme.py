@@ -6,7 +6,10 @@ code is committed): ``path/to/vllm-0.33.0`` is the cached 0.33.0 tree,
 ``path/to/checkout`` and ``path/to/fixed-checkout`` a copy of it with the lookahead-in-split fix
 (:func:`vllm_copies.patched_release`). A shown line stands for an output line that contains
 each of its pieces around ``(...)`` in order; a ``# comment`` after a pytest command is the
-result it must print. The tests read release trees, so they carry the ``fidelity`` marker.
+result it must print. A command that asks Z3 runs with the tests' solver bounds where the
+README gives none (:data:`solver_limits.SOLVER_ARGS`: Z3's resource units decide the verdict
+it shows, not the machine's clock). The tests read release trees, so they carry the
+``fidelity`` marker.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import Cli
+from solver_limits import SOLVER_ARGS
 from vllm_copies import patched_release
 
 from chunkproof.source.releases import release_root
@@ -28,6 +32,9 @@ from chunkproof.source.releases import release_root
 pytestmark = pytest.mark.fidelity
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+
+SOLVING = frozenset({"prove", "check", "compare", "synthesize", "conform"})
+"""The commands that ask Z3 (``system`` too, with ``--prove``)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,22 @@ def shows(output: str, line: str) -> bool:
     return False
 
 
+def bounded(argv: list[str]) -> list[str]:
+    """``argv`` of a command that asks Z3 with each solver bound of :data:`SOLVER_ARGS` it
+    does not set itself."""
+    if argv[1] not in SOLVING and "--prove" not in argv:
+        return argv
+    pairs = zip(SOLVER_ARGS[::2], SOLVER_ARGS[1::2], strict=True)
+    return argv + [word for pair in pairs if pair[0] not in argv for word in pair]
+
+
+def test_solver_commands_get_the_bounds_they_lack() -> None:
+    assert bounded(["chunkproof", "explore", "x"]) == ["chunkproof", "explore", "x"]
+    assert bounded(["chunkproof", "prove", "x"]) == ["chunkproof", "prove", "x", *SOLVER_ARGS]
+    given = ["chunkproof", "system", "x", "--prove", "--rlimit", "5"]
+    assert bounded(given) == [*given, *SOLVER_ARGS[2:]]
+
+
 def test_the_readme_has_the_three_jobs() -> None:
     commands = [e.command for e in examples(README.read_text())]
     assert any(c.startswith("chunkproof prove") for c in commands)
@@ -98,6 +121,7 @@ def test_the_quick_start_runs_in_order(
         words, _, comment = command.partition("#")
         argv = shlex.split(words)
         if argv[0] == "chunkproof":
+            argv = bounded(argv)
             run = cli(*argv[1:])
             assert run.code in (0, 1), f"{example.command}: exit {run.code}: {run.err}"
             output = run.out
