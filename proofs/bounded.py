@@ -38,18 +38,17 @@ def shallow_violation(
     solver.set("timeout", timeout_ms)
     if rlimit is not None:
         solver.set("rlimit", rlimit)
-    solver.add(_unrolled(model, pid, depth, [], []))
+    solver.add(z3.And(*unrolled(model, pid, depth)))
     return str(solver.check())
 
 
-def _unrolled(
-    model: SymbolicModel, pid: str, depth: int, states: list[Any], actions: list[Any]
-) -> Any:
-    """The unrolled relation of :func:`bounded_search` (idle steps allowed), filling
-    ``states`` and ``actions`` with its variables."""
-    states.extend(model.state(f"s{i}") for i in range(depth + 1))
-    actions.extend(model.action(f"a{i}") for i in range(depth))
-    parts = [model.constraint, model.init(states[0])]
+def unrolled(model: SymbolicModel, pid: str, depth: int, extra: Any = True) -> list[Any]:
+    """The question of :func:`bounded_search` without its objectives, as its conjuncts: the
+    relation unrolled ``depth`` steps from an initial state (idle steps allowed), ``extra``
+    (if given), a violation at the last state."""
+    states = [model.state(f"s{i}") for i in range(depth + 1)]
+    actions = [model.action(f"a{i}") for i in range(depth)]
+    parts = [model.constraint, model.init(states[0]), *([] if extra is True else [extra])]
     for i in range(depth):
         idle = z3.Bool(f"idle{i}")
         move = z3.And(model.guard(states[i], actions[i]), model.follows(states[i], actions[i]))
@@ -59,7 +58,7 @@ def _unrolled(
             parts.append(after == z3.If(idle, now, moved))
     final = model.action("a_final")
     parts += [model.guard(states[depth], final), model.violation(pid, states[depth], final)]
-    return z3.And(*parts)
+    return parts
 
 
 def bounded_search(
@@ -77,19 +76,13 @@ def bounded_search(
     opt.set("timeout", timeout_ms)
     if rlimit is not None:
         opt.set("rlimit", rlimit)
+    opt.add(*unrolled(model, pid, depth, extra))
+    # the unrolling's variables, by their names
     states = [model.state(f"s{i}") for i in range(depth + 1)]
     actions = [model.action(f"a{i}") for i in range(depth)]
     idle = [z3.Bool(f"idle{i}") for i in range(depth)]
     final = model.action("a_final")
-    opt.add(model.constraint, model.init(states[0]), extra)
-    for i in range(depth):
-        move = z3.And(model.guard(states[i], actions[i]), model.follows(states[i], actions[i]))
-        opt.add(z3.Implies(z3.Not(idle[i]), move))
-        nxt = model.next(states[i], actions[i])
-        for now, after, moved in zip(states[i], states[i + 1], nxt, strict=True):
-            opt.add(after == z3.If(idle[i], now, moved))
     last = states[depth]
-    opt.add(model.guard(last, final), model.violation(pid, last, final))
     for objective in objectives:
         opt.minimize(objective)
     answer = opt.check()
