@@ -14,8 +14,8 @@ unsat: the bound holds; sat: some run is longer, and the bounded search is not a
 unknown: past the timeout or Z3's resource limit. The query is asked of the portfolio of
 :mod:`~chunkproof.proofs.solving` in a fresh context (:func:`~chunkproof.proofs.solving.
 check_apart`): Z3's default solver has a heavy tail on it, past ten minutes in one context
-where another answered in a second, and it spends its resource units unevenly there (CI's
-run of stop 51 reached the wall-clock guard under a resource limit).
+where another answered in a second, and it spends its resource units unevenly there (a
+test's run reached its ten-minute wall-clock guard under the tests' resource limit).
 """
 
 from __future__ import annotations
