@@ -126,8 +126,8 @@ def test_hol_is_found_and_replays(tmp_path: Path) -> None:
 
 def test_a_complete_search_is_a_proof() -> None:
     """With ``unbounded``, a bounded search no run of one step more outgrows is complete: two
-    steps finish every request of the HOL range, so P0 and S-LIVE are PROVED without Spacer
-    (:mod:`chunkproof.proofs.complete`); no certificate is written for them."""
+    steps finish every request of the HOL range, so P0 and S-LIVE are PROVED by the bounded
+    search itself, before Spacer is asked (:mod:`chunkproof.proofs.complete`)."""
     policy = get_builtin("vllm-0.33")
     proofs, _ = prove_system(
         policy, space_of(HOL_RANGE), 2, 2, timeout_ms=GUARD_MS, rlimit=RLIMIT, unbounded=True
@@ -136,6 +136,7 @@ def test_a_complete_search_is_a_proof() -> None:
     assert status == {"P0": PROVED, "S-LIVE": PROVED, "HOL": VIOLATED, "STARVE": VIOLATED}
     for proof in proofs[:2]:
         (cell,) = proof.cells
+        assert cell.method == "bounded search"
         assert cell.detail.endswith("no run of 3 steps passes only new states: complete")
 
 
