@@ -864,9 +864,16 @@ POOL_FIXED = (
 pool (``--pool``), in place of :data:`STEP_FIXED`."""
 
 
-def fixed_inputs(policy: Policy, pooled: bool = False) -> list[str]:
-    """Every input the scheduler step over ``policy`` fixes, for its reports (``pooled``: its
-    requests share a KV block pool)."""
+def fixed_inputs(policy: Policy, unpooled: bool = True, pooled: bool = False) -> list[str]:
+    """Every input the scheduler step over ``policy`` fixes, for its reports: the step without
+    a pool (``unpooled``), the step whose requests share a KV block pool (``pooled``), or both,
+    each step's own named as its."""
+    if unpooled and pooled:
+        return [
+            *policy.fixed,
+            *(f"without a pool: {item}" for item in STEP_FIXED),
+            *(f"in a pool: {item}" for item in POOL_FIXED),
+        ]
     return [*policy.fixed, *(POOL_FIXED if pooled else STEP_FIXED)]
 
 

@@ -296,9 +296,13 @@ def test_explorer_paths_replay_on_the_model() -> None:
 
 
 def test_system_command_finds_hol_with_its_trace(cli: Cli) -> None:
-    """The default requests on vllm-0.33: HOL behind a split zero (B=4: a 4-token request at
-    the head offered 3 tokens floors to 0, the 3-token one behind it would finish), S-LIVE
-    from the lookahead livelock (T=5, L=2), and P0 holds; exit 1."""
+    """The default requests on vllm-0.33, without a pool and in every pool of 2 to 32 blocks
+    the start-up check accepts: HOL behind a split zero (B=4: a 4-token request at the head
+    offered 3 tokens floors to 0, the 3-token one behind it would finish), S-LIVE from the
+    lookahead livelock (T=5, L=2), S-POOL from that livelock in a pool (the stuck request
+    holds the blocks the other's last chunk asks, so the other preempts itself and starts
+    again, for ever), and P0 holds; each verdict's range names the pools it was judged on;
+    exit 1."""
     run = cli("system", "vllm-0.33", "--json")
     assert run.code == 1
     document = run.json()
@@ -308,13 +312,22 @@ def test_system_command_finds_hol_with_its_trace(cli: Cli) -> None:
         "S-LIVE": "VIOLATED",
         "HOL": "VIOLATED",
         "STARVE": "VIOLATED",
+        "S-POOL": "VIOLATED",
     }
     hol = verdicts["HOL"]
-    assert hol["example"] == "#0: T=3 B=4 L=0 M=8; #1: T=4 B=4 L=0 M=8"
+    assert hol["example"] == "#0: T=3 B=4 L=0 M=8; #1: T=4 B=4 L=0 M=8; no pool"
     assert hol["trace"][-2].startswith("running []; waiting [#1(T=4, c=0), #0(T=3, c=0)]")
     assert hol["trace"][-2].endswith("--budget 3-->")
+    assert hol["range"]["pool"] == "none,min,2-32"
     assert "L=2" in verdicts["S-LIVE"]["example"]
-    assert document["explored"]["instances"] == hol["instances"] > 0
+    pool = verdicts["S-POOL"]
+    assert pool["range"]["pool"] == "min,2-32"
+    assert pool["range"]["connector"] == "none"
+    assert pool["example"] == "#0: T=5 B=4 L=2 M=8; #1: T=6 B=4 L=2 M=8; a pool of 11 KV blocks"
+    assert any("preempts #1" in line for line in pool["trace"])
+    explored = document["explored"]
+    assert explored["instances"] == hol["instances"] > pool["instances"] > 0
+    assert explored["instances"] == explored["unpooled_instances"] + pool["instances"]
 
 
 def test_system_command_without_the_break_has_no_hol(cli: Cli) -> None:

@@ -32,7 +32,12 @@ from chunkproof.checker.engines.verdicts import PROVED, VIOLATED
 from chunkproof.checker.kinds import load_counterexample
 from chunkproof.checker.reports.output import run_folder
 from chunkproof.checker.reports.system_picture import system_marks
-from chunkproof.checker.runs.system import explore_system, pooled_instances
+from chunkproof.checker.runs.system import (
+    connector_text,
+    explore_system,
+    pool_text,
+    pooled_instances,
+)
 from chunkproof.checker.runs.system_prove import prove_system
 from chunkproof.model.builtin import get_builtin
 from chunkproof.model.config import Config
@@ -121,13 +126,43 @@ def test_the_pool_leaves_out_what_it_does_not_model(cli: Cli, tmp_path: Path) ->
     assert empty.code == 2 and "EMPTY" in empty.out
 
 
+def test_pools_are_a_range_input() -> None:
+    """The pools of a run as its range names them: runs of sizes compressed, ``none`` and
+    ``min`` by name; the connector mode of each step."""
+    assert pool_text(("none", "min", *range(2, 33))) == "none,min,2-32"
+    assert pool_text(("8", "9", "12", "min")) == "min,8-9,12"
+    assert pool_text(()) == "none"
+    assert connector_text(("none",)) == "synchronous"
+    assert connector_text(("min", 8)) == "none"
+    assert connector_text(("none", 8)) == "synchronous without a pool, none in a pool"
+
+
+def test_a_range_given_fixes_the_pool_at_none(cli: Cli) -> None:
+    """The built-in range runs the pools ``none,min,2-32``; range flags fix every input they do
+    not name, the pool at ``none`` (no S-POOL verdict), unless ``--pool`` names pools, which
+    may mix ``none`` with sizes: each verdict's range names the pools it was judged on."""
+    plain = cli("system", "vllm-0.28", *REFUSED, "--json").json()
+    assert {v["range"]["pool"] for v in plain["verdicts"]} == {"none"}
+    assert "S-POOL" not in {v["property"] for v in plain["verdicts"]}
+    both = cli("system", "vllm-0.28", *REFUSED, "--pool", "none,min", "--json").json()
+    ranges = {v["property"]: v["range"]["pool"] for v in both["verdicts"]}
+    assert ranges == {"P0": "none,min", "S-LIVE": "none,min", "HOL": "none,min",
+                      "STARVE": "none,min", "S-POOL": "min"}  # fmt: skip
+    explored = both["explored"]
+    assert explored["instances"] == explored["unpooled_instances"] + explored["pooled_instances"]
+    assert any(line.startswith("in a pool: ") for line in both["fixed"])
+    assert any(line.startswith("without a pool: ") for line in both["fixed"])
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
         (["--pool", "1"], "at least 2 blocks"),
         (["--pool", "x"], "cannot read 'x'"),
         (["--pool", "2-100"], "at most 64 pool sizes"),
-        (["--pool", "8", "--abstraction"], "not with --abstraction"),
+        (["--pool", "8", "--abstraction"], "compares the step without a pool"),
+        (["--pool", "none,8", "--prove"], "two searches"),
+        (["--pool", ""], "no pool given"),
         (["--pool", "8", "--adaptive-threshold"], "adaptive floor"),
     ],
 )

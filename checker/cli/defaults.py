@@ -157,6 +157,13 @@ B = 4 under M = 8, without and with multi-module MTP (L = 2), so that a request 
 tokens past a block boundary, below one block, or inside the lookahead window."""
 
 
+SYSTEM_POOLS: tuple[int | str, ...] = ("none", "min", *range(2, 33))
+"""The pools of ``chunkproof system``'s default: the step without a pool (decode steps
+modelled), and the pooled step (SPEC KV2 rule 5: allocation, preemption, S-POOL) on every pool
+of 2 to 32 blocks and the least the release's start-up check accepts (a size below that is not
+run: vLLM refuses to start)."""
+
+
 def system_space() -> Space:
     """``chunkproof system``'s default: every request of :data:`SYSTEM_GRID`, every budget."""
     return Space((grid_from(SYSTEM_GRID, "requests"),))

@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from chunkproof.checker.cli.defaults import (
+    SYSTEM_POOLS,
     production_space,
     small_space,
     system_space,
@@ -87,7 +88,15 @@ from chunkproof.checker.runs.synthesis import (
     round_line,
     synthesize,
 )
-from chunkproof.checker.runs.system import explore_system, threshold_words
+from chunkproof.checker.runs.system import (
+    NO_POOL,
+    SystemVerdict,
+    connector_text,
+    explore_system,
+    pool_scopes,
+    pool_text,
+    threshold_words,
+)
 from chunkproof.checker.runs.system_prove import (
     DEFAULT_DEPTH,
     TIMEOUT_MS,
@@ -158,11 +167,12 @@ MAX_POOL_SIZES = 64
 
 
 def _pool_sizes(text: str) -> tuple[int | str, ...]:
-    """An argparse type: ``--pool``, KV block pool sizes (``8,12``, ``8-16``) and ``min``, the
-    least the release's start-up check accepts for each instance."""
+    """An argparse type: ``--pool``, KV block pool sizes (``8,12``, ``8-16``), ``min``, the
+    least the release's start-up check accepts for each instance, and ``none``, the step
+    without a pool."""
     words = [part.strip() for part in text.split(",")]
-    sizes: list[int | str] = ["min"] if "min" in words else []
-    numbers = ",".join(word for word in words if word != "min")
+    sizes: list[int | str] = [word for word in (NO_POOL, "min") if word in words]
+    numbers = ",".join(word for word in words if word not in (NO_POOL, "min"))
     if numbers:
         try:
             ints = parse_ints(numbers, "--pool")
@@ -176,6 +186,8 @@ def _pool_sizes(text: str) -> tuple[int | str, ...]:
                 "a pool needs at least 2 blocks (the null block and one to hand out)"
             )
         sizes += values
+    if not sizes:
+        raise argparse.ArgumentTypeError("no pool given (sizes, min or none)")
     return tuple(sizes)
 
 
@@ -1138,11 +1150,11 @@ def _add_system_parser(sub: Any) -> None:
     p.add_argument(
         "--pool",
         type=_pool_sizes,
-        default=(),
         metavar="SIZES",
         help="the requests share a KV block pool of each size (8,12 or 8-16; min: the least "
-        "the release's start-up check accepts): allocation, FCFS preemption and S-POOL "
-        "(default: no pool, no allocation fails)",
+        "the release's start-up check accepts; none: the step without a pool, no allocation "
+        "fails): allocation, FCFS preemption and S-POOL (default: none,min,2-32 on the "
+        "built-in range; none with range flags or --prove)",
     )
     p.add_argument(
         "--prove",
@@ -1190,17 +1202,23 @@ def _system_document(
     the keys every verdict has: property, name, status, range, counterexample), the fixed
     inputs, ``extra``, the policy's source and the files written."""
     key, info = searched
-    rng = space.describe()
+    pools = info["pools"] or [NO_POOL]
+    rng = space.describe() | {"pool": pool_text(pools), "connector": connector_text(pools)}
+
+    def judged(v: Any) -> dict[str, Any]:
+        on = v.pools if isinstance(v, SystemVerdict) else pools
+        return rng | {"pool": pool_text(on), "connector": connector_text(on)}
+
     return {
         "policy": policy.name,
         "range": rng,
         key: info,
         "verdicts": [
             v.to_dict()
-            | {"name": {**PROPERTIES, **SYSTEM_PROPERTIES}[v.property].name, "range": rng}
+            | {"name": {**PROPERTIES, **SYSTEM_PROPERTIES}[v.property].name, "range": judged(v)}
             for v in verdicts
         ],
-        "fixed": fixed_inputs(policy, bool(info.get("pools"))),
+        "fixed": _system_fixed(policy, pools),
         **branches_document(policy),
         **extra,
         **_source(policy),
@@ -1208,18 +1226,31 @@ def _system_document(
     }
 
 
+def _system_fixed(policy: Policy, pools: Sequence[str]) -> list[str]:
+    """What a ``system`` run on ``pools`` fixes: the inputs of the step without a pool, of the
+    pooled step, or of both (:func:`~chunkproof.spec.scheduler_step.fixed_inputs`)."""
+    unpooled, sizes = pool_scopes(pools)
+    return fixed_inputs(policy, unpooled, bool(sizes))
+
+
 def _system_header(policy: Policy, mode: str, space: Space, info: dict[str, Any]) -> None:
     """The first lines of ``system``'s report: the policy, the range, the fixed inputs, the
     branches of ``schedule()`` (for a policy read from source) and the loop rules."""
     print(f"chunkproof system {policy.name}{mode} ({policy.summary})")
-    print(f"range (each configuration one request): {_range_words(space.describe())}")
-    print(fixed_line(fixed_inputs(policy, bool(info.get("pools")))))
+    pools = info["pools"] or [NO_POOL]
+    print(
+        f"range (each configuration one request): {_range_words(space.describe())}; "
+        f"pool={pool_text(pools)}; connector={connector_text(pools)}"
+    )
+    print(fixed_line(_system_fixed(policy, pools)))
     for line in branch_lines(policy):
         print(line)
     print(f"loops: {info['loops']}")
 
 
-def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) -> int:
+def _cmd_system_prove(
+    args: argparse.Namespace, policy: Policy, space: Space, pools: tuple[int | str, ...]
+) -> int:
     """``chunkproof system --prove``: :func:`~chunkproof.checker.runs.system_prove.prove_system`;
     exit 1 if a property is violated, 2 if no cell holds requests, 0 if every property is
     PROVED (``--unbounded``), else 3: a bounded search that finds nothing is not a proof (SPEC
@@ -1238,7 +1269,7 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
             out=out,
             unbounded=args.unbounded,
             adaptive=args.adaptive_threshold,
-            pools=args.pool or (),
+            pools=pools,
             rlimit=args.rlimit,
         )
     statuses = {p.status for p in proofs}
@@ -1262,6 +1293,18 @@ def _cmd_system_prove(args: argparse.Namespace, policy: Policy, space: Space) ->
     return code
 
 
+def _system_pools(args: argparse.Namespace) -> tuple[int | str, ...]:
+    """The pools ``system`` runs: those given with ``--pool``; else, on the built-in default
+    range, :data:`~chunkproof.checker.cli.defaults.SYSTEM_POOLS`; else the step without a
+    pool: a range given fixes every input it does not name, the pool too, and the Z3 search
+    of a pool (``--prove``) and the adaptive floor are asked with ``--pool`` (the pooled step
+    does not model the floor)."""
+    if args.pool is not None:
+        return tuple(args.pool)
+    plain = range_texts(args) or args.prove or args.adaptive_threshold
+    return (NO_POOL,) if plain else SYSTEM_POOLS
+
+
 def _cmd_system(args: argparse.Namespace) -> int:
     """``chunkproof system``: :func:`~chunkproof.checker.runs.system.explore_system` on the range
     flags (each configuration one request), else :func:`~chunkproof.checker.cli.defaults.
@@ -1271,10 +1314,17 @@ def _cmd_system(args: argparse.Namespace) -> int:
         raise ChunkproofError("--budget: the scheduler step is offered every budget 1..M")
     texts = range_texts(args)
     space = user_space(texts, None, production=False) if texts else system_space()
-    if args.pool and args.abstraction:
-        raise ChunkproofError("--pool: not with --abstraction")
+    pools = _system_pools(args)
+    unpooled, sizes = pool_scopes(pools)
+    if args.abstraction and not unpooled:
+        raise ChunkproofError("--abstraction: compares the step without a pool (--pool none)")
     if args.prove:
-        return _cmd_system_prove(args, policy, space)
+        if unpooled and sizes:
+            raise ChunkproofError(
+                "--prove: the step without a pool and the pooled step are two searches; give "
+                "--pool none or pool sizes"
+            )
+        return _cmd_system_prove(args, policy, space, sizes)
     if args.unbounded or args.timeout is not None or args.rlimit is not None:
         raise ChunkproofError("--unbounded, --timeout and --rlimit: only with --prove")
     check_explorer_size(space)
@@ -1287,7 +1337,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
             not args.no_symmetry,
             out,
             args.adaptive_threshold,
-            args.pool,
+            pools,
         )
     statuses = {v.status for v in verdicts}
     code = EXIT_BAD_INPUT if EMPTY in statuses else EXIT_VIOLATED if VIOLATED in statuses else 0
@@ -1302,19 +1352,25 @@ def _cmd_system(args: argparse.Namespace) -> int:
         _emit("system", _system_document(policy, space, ("explored", info), verdicts, extra, out))
         return code
     _system_header(policy, "", space, info)
+    unpooled, sizes = pool_scopes(info["pools"])
+    where = (
+        f" ({info['unpooled_instances']} without a pool, {info['pooled_instances']} in a pool)"
+        if unpooled and sizes
+        else ""
+    )
     print(
-        f"{info['instances']} instances of {info['requests']} requests (max_num_seqs "
+        f"{info['instances']} instances{where} of {info['requests']} requests (max_num_seqs "
         f"{info['max_seqs']}, every budget 1..M per step{threshold_words(info)}), "
         f"{info['states']} global states"
         f"{'' if info['symmetry'] else ' (no symmetry reduction)'} in {info['seconds']} s"
     )
-    if info["pools"]:
+    if sizes:
         print(
-            f"KV block pool: {', '.join(info['pools'])} blocks per instance (min: the least "
+            f"KV block pool: {pool_text(sizes)} blocks per instance (min: the least "
             "the release's start-up check accepts, num_gpu_blocks_override); "
             f"{info['outside_pool']} request configuration(s) outside the pool model left "
-            f"out, {info['below_startup']} (set, pool) pair(s) below the start-up check "
-            "(vLLM refuses to start)"
+            f"out of it, {info['below_startup']} (set, pool) pair(s) below the start-up "
+            "check (vLLM refuses to start)"
         )
     if info["left_out"]:
         print(
@@ -1326,7 +1382,8 @@ def _cmd_system(args: argparse.Namespace) -> int:
     print()
     for v in verdicts:
         count = f"  {v.violating} of {v.instances} instances" if v.status == VIOLATED else ""
-        print(f"  {v.property:<8} {v.status}{count}")
+        on = f"  (pool {pool_text(v.pools)})" if unpooled and sizes else ""
+        print(f"  {v.property:<8} {v.status}{count}{on}")
         if v.example is not None:
             print(f"      smallest: {v.example}")
             for line in v.trace:

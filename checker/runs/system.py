@@ -10,10 +10,12 @@ HOL, STARVE of :mod:`chunkproof.spec.system_properties`) is PROVED when no reach
 transition of any instance violates it, else VIOLATED with the smallest violating instance
 (least total T, then the requests' configurations in SPEC C order) and its BFS-shortest trace,
 written with a run folder as a multi-request counterexample file (SPEC C,
-:mod:`chunkproof.checker.kinds.system`). With a KV block pool (``pools``) each request set is
-an instance per pool size, and S-POOL is judged on the whole explored graph of each instance:
-its trace is a lasso, the path to the first state that starts an endless run offered M, then
-that run's cycle. A space with no instance is EMPTY (exit 2), never PROVED.
+:mod:`chunkproof.checker.kinds.system`). The pools asked (``pools``) are an input
+like the others: ``none``, the step without a pool, and KV block pool sizes (SPEC KV2 rule 5),
+where each request set inside the pool model is an instance per size. A property is judged over
+the instances of both steps, S-POOL over the pooled ones on the whole explored graph of each
+instance: its trace is a lasso, the path to the first state that starts an endless run offered
+M, then that run's cycle. A space with no instance is EMPTY (exit 2), never PROVED.
 """
 
 from __future__ import annotations
@@ -55,16 +57,22 @@ from chunkproof.spec.space import Space
 from chunkproof.spec.system_properties import POOL_PROPERTIES, SYSTEM_PROPERTIES
 
 MAX_INSTANCES = 200_000
-"""Most request sets one run explores (a larger space is refused before they are built)."""
+"""Most request sets one run explores (a larger space is refused before they are built), and
+most (request set, pool) instances of its pooled step."""
 MAX_REQUESTS = 4
 """Most requests per instance: every arrival order is an initial state (k! of them)."""
+
+NO_POOL = "none"
+"""The pool value of the scheduler step without a KV block pool: no allocation fails, and each
+request's decode steps are modelled (SPEC N1)."""
 
 
 @dataclass(frozen=True)
 class SystemVerdict:
     """One property over every instance: its status, how many instances violate it, and the
     smallest one's trace (one line per step: the two lists, then the budget offered), with
-    the paths of its counterexample file and picture when they were written."""
+    the paths of its counterexample file and picture when they were written, and the pools of
+    the instances it was judged on (:data:`NO_POOL` and the sizes asked)."""
 
     property: str
     status: str
@@ -74,6 +82,7 @@ class SystemVerdict:
     trace: tuple[str, ...]
     counterexample: str | None = None
     picture: str | None = None
+    pools: tuple[str, ...] = (NO_POOL,)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +95,7 @@ class SystemVerdict:
             "trace": list(self.trace),
             "counterexample": self.counterexample,
             "picture": self.picture,
+            "pools": list(self.pools),
         }
 
 
@@ -227,6 +237,73 @@ def threshold_words(info: dict[str, Any]) -> str:
     return f"; {info['threshold']}" if info.get("threshold") else ""
 
 
+def pool_scopes(pools: Sequence[int | str]) -> tuple[bool, tuple[int | str, ...]]:
+    """Which steps ``pools`` asks for: whether the step without a pool (``"none"``, or no pool
+    given at all), and the pool sizes of the pooled step (sizes, and ``"min"``)."""
+    sizes = tuple(size for size in pools if size != NO_POOL)
+    return (not pools or NO_POOL in pools), sizes
+
+
+def pool_text(pools: Sequence[int | str]) -> str:
+    """The pools of a run as a range input: ``none``, ``min`` and the sizes, runs of
+    consecutive sizes as ``low-high`` (``none,min,2-32``); no pool given is ``none``."""
+    words = [str(size) for size in pools if not str(size).isdigit()]
+    sizes = sorted(int(size) for size in pools if str(size).isdigit())
+    runs: list[list[int]] = []
+    for size in sizes:
+        if runs and size == runs[-1][-1] + 1:
+            runs[-1].append(size)
+        else:
+            runs.append([size])
+    words += [f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs]
+    return ",".join(words) or NO_POOL
+
+
+def connector_text(pools: Sequence[int | str]) -> str:
+    """The KV connector mode of a run on ``pools``, a range input every verdict names: without a
+    pool an external hit (a request's ``start``) is loaded synchronously before its first
+    chunk; the pooled step has no connector (SPEC KV2 rule 5)."""
+    unpooled, sizes = pool_scopes(pools)
+    if not sizes:
+        return "synchronous"
+    return "synchronous without a pool, none in a pool" if unpooled else "none"
+
+
+@dataclass
+class _Tally:
+    """One property over the instances explored so far: how many violate it, and the smallest
+    violating one (its rank, its description and its witness)."""
+
+    violating: int = 0
+    smallest: tuple[tuple[Any, ...], str, Witness] | None = None
+
+
+def _explore_step(
+    model: SchedulerStepModel, adaptive: bool, tallies: dict[str, _Tally], mixed: bool
+) -> int:
+    """Every instance of ``model`` explored (SPEC N1; with a pool, S-POOL on each instance's
+    whole graph), each violating instance counted in ``tallies`` and the smallest kept (least
+    :func:`_rank`, then the pool size, 0 without one; described with "no pool" when the run
+    has both steps, ``mixed``); the states explored."""
+    states = 0
+    for batch in model.batches():
+        explored = explore_batch(model, batch)
+        states += len(explored.states)
+        for pid, found in explored.witness.items():
+            tally = tallies.setdefault(pid, _Tally())
+            for inst in np.flatnonzero(found != NO_WITNESS):
+                tally.violating += 1
+                group, size = batch.instances[int(inst)], int(batch.blocks[inst])
+                rank = (_rank(group), size)
+                if tally.smallest is None or rank < tally.smallest[0]:
+                    witness = _witness(explored, int(found[inst]), adaptive, pid)
+                    described = describe_instance(group, size)
+                    if mixed and not size:
+                        described += "; no pool"
+                    tally.smallest = (rank, described, witness)
+    return states
+
+
 def explore_system(
     policy: Policy,
     space: Space,
@@ -238,21 +315,19 @@ def explore_system(
     pools: Sequence[int | str] = (),
 ) -> tuple[list[SystemVerdict], dict[str, Any]]:
     """Every instance of ``requests`` requests drawn from ``space`` (module docstring), with
-    the adaptive floor when ``adaptive``, each with every KV block pool of ``pools`` (a size,
-    or ``"min"``: the least the release's start-up check accepts; empty: no pool,
-    :func:`pooled_instances`); with ``out``, each violated property's counterexample file and
-    picture in it."""
+    the adaptive floor when ``adaptive``, on each pool of ``pools`` (:func:`pool_scopes`:
+    ``"none"``, the step without a pool; a size or ``"min"``, the least the release's start-up
+    check accepts, :func:`pooled_instances`; empty: no pool); with ``out``, each violated
+    property's counterexample file and picture in it. A property is judged over every instance
+    of the steps that define it (S-POOL over the pooled ones only), and its verdict names those
+    pools (:attr:`SystemVerdict.pools`)."""
     if not 1 <= requests <= MAX_REQUESTS:
         raise ChunkproofError(f"--requests must be 1 to {MAX_REQUESTS}")
     if max_seqs < 1:
         raise ChunkproofError("--max-seqs must be at least 1")
     started = time.monotonic()
+    unpooled, sizes = pool_scopes(pools)
     configs = list(space.configs())
-    outside = 0
-    if pools:
-        rules = pool_rules(policy.kv_release)
-        inside = [cfg for cfg in configs if outside_shared_pool(rules, cfg) is None]
-        outside, configs = len(configs) - len(inside), inside
     count = _set_count(policy, configs, requests)
     if count > MAX_INSTANCES:
         raise ChunkproofError(
@@ -260,45 +335,59 @@ def explore_system(
             f"{MAX_INSTANCES}; narrow the ranges"
         )
     sets = request_sets(policy, configs, requests)
-    left_out = count - len(sets)
-    below = 0
-    blocks: list[int] = []
-    if pools:
-        sets, blocks, below = pooled_instances(policy, sets, pools)
-    model = SchedulerStepModel(
-        policy, sets, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive, blocks=blocks
-    )
-    violating = dict.fromkeys(model.properties, 0)
-    smallest: dict[str, tuple[tuple[Any, ...], str, Witness]] = {}
-    states = 0
-    for batch in model.batches():
-        explored = explore_batch(model, batch)
-        states += len(explored.states)
-        for pid, found in explored.witness.items():
-            hits = np.flatnonzero(found != NO_WITNESS)
-            violating[pid] += len(hits)
-            for inst in hits:
-                group = batch.instances[int(inst)]
-                rank = (_rank(group), int(batch.blocks[inst]))
-                if pid not in smallest or rank < smallest[pid][0]:
-                    witness = _witness(explored, int(found[inst]), adaptive, pid)
-                    described = describe_instance(group, int(batch.blocks[inst]))
-                    smallest[pid] = (rank, described, witness)
+    tallies: dict[str, _Tally] = {}
+    judged: dict[str, list[str]] = {}
+    counted: dict[str, int] = {}
+    states = unpooled_sets = 0
+    if unpooled:
+        model = SchedulerStepModel(
+            policy, sets, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive
+        )
+        states += _explore_step(model, adaptive, tallies, mixed=unpooled and bool(sizes))
+        unpooled_sets = len(sets)
+        for pid in model.properties:
+            judged.setdefault(pid, []).append(NO_POOL)
+            counted[pid] = counted.get(pid, 0) + len(sets)
+    outside = below = 0
+    pooled: list[tuple[Config, ...]] = []
+    if sizes:
+        rules = pool_rules(policy.kv_release)
+        outside = sum(outside_shared_pool(rules, cfg) is not None for cfg in configs)
+        inside = [
+            group for group in sets if all(outside_shared_pool(rules, cfg) is None for cfg in group)
+        ]
+        pooled, blocks, below = pooled_instances(policy, inside, sizes)
+        if len(pooled) > MAX_INSTANCES:
+            raise ChunkproofError(
+                f"{len(pooled)} (request set, pool) instances: chunkproof explores at most "
+                f"{MAX_INSTANCES}; narrow the ranges or the pools"
+            )
+        model = SchedulerStepModel(
+            policy, pooled, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive, blocks=blocks
+        )
+        states += _explore_step(model, adaptive, tallies, mixed=unpooled and bool(sizes))
+        for pid in model.properties:
+            judged.setdefault(pid, []).extend(str(size) for size in sizes)
+            counted[pid] = counted.get(pid, 0) + len(pooled)
     verdicts = []
-    for pid in model.properties:
-        status = EMPTY if not sets else VIOLATED if violating[pid] else PROVED
+    for pid, on in judged.items():
+        tally = tallies.get(pid, _Tally())
+        instances = counted[pid]
+        status = EMPTY if not instances else VIOLATED if tally.violating else PROVED
         example: str | None = None
         trace: tuple[str, ...] = ()
         files: tuple[str | None, str | None] = (None, None)
-        if pid in smallest:
-            _, example, witness = smallest[pid]
+        if tally.smallest is not None:
+            _, example, witness = tally.smallest
             trace = trace_lines(labelled_run(policy, witness, max_seqs)[1], witness)
             if out is not None:
-                details = {"instances": len(sets), "violating": violating[pid]}
+                details = {"instances": instances, "violating": tally.violating}
                 cx = build(policy, witness, pid, max_seqs, details)
                 files = save_counterexample(cx, policy, out, f"system-{pid}")
         verdicts.append(
-            SystemVerdict(pid, status, len(sets), violating[pid], example, trace, *files)
+            SystemVerdict(
+                pid, status, instances, tally.violating, example, trace, *files, pools=tuple(on)
+            )
         )
     info = {
         "requests": requests,
@@ -308,8 +397,10 @@ def explore_system(
         "adaptive": adaptive,
         "symmetry": symmetry,
         "request_configurations": len(configs),
-        "instances": len(sets),
-        "left_out": left_out,
+        "instances": unpooled_sets + len(pooled),
+        "unpooled_instances": unpooled_sets,
+        "pooled_instances": len(pooled),
+        "left_out": count - len(sets),
         "pools": [str(size) for size in pools],
         "outside_pool": outside,
         "below_startup": below,
