@@ -47,13 +47,22 @@ from chunkproof.spec.slots import (
 
 @dataclass(frozen=True)
 class Property:
-    """A property's id, short name and definition (SPEC P), and what its environment fixes
-    beyond the policy's inputs (every report that judges it names that under ``fixed:``)."""
+    """A property's id, short name and definition (SPEC P), what its environment fixes
+    beyond the policy's inputs (every report that judges it names that under ``fixed:``), and
+    the KV block pool it is judged in (``none``: no allocation fails; ``min``: the fewest
+    blocks the release's start-up check accepts, KV2 rule 4), which its verdict's range names
+    with :data:`CONNECTOR`."""
 
     id: str
     name: str
     definition: str
     environment: str = ""
+    pool: str = "none"
+
+
+CONNECTOR = "synchronous"
+"""The KV connector mode of the one-request model: an external hit (the ``start`` input
+``external``) is loaded whole before the request's first chunk (no asynchronous load)."""
 
 
 PROPERTIES: dict[str, Property] = {
@@ -103,6 +112,7 @@ PROPERTIES: dict[str, Property] = {
             "P8's request is alone in its pool, admitted at c = 0 without a hit or at a local "
             "hit an identical prompt's prefill left in that pool, with T = P, no junction and "
             "internal checkpoints only at c = 0 without partial hits (KV2)",
+            pool="min",
         ),
     )
 }

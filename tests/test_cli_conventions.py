@@ -74,12 +74,15 @@ def test_every_json_document_names_its_schema_and_speaks_one_vocabulary(
     argv: list[str], kind: str, cli: Cli, tmp_path: Path
 ) -> None:
     """The first key says what the document is and its layout's version; every verdict has
-    SPEC CLI's keys, whichever model it comes from."""
+    SPEC CLI's keys, whichever model it comes from, and its range names the KV pool and the
+    connector mode it was judged under."""
     out = ["--out", str(tmp_path)] if kind in ("verdicts", "system") else []
     document = cli(*argv, "--json", *out).json()
     assert next(iter(document)) == "schema" and document["schema"] == f"chunkproof.{kind}/1"
     for verdict in document.get("verdicts", []):
         assert {"property", "name", "status", "range", "counterexample"} <= set(verdict)
+        assert verdict["range"]["connector"] == "synchronous"
+        assert verdict["range"]["pool"] == ("min" if verdict["property"] == "P8" else "none")
 
 
 @pytest.mark.parametrize(

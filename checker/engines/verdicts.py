@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chunkproof.model.counterexample import Counterexample
-from chunkproof.spec.properties import PROPERTIES
+from chunkproof.spec.properties import CONNECTOR, PROPERTIES
 
 PROVED, VIOLATED, UNKNOWN, EMPTY = "PROVED", "VIOLATED", "UNKNOWN", "EMPTY"
 
@@ -33,11 +33,15 @@ class Verdict:
     """The counterexample itself (``counterexample`` is its file, when the run keeps files)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The verdict as the JSON contract has it; its range also names the KV pool the
+        property is judged in and the connector mode (:class:`~chunkproof.spec.properties.
+        Property`)."""
+        prop = PROPERTIES[self.property]
         return {
             "property": self.property,
-            "name": PROPERTIES[self.property].name,
+            "name": prop.name,
             "status": self.status,
-            "range": self.range,
+            "range": {**self.range, "pool": prop.pool, "connector": CONNECTOR},
             "counterexample": self.counterexample,
             "picture": self.picture,
             "summary": self.summary,
