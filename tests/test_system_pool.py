@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,97 @@ def test_the_lasso_of_0_28_preempts_the_same_way_on_the_real_tree(cli: Cli, tmp_
     for stepped in cx.steps:
         chunks = [part.stages.chunk if part.stages else 1 for part in stepped.requests]
         assert not later.step(chunks).preempted
+
+
+@dataclass
+class LookupRun:
+    """A run of :func:`run_with_lookups`: each admission tried (label, hit, granted, and
+    whether no block was handed out since the request was last preempted, None before its
+    first preemption), each step's
+    scheduled chunks and preemptions, and the requests that finished."""
+
+    admissions: list[tuple[int, int, bool, bool | None]] = field(default_factory=list)
+    steps: list[tuple[dict[int, int], list[int]]] = field(default_factory=list)
+    finished: set[int] = field(default_factory=set)
+
+
+def run_with_lookups(name: str, cx: SystemCounterexample, steps: int) -> LookupRun:
+    """The counterexample's requests under ``name``'s chunks, offered M at every step, through
+    the release's own KVCacheManager with its prefix lookup at every admission (``TreePool``
+    with ``caching``): ``schedule()``'s two loops as rule 5 has them, a waiting request's
+    chunk from its hit."""
+    policy = get_builtin(name)
+    assert policy.kv_release is not None
+    longest = max(cfg.prompt for cfg in cx.requests)
+    real = TreePool(
+        release_root(policy.kv_release), cx.requests, False, cx.blocks, longest + 1, True
+    )
+    real.waiting = list(cx.arrival)
+    pool = real.manager.block_pool
+    issued_at: dict[int, int] = {}
+    run = LookupRun()
+    for _ in range(steps):
+        real.begin()
+        left, scheduled, preempted = cx.requests[0].max_sched, {}, []
+        for r in list(real.running):
+            chunk = step(policy, cx.requests[r], real.requests[r].num_computed_tokens, left).chunk
+            if chunk <= 0:
+                continue
+            while not real.allocate(r, chunk):
+                victim = real.running.pop()
+                real.preempt(victim)
+                preempted.append(victim)
+                issued_at[victim] = pool.issued
+                if victim == r:
+                    break
+            if r in preempted:
+                break
+            scheduled[r], left = chunk, left - chunk
+        while not preempted and real.waiting and left > 0:
+            r = real.waiting[0]
+            hit = real.lookup(r)
+            chunk = step(policy, cx.requests[r], hit, left).chunk
+            granted = chunk > 0 and real.allocate(r, chunk, admission=True)
+            since = pool.issued == issued_at[r] if r in issued_at else None
+            run.admissions.append((r, hit, granted, since))
+            if not granted:
+                break
+            real.running.append(real.waiting.pop(0))
+            scheduled[r], left = chunk, left - chunk
+        for r in real.end(scheduled):
+            real.running.remove(r)
+        run.steps.append((scheduled, preempted))
+    run.finished = set(real.finished)
+    return run
+
+
+@pytest.mark.fidelity
+@pytest.mark.parametrize(
+    ("name", "path", "hit"),
+    [
+        ("vllm-0.28", "vllm-0.28/system-s-pool-least-pool.json", 8),
+        ("vllm-0.33", "vllm-0.33/system-s-pool-stuck-holder.json", 4),
+    ],
+)
+def test_with_the_real_lookup_a_preempted_request_stalls_at_its_hit(
+    name: str, path: str, hit: int
+) -> None:
+    """The pooled step resumes a preempted request at c = 0 (its blocks taken to be evicted:
+    a fixed input of S-POOL). The release's own manager with its prefix lookup at admission
+    finds the request's blocks still cached (no block was handed out after it was preempted,
+    so none was evicted) and refuses its admission at that hit at every later step: each
+    committed S-POOL file's run stalls after its one preemption instead of going round its
+    recorded cycle, and a request stays unfinished. The verdict (a run offered M that never
+    finishes every request) holds on the real code; the cycle is the fixed input's."""
+    cx = load_counterexample(Path(__file__).resolve().parent.parent / "counterexamples" / path)
+    assert isinstance(cx, SystemCounterexample)
+    run = run_with_lookups(name, cx, 12)
+    preemptions = [victim for _, preempted in run.steps for victim in preempted]
+    assert len(preemptions) == 1, run
+    resumed = [a for a in run.admissions if a[0] == preemptions[0] and a[3] is not None]
+    assert len(resumed) >= 6 and set(resumed) == {(preemptions[0], hit, False, True)}, run
+    assert run.steps[-6:] == [({}, [])] * 6, run
+    assert run.finished != set(range(len(cx.requests))), run
 
 
 @pytest.mark.fidelity

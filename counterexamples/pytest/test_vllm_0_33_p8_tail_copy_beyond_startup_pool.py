@@ -2156,8 +2156,11 @@ class TreePool:
     takes when a loop reaches it is given (a zero is skipped in the running loop and ends the
     waiting loop, as every release's split zero does); a request whose prefill is done
     finishes after the step (max_tokens 1) and its blocks are freed. The requests share the
-    engine's settings (the groups of ``cfgs[0]``); nothing is cached between them (no
-    hits)."""
+    engine's settings (the groups of ``cfgs[0]``). Nothing is cached between them (no hits)
+    unless ``caching``: then the pool is a :class:`CachingPool`, and :meth:`lookup` gives a
+    waiting request the hit the tree's ``get_computed_blocks`` finds, which its admission
+    takes (the pool hands out fresh blocks, so a hit stands only where no block was handed
+    out since the blocks it names were freed: :attr:`CountingPool.issued` tells)."""
 
     def __init__(
         self,
@@ -2166,10 +2169,12 @@ class TreePool:
         use_eagle: bool,
         num_blocks: int,
         max_model_len: int,
+        caching: bool = False,
     ) -> None:
-        tree = allocation_tree(root, CountingPool)
+        tree = allocation_tree(root, CachingPool if caching else CountingPool)
         self.lookahead = cfgs[0].lookahead
         self.manager = kv_manager(tree, cfgs[0], use_eagle, num_blocks, max_model_len)
+        self.found: dict[int, tuple[int, Any]] = {}
         self.requests = [fresh_request(cfg, f"r{i}", tree) for i, cfg in enumerate(cfgs)]
         self.prompts = [cfg.prompt for cfg in cfgs]
         self.running: list[int] = []
@@ -2215,17 +2220,29 @@ class TreePool:
         if hasattr(self.manager, "new_step_starts"):
             self.manager.new_step_starts()
 
+    def lookup(self, r: int) -> int:
+        """The hit the tree's ``get_computed_blocks`` finds for waiting request ``r``, which
+        its next admission takes (:meth:`allocate`)."""
+        blocks, hit = self.manager.get_computed_blocks(self.requests[r])[:2]
+        self.found[r] = (hit, blocks)
+        return int(hit)
+
     def allocate(self, r: int, chunk: int, admission: bool = False) -> bool:
         """``allocate_slots`` for ``chunk`` tokens of request ``r``, as the running loop asks
         it, or with ``admission`` as the waiting loop does (``full_sequence_must_fit`` where the
-        release has it; the request then runs). Whether the pool granted it."""
+        release has it, and the hit :meth:`lookup` found; the request then runs, its computed
+        tokens the hit). Whether the pool granted it."""
         request = self.requests[r]
-        gate = {"full_sequence_must_fit": True} if admission and self.gated else {}
+        extra: dict[str, Any] = {"full_sequence_must_fit": True} if admission and self.gated else {}
+        hit, blocks = self.found.pop(r, (0, None)) if admission else (0, None)
+        if blocks is not None:
+            extra.update(num_new_computed_tokens=hit, new_computed_blocks=blocks)
         granted = self.manager.allocate_slots(
-            request, chunk, num_lookahead_tokens=self.lookahead, **gate
+            request, chunk, num_lookahead_tokens=self.lookahead, **extra
         )
         if granted is not None and admission:
             request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = hit
         return granted is not None
 
     def preempt(self, r: int) -> None:
