@@ -387,12 +387,31 @@ def test_the_pool_repro_fails_on_the_real_0_28_tree(cli: Cli, tmp_path: Path) ->
     assert status == 0 and "1 passed" in output, output
 
 
-def test_only_s_pool_has_a_pool_repro(cli: Cli, tmp_path: Path) -> None:
-    """A pooled HOL file has no pytest form yet: one line, exit 2 (its loops would need the
-    tree's manager too)."""
-    cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
-    done = cli("repro", str(tmp_path / "vllm-0.28" / "system-HOL.json"), "--pytest", "x.py")
-    assert done.code == 2 and "HOL counterexample whose requests share a KV block pool" in done.err
+@pytest.mark.fidelity
+def test_a_pooled_step_property_has_a_repro_on_the_tree_manager(cli: Cli, tmp_path: Path) -> None:
+    """A pooled HOL, STARVE or S-LIVE file's repro runs its steps through the tree's own
+    KVCacheManager and judges each as the file without a pool does: on 0.28.0 the split zero's
+    HOL and STARVE in a pool of 4 blocks fail with their property; 0.22.0 starts with a pool
+    of 2 blocks, where no request of a hybrid model is ever admitted, and the S-LIVE file fails
+    there and passes with 3 blocks (one attention and one Mamba block to hand out)."""
+    ranges = ["--block", "4", "--lookahead", "0", "--drop", "off", "--max-sched", "8"]
+    cli("system", "vllm-0.28", *ranges, "--prompt", "3-4", "--pool", "min", "--out", str(tmp_path))
+    blockers = blocking_packages(tmp_path / "blockers")
+    for pid in ("HOL", "STARVE"):
+        test_file = generate_repro(cli, tmp_path / "vllm-0.28" / f"system-{pid}.json", tmp_path)
+        status, output = run_repro(test_file, release_root("0.28.0"), blockers)
+        assert status == 1 and f"AssertionError: {pid}: step 0 (budget 3)" in output, output
+    old = tmp_path / "old"
+    cli("system", "vllm==0.22.0", *ranges, "--prompt", "3", "--pool", "min", "--out", str(old))
+    test_file = generate_repro(cli, old / "vllm==0.22.0" / "system-S-LIVE.json", tmp_path)
+    status, output = run_repro(test_file, release_root("0.22.0"), blockers)
+    assert status == 1 and "AssertionError: S-LIVE: step 0 (budget 8)" in output, output
+    source = test_file.read_text()
+    assert source.count("POOL_BLOCKS = 2\n") == 1
+    larger = tmp_path / "test_larger_pool.py"
+    larger.write_text(source.replace("POOL_BLOCKS = 2\n", "POOL_BLOCKS = 3\n"))
+    status, output = run_repro(larger, release_root("0.22.0"), blockers)
+    assert status == 0 and "1 passed" in output, output
 
 
 def test_the_picture_marks_the_preemption_and_the_loop() -> None:

@@ -222,22 +222,16 @@ class SystemKind:
 
     def repro_source(self, cx: TraceFile, source_name: str, style: str) -> str:
         """The standalone form only: the short form has no ``schedule()`` loops. Where the
-        requests share a KV block pool, S-POOL's runs the tree's manager
-        (:mod:`chunkproof.checker.repro.pool`); the other properties' have no form yet."""
+        requests share a KV block pool, every chunk asks the tree's own manager
+        (:mod:`chunkproof.checker.repro.pool`)."""
         mine = _mine(cx)
         if style == "vllm":
             raise ChunkproofError(
                 "--style vllm: a multi-request counterexample needs schedule()'s loops; "
                 "use --style standalone"
             )
-        if mine.blocks and mine.loop is not None:
-            return pool_repro_source(mine, source_name)
         if mine.blocks:
-            raise ChunkproofError(
-                f"repro: a {mine.property} counterexample whose requests share a KV block pool "
-                "has no pytest form yet (only S-POOL's runs the tree's KVCacheManager); "
-                "`chunkproof replay` re-runs it on the model"
-            )
+            return pool_repro_source(mine, source_name)
         return system_repro_source(mine, source_name)
 
 

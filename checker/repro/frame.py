@@ -337,10 +337,10 @@ def file_docstring(
         )
     if cache == "S-POOL":
         also += (
-            " The pool has the counterexample's N blocks, chunkproof's reading of the least "
-            "its release's start-up check accepts, not run from the tree: a release that "
-            "fixed the start-up check instead (0.29 counts the null block on top) refuses to "
-            "start with that N, and still fails this file."
+            " The pool has the counterexample's N blocks. Whether vLLM starts with N is "
+            "chunkproof's reading of the release's start-up check, not run from the tree: a "
+            "release whose check refuses N (0.29 counts the null block on top of 0.28's "
+            "least) never runs this case, and still fails this file."
         )
     if cache == "P8":
         also += (

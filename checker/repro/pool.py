@@ -1,6 +1,6 @@
 """Standalone pytest repros of a counterexample whose requests share a KV block pool
-(``chunkproof repro FILE --pytest OUT`` on an S-POOL file of ``chunkproof system --pool``;
-SPEC KV2 rule 5).
+(``chunkproof repro FILE --pytest OUT`` on a file of ``chunkproof system`` with a pool; SPEC
+KV2 rule 5).
 
 The file is a multi-request repro's (:mod:`chunkproof.checker.repro.system`: the requests,
 the stand-ins, the recorded steps, the real split and reservation read from a vLLM source
@@ -9,11 +9,13 @@ tree) whose ``schedule()`` asks the tree's own ``KVCacheManager`` for every chun
 compiles the manager from the source text over a pool of the recorded size. The running loop
 preempts ``running.pop()`` while the pool refuses a chunk, or the request itself, which ends
 the loop; the waiting loop runs only when nothing was preempted and admits through the
-manager's test for the whole sequence. The test offers the recorded budgets (the whole budget
-M from the loop's first step on), checks SPEC P0 on every request a loop reached, and fails
-with S-POOL when the run comes back to the lists and computed tokens it had before the loop's
-first step: from there it repeats for ever. On a tree whose pool serves the requests it does
-not come back, and the file passes.
+manager's test for the whole sequence. The test offers the recorded budgets (for S-POOL the
+whole budget M from the loop's first step on) and checks SPEC P0 on every request a loop
+reached. An S-POOL file fails when the run comes back to the lists and computed tokens it had
+before the loop's first step: from there it repeats for ever; on a tree whose pool serves the
+requests it does not come back, and the file passes. An S-LIVE, HOL or STARVE file judges each
+step as the file without a pool does (:data:`~chunkproof.checker.repro.system.CHECKS`), a
+preemption counting as a change of state (no stall).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from chunkproof.checker.repro.frame import (
 from chunkproof.checker.repro.requests import KV_DRIVER, POOL_DRIVER
 from chunkproof.checker.repro.system import (
     BY_LABEL,
+    CHECKS,
     LOOP_HELPERS,
     NO_ENCODER,
+    OUTCOME,
     REQUESTS,
     requests_values,
 )
@@ -45,21 +49,28 @@ from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
 
 
 def pool_repro_source(cx: SystemCounterexample, source_name: str) -> str:
-    """The text of the standalone pytest file for the S-POOL counterexample ``cx`` (module
+    """The text of the standalone pytest file for the pooled counterexample ``cx`` (module
     docstring)."""
-    assert cx.loop is not None and cx.blocks > 0
+    assert cx.blocks > 0
     policy = recorded_policy(cx)
     rule = SYSTEM_PROPERTIES[cx.property]
+    lasso = cx.property == "S-POOL"
+    assert cx.loop is not None or not lasso
+    judged = (
+        "S-POOL (the run is not back where the loop's first step found it)"
+        if lasso
+        else f"{cx.property} at every step"
+    )
     offered = (
         "the counterexample's budgets step by step to schedule()'s two loops over the requests, "
         f"each chunk asking the tree's own KVCacheManager for its blocks in a pool of "
         f"{cx.blocks} (FCFS, {step_loop_rules(policy).describe()}, preemption as schedule() "
-        "has it); after the last step it asserts S-POOL (the run is not back where the loop's "
-        "first step found it), and it asserts P0"
+        f"has it); it asserts {judged}, and P0"
     )
     requests = "; ".join(f"#{i}: {cfg.describe()}" for i, cfg in enumerate(cx.requests))
-    title = f"S-POOL {rule.name} breaks on {cx.policy} ({requests}; {cx.blocks} KV blocks)"
+    title = f"{cx.property} {rule.name} breaks on {cx.policy} ({requests}; {cx.blocks} KV blocks)"
     imports = [*module_source(kv_run)[0], *module_source(kv_alloc_run)[0]]
+    name = f"{cx.property}_{rule.name}".lower().replace("-", "_")
     values = requests_values(cx, source_name) | {
         "docstring": file_docstring(cx, cx.requests, title, offered, source_name, "S-POOL"),
         "definition": rule.definition,
@@ -67,11 +78,19 @@ def pool_repro_source(cx: SystemCounterexample, source_name: str) -> str:
         "kv_use_eagle": repr(eagle_drop(cx.requests[0])),
         "pool_blocks": str(cx.blocks),
         "max_model_len": str(pool_model_len(cx.requests)),
-        "loop": str(cx.loop),
+        "loop": str(cx.loop) if lasso else "None",
         "kv_run": module_source(kv_run)[1],
         "kv_alloc_run": module_source(kv_alloc_run)[1],
+        "test_name": f"test_{name}",
+        "property": cx.property,
+        "checked": f"{cx.property} (or P0)",
+        "check_body": "" if lasso else Template(CHECKS[cx.property]).substitute(encoder_of=""),
     }
-    return _TEMPLATE.substitute(values | BY_LABEL | NO_ENCODER | real_methods(policy, [], imports))
+    head = PRELUDE + REQUESTS + _POOL + STEP_CLASS + _RECORDED
+    template = Template(head + (_LASSO if lasso else _STEPS) + _SCHEDULE + _TAIL)
+    return template.substitute(
+        values | BY_LABEL | NO_ENCODER | real_methods(policy, [], imports), outcome=OUTCOME
+    )
 
 
 _POOL = '''
@@ -82,7 +101,7 @@ _POOL = '''
 KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = $pool_blocks
 MAX_MODEL_LEN = $max_model_len  # the longest prompt + 1
-LOOP = $loop  # the recorded run comes back to the state before this step
+LOOP = $loop  # S-POOL: the recorded run comes back to the state before this step
 
 
 @pytest.fixture
@@ -99,7 +118,7 @@ def pool() -> TreePool:
 
 '''
 
-_TEST = '''class Recorded(NamedTuple):
+_RECORDED = '''class Recorded(NamedTuple):
     """One recorded schedule() step: the budget offered and the stages each request a loop
     reached got from the budget left, by request label."""
 
@@ -107,19 +126,21 @@ _TEST = '''class Recorded(NamedTuple):
     stages: dict[int, Step]
 
 
-# The counterexample: what $policy does, step by step.
+$outcome# The counterexample: what $policy does, step by step.
 RECORDED = $recorded
 
 
-def test_s_pool_pool_live(vllm: Extracted, pool: TreePool) -> None:
+'''
+
+_LASSO = '''def test_s_pool_pool_live(vllm: Extracted, pool: TreePool) -> None:
     """S-POOL: $definition."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     seen = []
     for index, recorded in enumerate(RECORDED):
         seen.append(state(pool))
-        reached = schedule(vllm, scheduler, pool, recorded.budget)
+        outcome = schedule(vllm, scheduler, pool, recorded.budget)
         where = f"step {index} (budget {recorded.budget})"
-        for label, step in reached.items():
+        for label, step in outcome.reached.items():
             problem = unsafe(step)
             assert problem is None, f"P0: {where}, #{label}: {problem.removeprefix('P0: ')}"
     assert state(pool) != seen[LOOP], (
@@ -137,16 +158,43 @@ def state(pool: TreePool) -> tuple[list[int], list[int], list[int]]:
     return list(pool.running), list(pool.waiting), computed
 
 
-def schedule(vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int) -> dict[int, Step]:
+'''
+
+_STEPS = '''def $test_name(vllm: Extracted, pool: TreePool) -> None:
+    """$property: $definition."""
+    scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
+    for index, recorded in enumerate(RECORDED):
+        if not pool.running and not pool.waiting:
+            return
+        outcome = schedule(vllm, scheduler, pool, recorded.budget)
+        problem = violation(vllm, scheduler, index, outcome)
+        assert problem is None, f"{problem}; recorded: {recorded.stages}"
+
+
+def who(label: int, c: int) -> str:
+    """A request by its label, T and c."""
+    return f"#{label} (T={CONFIGS[label].tokens}, c={c})"
+
+
+def violation(vllm: Extracted, scheduler: StandIn, index: int, outcome: Outcome) -> str | None:
+    """What breaks $checked at step ``index``, if anything: "PROPERTY: step i (budget b): why"."""
+$check_body
+
+'''
+
+_SCHEDULE = '''def schedule(
+    vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int
+) -> Outcome:
     """One schedule() step over the requests (history note 6; SPEC KV2 rule 5): the running
     loop offers each running request in order the budget left and asks the tree's manager for
     its chunk; while it refuses, the last running request is preempted, until the chunk fits
     or the request preempts itself, which ends the loop (a zero: RUNNING_ZERO). Only when
     nothing was preempted, the waiting loop offers each waiting request in queue order the
     budget left while budget and a seat remain and admits one the manager grants (its test for
-    the whole sequence); a refusal ends the loop (a zero: SPLIT_ZERO or LATER_ZERO). A request
-    whose step breaks P0 gets nothing. Each request is offered the budget left capped by
-    theta_eff (THETA_PER_STEP). The steps of the requests the loops reached."""
+    the whole sequence); a refusal ends the loop, and so does a zero where SPLIT_ZERO or
+    LATER_ZERO says break (each waiting request behind that break is then run at the budget
+    left: HOL). A request whose step breaks P0 gets nothing. Each request is offered the
+    budget left capped by theta_eff (THETA_PER_STEP)."""
     eligible = len(pool.running) + len(pool.waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
     pool.begin()
@@ -172,14 +220,18 @@ def schedule(vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int) -
         scheduled[label] = step.chunk
         left -= step.chunk
         index += 1
+    broke_at, behind = None, {}
     for label in [] if preempted else list(pool.waiting):
+        c = pool.requests[label].num_computed_tokens
+        if broke_at is not None:
+            behind[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
+            continue
         if left == 0 or len(pool.running) >= MAX_NUM_SEQS:
             break
-        c = pool.requests[label].num_computed_tokens
         step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
         if taken(step) == 0:
             if unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
-                break
+                broke_at = label
             continue
         if not pool.allocate(label, step.chunk, admission=True):
             break
@@ -189,13 +241,15 @@ def schedule(vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int) -
         left -= step.chunk
     for label in pool.end(scheduled):
         pool.running.remove(label)
-    return reached
+    computed = [request.num_computed_tokens for request in pool.requests]
+    changed = bool(scheduled or preempted)
+    running, waiting = list(pool.running), list(pool.waiting)
+    return Outcome(
+        budget, eligible, theta, reached, broke_at, behind, changed, running, waiting, computed
+    )
 
 
 $loop_helpers'''
 
-_TEMPLATE = Template(
-    PRELUDE + REQUESTS + _POOL + STEP_CLASS + _TEST + REAL_METHODS + KV_DRIVER + POOL_DRIVER
-)
-"""The file: the requests, the pool, the test and its ``schedule()``, the real methods, and
-the carried KV cache drivers."""
+_TAIL = REAL_METHODS + KV_DRIVER + POOL_DRIVER
+"""The real methods, and the carried KV cache drivers."""

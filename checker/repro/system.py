@@ -87,13 +87,14 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     values = requests_values(cx, source_name) | {
         "docstring": file_docstring(cx, cx.requests, title, offered, source_name),
         "loop_helpers": LOOP_HELPERS,
+        "outcome": OUTCOME,
         "test_name": f"test_{name}",
         "property": cx.property,
         "definition": rule.definition,
         "checked": "P0" if cx.property == "P0" else f"{cx.property} (or P0)",
     }
     if not with_items:
-        checks = Template(_CHECKS[cx.property]).substitute(encoder_of="")
+        checks = Template(CHECKS[cx.property]).substitute(encoder_of="")
         methods = real_methods(policy, [])
         return _TEMPLATE.substitute(values | BY_LABEL | NO_ENCODER | methods, check_body=checks)
     imports, driver = module_source(encoder_run)
@@ -101,7 +102,7 @@ def system_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     encoder = encoder_values(cx.requests[with_items[0]]) | _ENCODER_CALLS
     encoder |= {"encoder_cache": str(capacity), "encoder_budget": str(budget)}
     items = {label: [tuple(item) for item in cx.requests[label].items] for label in with_items}
-    checks = Template(_CHECKS[cx.property]).substitute(encoder_of=_ENCODER_CALLS["encoder_of"])
+    checks = Template(CHECKS[cx.property]).substitute(encoder_of=_ENCODER_CALLS["encoder_of"])
     methods = real_methods(policy, [], imports)
     return _ENCODER_TEMPLATE.substitute(
         values | BY_LABEL | encoder | methods,
@@ -215,7 +216,7 @@ _P0 = """\
 """
 """SPEC P0 on every request a loop reached, first in every property's check."""
 
-_CHECKS = {
+CHECKS = {
     "P0": _P0 + "    return None\n",
     "HOL": _P0
     + """\
@@ -309,26 +310,7 @@ _TEST = '''class Recorded(NamedTuple):
     decodes: dict[int, int] = {}
 
 
-class Outcome(NamedTuple):
-    """One schedule() step run here: the budget, the eligible requests and theta_eff, the
-    steps of the requests the loops reached (by label, in the order reached), the waiting
-    request the loop broke at (None: no break), the steps of the waiting requests behind it at
-    the budget left, whether any request got a chunk, and the lists and every request's c
-    after the step."""
-
-    budget: int
-    eligible: int
-    theta: int
-    reached: dict[int, Step]
-    broke_at: int | None
-    behind: dict[int, Step]
-    scheduled: bool
-    running: list[int]
-    waiting: list[int]
-    c: list[int]
-
-
-# The counterexample: what $policy does, step by step.
+$outcome# The counterexample: what $policy does, step by step.
 RECORDED = $recorded
 
 
@@ -442,6 +424,29 @@ def violation(
     """What breaks $checked at step ``index``, if anything: "PROPERTY: step i (budget b): why"."""
 $check_body
 '''
+
+OUTCOME = '''class Outcome(NamedTuple):
+    """One schedule() step run here: the budget, the eligible requests and theta_eff, the
+    steps of the requests the loops reached (by label, in the order reached), the waiting
+    request the loop broke at on a zero (None: no break), the steps of the waiting requests
+    behind it at the budget left, whether the step changed anything (a chunk, a decode step,
+    a preemption), and the lists and every request's c after the step."""
+
+    budget: int
+    eligible: int
+    theta: int
+    reached: dict[int, Step]
+    broke_at: int | None
+    behind: dict[int, Step]
+    scheduled: bool
+    running: list[int]
+    waiting: list[int]
+    c: list[int]
+
+
+'''
+"""The record of one ``schedule()`` step a multi-request file runs, which its property checks
+(:data:`CHECKS`) read."""
 
 LOOP_HELPERS = '''def offer(left: int, theta: int) -> int:
     """The budget left, capped by theta_eff ``theta`` (0: no cap)."""

@@ -9,13 +9,13 @@ Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not import
 torch, no GPU), runs them on stand-ins holding exactly the values below, offers the
 counterexample's budgets step by step to schedule()'s two loops over the requests, each
 chunk asking the tree's own KVCacheManager for its blocks in a pool of 4 (FCFS, running: 0
-=> continue, waiting: 0 => break, preemption as schedule() has it); after the last step it
-asserts S-POOL (the run is not back where the loop's first step found it), and it asserts P0
-on every step (P0: the code raises, or a stage returns a value outside [0, its input]). The
-pool has the counterexample's N blocks, chunkproof's reading of the least its release's
-start-up check accepts, not run from the tree: a release that fixed the start-up check
-instead (0.29 counts the null block on top) refuses to start with that N, and still fails
-this file. It fails while the bug is in the code and passes once it is fixed.
+=> continue, waiting: 0 => break, preemption as schedule() has it); it asserts S-POOL (the
+run is not back where the loop's first step found it), and P0 on every step (P0: the code
+raises, or a stage returns a value outside [0, its input]). The pool has the
+counterexample's N blocks. Whether vLLM starts with N is chunkproof's reading of the
+release's start-up check, not run from the tree: a release whose check refuses N (0.29
+counts the null block on top of 0.28's least) never runs this case, and still fails this
+file. It fails while the bug is in the code and passes once it is fixed.
 
 The source tree: $CHUNKPROOF_VLLM_SOURCE (the root of a vLLM checkout or unpacked wheel),
 else the installed vllm (located, not imported).
@@ -184,7 +184,7 @@ ADAPTIVE = False
 KV_USE_EAGLE = False  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = 4
 MAX_MODEL_LEN = 10  # the longest prompt + 1
-LOOP = 1  # the recorded run comes back to the state before this step
+LOOP = 1  # S-POOL: the recorded run comes back to the state before this step
 
 
 @pytest.fixture
@@ -241,6 +241,25 @@ class Recorded(NamedTuple):
     stages: dict[int, Step]
 
 
+class Outcome(NamedTuple):
+    """One schedule() step run here: the budget, the eligible requests and theta_eff, the
+    steps of the requests the loops reached (by label, in the order reached), the waiting
+    request the loop broke at on a zero (None: no break), the steps of the waiting requests
+    behind it at the budget left, whether the step changed anything (a chunk, a decode step,
+    a preemption), and the lists and every request's c after the step."""
+
+    budget: int
+    eligible: int
+    theta: int
+    reached: dict[int, Step]
+    broke_at: int | None
+    behind: dict[int, Step]
+    scheduled: bool
+    running: list[int]
+    waiting: list[int]
+    c: list[int]
+
+
 # The counterexample: what vllm-0.28 does, step by step.
 RECORDED = [
     # step 0: running []; waiting [#0, #1]; finished []
@@ -277,9 +296,9 @@ def test_s_pool_pool_live(vllm: Extracted, pool: TreePool) -> None:
     seen = []
     for index, recorded in enumerate(RECORDED):
         seen.append(state(pool))
-        reached = schedule(vllm, scheduler, pool, recorded.budget)
+        outcome = schedule(vllm, scheduler, pool, recorded.budget)
         where = f"step {index} (budget {recorded.budget})"
-        for label, step in reached.items():
+        for label, step in outcome.reached.items():
             problem = unsafe(step)
             assert problem is None, f"P0: {where}, #{label}: {problem.removeprefix('P0: ')}"
     assert state(pool) != seen[LOOP], (
@@ -297,16 +316,19 @@ def state(pool: TreePool) -> tuple[list[int], list[int], list[int]]:
     return list(pool.running), list(pool.waiting), computed
 
 
-def schedule(vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int) -> dict[int, Step]:
+def schedule(
+    vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int
+) -> Outcome:
     """One schedule() step over the requests (history note 6; SPEC KV2 rule 5): the running
     loop offers each running request in order the budget left and asks the tree's manager for
     its chunk; while it refuses, the last running request is preempted, until the chunk fits
     or the request preempts itself, which ends the loop (a zero: RUNNING_ZERO). Only when
     nothing was preempted, the waiting loop offers each waiting request in queue order the
     budget left while budget and a seat remain and admits one the manager grants (its test for
-    the whole sequence); a refusal ends the loop (a zero: SPLIT_ZERO or LATER_ZERO). A request
-    whose step breaks P0 gets nothing. Each request is offered the budget left capped by
-    theta_eff (THETA_PER_STEP). The steps of the requests the loops reached."""
+    the whole sequence); a refusal ends the loop, and so does a zero where SPLIT_ZERO or
+    LATER_ZERO says break (each waiting request behind that break is then run at the budget
+    left: HOL). A request whose step breaks P0 gets nothing. Each request is offered the
+    budget left capped by theta_eff (THETA_PER_STEP)."""
     eligible = len(pool.running) + len(pool.waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
     pool.begin()
@@ -332,14 +354,18 @@ def schedule(vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int) -
         scheduled[label] = step.chunk
         left -= step.chunk
         index += 1
+    broke_at, behind = None, {}
     for label in [] if preempted else list(pool.waiting):
+        c = pool.requests[label].num_computed_tokens
+        if broke_at is not None:
+            behind[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
+            continue
         if left == 0 or len(pool.running) >= MAX_NUM_SEQS:
             break
-        c = pool.requests[label].num_computed_tokens
         step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
         if taken(step) == 0:
             if unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
-                break
+                broke_at = label
             continue
         if not pool.allocate(label, step.chunk, admission=True):
             break
@@ -349,7 +375,12 @@ def schedule(vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int) -
         left -= step.chunk
     for label in pool.end(scheduled):
         pool.running.remove(label)
-    return reached
+    computed = [request.num_computed_tokens for request in pool.requests]
+    changed = bool(scheduled or preempted)
+    running, waiting = list(pool.running), list(pool.waiting)
+    return Outcome(
+        budget, eligible, theta, reached, broke_at, behind, changed, running, waiting, computed
+    )
 
 
 def offer(left: int, theta: int) -> int:

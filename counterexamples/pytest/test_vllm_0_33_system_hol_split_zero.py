@@ -216,9 +216,9 @@ class Recorded(NamedTuple):
 class Outcome(NamedTuple):
     """One schedule() step run here: the budget, the eligible requests and theta_eff, the
     steps of the requests the loops reached (by label, in the order reached), the waiting
-    request the loop broke at (None: no break), the steps of the waiting requests behind it at
-    the budget left, whether any request got a chunk, and the lists and every request's c
-    after the step."""
+    request the loop broke at on a zero (None: no break), the steps of the waiting requests
+    behind it at the budget left, whether the step changed anything (a chunk, a decode step,
+    a preemption), and the lists and every request's c after the step."""
 
     budget: int
     eligible: int
