@@ -43,6 +43,7 @@ from chunkproof.checker.repro.system import (
 from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.source import kv_alloc_run, kv_run
 from chunkproof.source.loading import recorded_policy
+from chunkproof.spec.properties import PROPERTIES
 from chunkproof.spec.scheduler_step import pool_model_len, step_loop_rules
 from chunkproof.spec.slots import eagle_drop
 from chunkproof.spec.system_properties import SYSTEM_PROPERTIES
@@ -53,7 +54,7 @@ def pool_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     docstring)."""
     assert cx.blocks > 0
     policy = recorded_policy(cx)
-    rule = SYSTEM_PROPERTIES[cx.property]
+    rule = {**PROPERTIES, **SYSTEM_PROPERTIES}[cx.property]
     lasso = cx.property == "S-POOL"
     assert cx.loop is not None or not lasso
     judged = (
@@ -83,7 +84,7 @@ def pool_repro_source(cx: SystemCounterexample, source_name: str) -> str:
         "kv_alloc_run": module_source(kv_alloc_run)[1],
         "test_name": f"test_{name}",
         "property": cx.property,
-        "checked": f"{cx.property} (or P0)",
+        "checked": "P0" if cx.property == "P0" else f"{cx.property} (or P0)",
         "check_body": "" if lasso else Template(CHECKS[cx.property]).substitute(encoder_of=""),
     }
     head = PRELUDE + REQUESTS + _POOL + STEP_CLASS + _RECORDED
