@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -46,6 +46,17 @@ class Ints:
     """A union of closed integer intervals (``16,64,1600``, ``0-8``, ``1-4,8``)."""
 
     intervals: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def of(cls, values: Iterable[int]) -> Ints:
+        """The union of the fewest intervals that holds exactly ``values``."""
+        runs: list[tuple[int, int]] = []
+        for v in sorted(set(values)):
+            if runs and v == runs[-1][1] + 1:
+                runs[-1] = (runs[-1][0], v)
+            else:
+                runs.append((v, v))
+        return cls(tuple(runs))
 
     def values(self, ctx: Mapping[str, Any]) -> Iterator[int]:
         for low, high in self.intervals:

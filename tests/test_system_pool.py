@@ -51,7 +51,14 @@ from chunkproof.source.kv_alloc_run import TreePool
 from chunkproof.source.releases import release_root
 from chunkproof.spec.kv_blocks import outside_shared_pool, pool_rules
 from chunkproof.spec.scheduler_loops import FINISHED, Got
-from chunkproof.spec.scheduler_step import FIELDS, SchedulerStepModel, least_pool, request_sets
+from chunkproof.spec.scheduler_step import (
+    FIELDS,
+    MAX_SEQS,
+    SchedulerStepModel,
+    least_pool,
+    request_sets,
+    step_loop_rules,
+)
 from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep, system_cells
 from chunkproof.spec.slots import eagle_drop
 
@@ -135,7 +142,7 @@ def test_pools_are_a_range_input() -> None:
     """The pools of a run as its range names them: runs of sizes compressed, ``none`` and
     ``min`` by name; the connector mode of each step."""
     assert pool_text(("none", "min", *range(2, 33))) == "none,min,2-32"
-    assert pool_text(("8", "9", "12", "min")) == "min,8-9,12"
+    assert pool_text(("8", "9", "10", "12", "min")) == "min,8-10,12"
     assert pool_text(()) == "none"
     assert connector_text(("none",)) == "synchronous"
     assert connector_text(("min", 8)) == "none"
@@ -298,7 +305,8 @@ def run_with_lookups(
     """``requests`` (waiting in ``arrival`` order) under ``name``'s chunks, offered M at every
     step, through the release's own KVCacheManager over ``blocks`` blocks with its prefix
     lookup at every admission (``TreePool`` with ``caching``): ``schedule()``'s two loops as
-    rule 5 has them, a waiting request's chunk from its hit. The stub's block hashes name
+    rule 5 has them, a zero doing what the policy's loop rules say, a waiting request's chunk
+    from its hit (each admission tried is recorded). The stub's block hashes name
     positions, so requests share their prompts' prefix: a wider environment than rule 5's
     fresh requests of distinct prompts. Stops early once every request finished."""
     policy = get_builtin(name)
@@ -309,6 +317,7 @@ def run_with_lookups(
         release_root(release), requests, eagle_drop(requests[0]), blocks, longest + 1, True
     )
     real.waiting = list(arrival)
+    rules = step_loop_rules(policy)
     pool = real.manager.block_pool
     issued_at: dict[int, int] = {}
     run = LookupRun()
@@ -323,6 +332,8 @@ def run_with_lookups(
             chunk = step(policy, requests[r], real.requests[r].num_computed_tokens, left).chunk
             index += 1
             if chunk <= 0:
+                if rules.running == "break":
+                    break
                 continue
             while not real.allocate(r, chunk):
                 victim = real.running.pop()
@@ -334,17 +345,23 @@ def run_with_lookups(
             if r in preempted:
                 break
             scheduled[r], left = chunk, left - chunk
-        while not preempted and real.waiting and left > 0:
-            r = real.waiting[0]
+        for r in [] if preempted else list(real.waiting):
+            if left == 0 or len(real.running) >= MAX_SEQS:
+                break
             hit = real.lookup(r)
-            chunk = step(policy, requests[r], hit, left).chunk
-            granted = chunk > 0 and real.allocate(r, chunk, admission=True)
+            taken = step(policy, requests[r], hit, left)
+            if taken.chunk <= 0:
+                if (rules.split if taken.split <= 0 else rules.later) == "break":
+                    break
+                continue
+            granted = real.allocate(r, taken.chunk, admission=True)
             since = pool.issued == issued_at[r] if r in issued_at else None
             run.admissions.append((r, hit, granted, since))
             if not granted:
                 break
-            real.running.append(real.waiting.pop(0))
-            scheduled[r], left = chunk, left - chunk
+            real.waiting.remove(r)
+            real.running.append(r)
+            scheduled[r], left = taken.chunk, left - taken.chunk
         for r in real.end(scheduled):
             real.running.remove(r)
         run.steps.append((scheduled, preempted))

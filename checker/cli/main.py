@@ -1202,7 +1202,7 @@ def _system_document(
     the keys every verdict has: property, name, status, range, counterexample), the fixed
     inputs, ``extra``, the policy's source and the files written."""
     key, info = searched
-    pools = info["pools"] or [NO_POOL]
+    pools = info["pools"]
     rng = space.describe() | {"pool": pool_text(pools), "connector": connector_text(pools)}
 
     def judged(v: Any) -> dict[str, Any]:
@@ -1237,7 +1237,7 @@ def _system_header(policy: Policy, mode: str, space: Space, info: dict[str, Any]
     """The first lines of ``system``'s report: the policy, the range, the fixed inputs, the
     branches of ``schedule()`` (for a policy read from source) and the loop rules."""
     print(f"chunkproof system {policy.name}{mode} ({policy.summary})")
-    pools = info["pools"] or [NO_POOL]
+    pools = info["pools"]
     print(
         f"range (each configuration one request): {_range_words(space.describe())}; "
         f"pool={pool_text(pools)}; connector={connector_text(pools)}"
@@ -1293,15 +1293,15 @@ def _cmd_system_prove(
     return code
 
 
-def _system_pools(args: argparse.Namespace) -> tuple[int | str, ...]:
+def _system_pools(args: argparse.Namespace, ranged: bool) -> tuple[int | str, ...]:
     """The pools ``system`` runs: those given with ``--pool``; else, on the built-in default
-    range, :data:`~chunkproof.checker.cli.defaults.SYSTEM_POOLS`; else the step without a
-    pool: a range given fixes every input it does not name, the pool too, and the Z3 search
-    of a pool (``--prove``) and the adaptive floor are asked with ``--pool`` (the pooled step
-    does not model the floor)."""
+    range (no range flags: not ``ranged``), :data:`~chunkproof.checker.cli.defaults.
+    SYSTEM_POOLS`; else the step without a pool: a range given fixes every input it does not
+    name, the pool too, and the Z3 search of a pool (``--prove``) and the adaptive floor are
+    asked with ``--pool`` (the pooled step does not model the floor)."""
     if args.pool is not None:
         return tuple(args.pool)
-    plain = range_texts(args) or args.prove or args.adaptive_threshold
+    plain = ranged or args.prove or args.adaptive_threshold
     return (NO_POOL,) if plain else SYSTEM_POOLS
 
 
@@ -1314,7 +1314,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
         raise ChunkproofError("--budget: the scheduler step is offered every budget 1..M")
     texts = range_texts(args)
     space = user_space(texts, None, production=False) if texts else system_space()
-    pools = _system_pools(args)
+    pools = _system_pools(args, bool(texts))
     unpooled, sizes = pool_scopes(pools)
     if args.abstraction and not unpooled:
         raise ChunkproofError("--abstraction: compares the step without a pool (--pool none)")

@@ -393,7 +393,7 @@ def _explore_at(
     there is none or it is too large to enumerate."""
     if not ms or _lanes(model, cfg, ms) > EXPLORER_LANES:
         return None
-    grid = model.cell.grid.narrowed(_fixed(cfg.to_dict()) | {"max_sched": Ints(_runs(ms))})
+    grid = model.cell.grid.narrowed(_fixed(cfg.to_dict()) | {"max_sched": Ints.of(ms)})
     explicit = RequestModel(model.policy, Space((grid,), model.budget), model.window)
     exploration = explore(explicit, (pid,))
     return minimal_counterexample(exploration, pid, "main")
@@ -419,16 +419,6 @@ def _fixed(fields: dict[str, Any]) -> dict[str, Any]:
         else:
             out[name] = TermSet(Ints(((value, value),)), ())
     return out
-
-
-def _runs(values: list[int]) -> tuple[tuple[int, int], ...]:
-    runs: list[tuple[int, int]] = []
-    for v in values:
-        if runs and v == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], v)
-        else:
-            runs.append((v, v))
-    return tuple(runs)
 
 
 def _bisect_max_sched(

@@ -39,6 +39,7 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.spec.kv_blocks import outside_shared_pool, pool_rules
+from chunkproof.spec.properties import CONNECTOR
 from chunkproof.spec.scheduler_step import (
     FIELDS,
     MAX_SEQS,
@@ -53,7 +54,7 @@ from chunkproof.spec.scheduler_step import (
     threshold_rule,
 )
 from chunkproof.spec.scheduler_trace import Run
-from chunkproof.spec.space import Space
+from chunkproof.spec.space import Ints, Space
 from chunkproof.spec.system_properties import POOL_PROPERTIES, SYSTEM_PROPERTIES
 
 MAX_INSTANCES = 200_000
@@ -245,17 +246,13 @@ def pool_scopes(pools: Sequence[int | str]) -> tuple[bool, tuple[int | str, ...]
 
 
 def pool_text(pools: Sequence[int | str]) -> str:
-    """The pools of a run as a range input: ``none``, ``min`` and the sizes, runs of
-    consecutive sizes as ``low-high`` (``none,min,2-32``); no pool given is ``none``."""
+    """The pools of a run as a range input: ``none``, ``min`` and the sizes as a range flag
+    states them (:meth:`~chunkproof.spec.space.Ints.describe`: ``none,min,2-32``); no pool
+    given is ``none``."""
     words = [str(size) for size in pools if not str(size).isdigit()]
-    sizes = sorted(int(size) for size in pools if str(size).isdigit())
-    runs: list[list[int]] = []
-    for size in sizes:
-        if runs and size == runs[-1][-1] + 1:
-            runs[-1].append(size)
-        else:
-            runs.append([size])
-    words += [f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs]
+    sizes = [int(size) for size in pools if str(size).isdigit()]
+    if sizes:
+        words.append(Ints.of(sizes).describe())
     return ",".join(words) or NO_POOL
 
 
@@ -265,8 +262,8 @@ def connector_text(pools: Sequence[int | str]) -> str:
     chunk; the pooled step has no connector (SPEC KV2 rule 5)."""
     unpooled, sizes = pool_scopes(pools)
     if not sizes:
-        return "synchronous"
-    return "synchronous without a pool, none in a pool" if unpooled else "none"
+        return CONNECTOR
+    return f"{CONNECTOR} without a pool, none in a pool" if unpooled else "none"
 
 
 @dataclass
@@ -336,39 +333,35 @@ def explore_system(
         )
     sets = request_sets(policy, configs, requests)
     tallies: dict[str, _Tally] = {}
-    judged: dict[str, list[str]] = {}
-    counted: dict[str, int] = {}
-    states = unpooled_sets = 0
+    steps: list[tuple[list[tuple[Config, ...]], list[int], list[str]]] = []
     if unpooled:
-        model = SchedulerStepModel(
-            policy, sets, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive
-        )
-        states += _explore_step(model, adaptive, tallies, mixed=unpooled and bool(sizes))
-        unpooled_sets = len(sets)
-        for pid in model.properties:
-            judged.setdefault(pid, []).append(NO_POOL)
-            counted[pid] = counted.get(pid, 0) + len(sets)
+        steps.append((sets, [], [NO_POOL]))
     outside = below = 0
     pooled: list[tuple[Config, ...]] = []
     if sizes:
         rules = pool_rules(policy.kv_release)
-        outside = sum(outside_shared_pool(rules, cfg) is not None for cfg in configs)
-        inside = [
-            group for group in sets if all(outside_shared_pool(rules, cfg) is None for cfg in group)
-        ]
+        excluded = {cfg for cfg in configs if outside_shared_pool(rules, cfg) is not None}
+        inside = [group for group in sets if not excluded.intersection(group)]
         pooled, blocks, below = pooled_instances(policy, inside, sizes)
+        outside = len(excluded)
         if len(pooled) > MAX_INSTANCES:
             raise ChunkproofError(
                 f"{len(pooled)} (request set, pool) instances: chunkproof explores at most "
                 f"{MAX_INSTANCES}; narrow the ranges or the pools"
             )
+        steps.append((pooled, blocks, [str(size) for size in sizes]))
+    judged: dict[str, list[str]] = {}
+    counted: dict[str, int] = {}
+    states = 0
+    for groups, sizes_of, names in steps:
         model = SchedulerStepModel(
-            policy, pooled, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive, blocks=blocks
-        )
-        states += _explore_step(model, adaptive, tallies, mixed=unpooled and bool(sizes))
+            policy, groups, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive,
+            blocks=sizes_of,
+        )  # fmt: skip
+        states += _explore_step(model, adaptive, tallies, mixed=len(steps) > 1)
         for pid in model.properties:
-            judged.setdefault(pid, []).extend(str(size) for size in sizes)
-            counted[pid] = counted.get(pid, 0) + len(pooled)
+            judged.setdefault(pid, []).extend(names)
+            counted[pid] = counted.get(pid, 0) + len(groups)
     verdicts = []
     for pid, on in judged.items():
         tally = tallies.get(pid, _Tally())
@@ -397,8 +390,8 @@ def explore_system(
         "adaptive": adaptive,
         "symmetry": symmetry,
         "request_configurations": len(configs),
-        "instances": unpooled_sets + len(pooled),
-        "unpooled_instances": unpooled_sets,
+        "instances": len(sets) * unpooled + len(pooled),
+        "unpooled_instances": len(sets) * unpooled,
         "pooled_instances": len(pooled),
         "left_out": count - len(sets),
         "pools": [str(size) for size in pools],
