@@ -68,3 +68,19 @@ def test_nothing_is_shown_when_disabled_or_before_the_delay() -> None:
         progress.tick(1, 2)
         progress.close()
         assert isinstance(progress.stream, io.StringIO) and progress.stream.getvalue() == ""
+
+
+def test_a_line_estimates_the_time_left_from_the_items_after_the_first() -> None:
+    """The first item carries the start-up: with one item done the time left is unknown, and
+    then it is the items left at the rate since the first was done, not since the start."""
+    log = io.StringIO()
+    progress = Progress("conform", stream=log, delay=0.0, interval=0.0)
+    progress.started -= 600.0  # the first item took ten minutes
+    progress.tick(1, 101)
+    first_tick = progress.first
+    assert first_tick is not None
+    progress.first = (first_tick[0] - 10.0, 1)  # ... and the next 50 took ten seconds
+    progress.tick(51, 101)
+    lines = log.getvalue().splitlines()
+    assert lines[0].endswith("about ? left"), lines[0]
+    assert lines[1].endswith("about 00:10 left"), lines[1]

@@ -166,6 +166,26 @@ def test_a_range_given_fixes_the_pool_at_none(cli: Cli) -> None:
     assert any(line.startswith("without a pool: ") for line in both["fixed"])
 
 
+def test_a_pool_below_every_start_up_check_is_empty_and_not_named(cli: Cli) -> None:
+    """A pool below the least the start-up check accepts for every set holds no instance: the
+    verdicts of the step without a pool name ``none`` alone, S-POOL is EMPTY over the pool
+    asked (never left out, never PROVED), and a violation elsewhere still exits 1; with no
+    step holding an instance every property is EMPTY and the exit is 2."""
+    ranges = ["--block", "4", "--lookahead", "2", "--prompt", "5,6", "--max-sched", "8"]
+    mixed = cli("system", "vllm-0.33", *ranges, "--pool", "none,2", "--json")
+    assert mixed.code == 1
+    verdicts = {v["property"]: v for v in mixed.json()["verdicts"]}
+    assert {pid: v["range"]["pool"] for pid, v in verdicts.items()} == {
+        "P0": "none", "S-LIVE": "none", "HOL": "none", "STARVE": "none", "S-POOL": "2"
+    }  # fmt: skip
+    assert verdicts["S-POOL"]["status"] == "EMPTY" and verdicts["S-LIVE"]["status"] == "VIOLATED"
+    assert mixed.json()["explored"]["below_startup"] == 6
+    alone = cli("system", "vllm-0.33", *ranges, "--pool", "2", "--json")
+    assert alone.code == 2
+    assert {v["status"] for v in alone.json()["verdicts"]} == {"EMPTY"}
+    assert "S-POOL" in {v["property"] for v in alone.json()["verdicts"]}
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [

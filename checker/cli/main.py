@@ -100,6 +100,7 @@ from chunkproof.checker.runs.system import (
 from chunkproof.checker.runs.system_prove import (
     DEFAULT_DEPTH,
     TIMEOUT_MS,
+    SystemProof,
     prove_system,
     report_lines,
 )
@@ -1194,7 +1195,7 @@ def _system_document(
     policy: Policy,
     space: Space,
     searched: tuple[str, dict[str, Any]],
-    verdicts: Sequence[Any],
+    verdicts: Sequence[SystemVerdict] | Sequence[SystemProof],
     extra: dict[str, Any],
     out: RunFolder,
 ) -> dict[str, Any]:
@@ -1205,9 +1206,8 @@ def _system_document(
     pools = info["pools"]
     rng = space.describe() | {"pool": pool_text(pools), "connector": connector_text(pools)}
 
-    def judged(v: Any) -> dict[str, Any]:
-        on = v.pools if isinstance(v, SystemVerdict) else pools
-        return rng | {"pool": pool_text(on), "connector": connector_text(on)}
+    def judged(v: SystemVerdict | SystemProof) -> dict[str, Any]:
+        return rng | {"pool": pool_text(v.pools), "connector": connector_text(v.pools)}
 
     return {
         "policy": policy.name,
@@ -1308,7 +1308,8 @@ def _system_pools(args: argparse.Namespace, ranged: bool) -> tuple[int | str, ..
 def _cmd_system(args: argparse.Namespace) -> int:
     """``chunkproof system``: :func:`~chunkproof.checker.runs.system.explore_system` on the range
     flags (each configuration one request), else :func:`~chunkproof.checker.cli.defaults.
-    system_space`; exit 1 if a property is violated, 2 if the space holds no instance."""
+    system_space`; exit 1 if a property is violated, else 2 if a property has no instance in
+    scope (EMPTY: a range, or every pool asked below the start-up check), else 0."""
     policy = _policy(args.policy, args)
     if budget_range(args) is not None:
         raise ChunkproofError("--budget: the scheduler step is offered every budget 1..M")
@@ -1340,7 +1341,7 @@ def _cmd_system(args: argparse.Namespace) -> int:
             pools,
         )
     statuses = {v.status for v in verdicts}
-    code = EXIT_BAD_INPUT if EMPTY in statuses else EXIT_VIOLATED if VIOLATED in statuses else 0
+    code = EXIT_VIOLATED if VIOLATED in statuses else EXIT_BAD_INPUT if EMPTY in statuses else 0
     abstraction = None
     if args.abstraction and EMPTY not in statuses:
         sets = request_sets(policy, list(space.configs()), args.requests)
@@ -1365,9 +1366,13 @@ def _cmd_system(args: argparse.Namespace) -> int:
         f"{'' if info['symmetry'] else ' (no symmetry reduction)'} in {info['seconds']} s"
     )
     if sizes:
+        least = (
+            " (min: the least the release's start-up check accepts, num_gpu_blocks_override)"
+            if "min" in sizes
+            else ""
+        )
         print(
-            f"KV block pool: {pool_text(sizes)} blocks per instance (min: the least "
-            "the release's start-up check accepts, num_gpu_blocks_override); "
+            f"KV block pool: {pool_text(sizes)} blocks per instance{least}; "
             f"{info['outside_pool']} request configuration(s) outside the pool model left "
             f"out of it, {info['below_startup']} (set, pool) pair(s) below the start-up "
             "check (vLLM refuses to start)"

@@ -1,7 +1,12 @@
 """Progress on standard error (cells proved, configurations explored, the least counterexamples'
 search, time left), for runs longer than a second and never under ``--json``: on a terminal a
 ``tqdm`` bar that clears itself; elsewhere (a CI log, a pipe) one line every
-:data:`LOG_INTERVAL` seconds, so a long run is never silent."""
+:data:`LOG_INTERVAL` seconds, so a long run is never silent.
+
+A line's time left is the items left at the rate since the first item was done (the bar's is
+``tqdm``'s own, redrawn as it goes):
+the first item carries the run's start-up (a solver context, the first batch's tables) and one
+slow cell of many would otherwise set the estimate; with one item done it is ``?``."""
 
 from __future__ import annotations
 
@@ -42,9 +47,22 @@ class Progress:
         self.terminal = self.stream.isatty()
         self.bar: tqdm[Any] | None = None
         self.logged: float | None = None
+        self.first: tuple[float, int] | None = None
+        """(elapsed, done) at the first tick with an item done."""
+
+    def rate(self, done: int, elapsed: float) -> float:
+        """Items per second since the first item was done (module docstring); 0 (time left
+        unknown) before a second one."""
+        if self.first is None:
+            if done > 0:
+                self.first = (elapsed, done)
+            return 0.0
+        since, counted = self.first
+        return (done - counted) / (elapsed - since) if elapsed > since else 0.0
 
     def tick(self, done: int, total: int) -> None:
         elapsed = time.monotonic() - self.started
+        rate = self.rate(done, elapsed)
         if not self.enabled or elapsed < self.delay:
             return
         if self.terminal:
@@ -52,7 +70,7 @@ class Progress:
         elif self.logged is None or elapsed - self.logged >= self.interval:
             self.logged = elapsed
             line = tqdm.format_meter(
-                done, total, elapsed, prefix=self.label, bar_format=LINE_FORMAT
+                done, total, elapsed, prefix=self.label, bar_format=LINE_FORMAT, rate=rate
             )
             self.stream.write(line + "\n")
             self.stream.flush()
@@ -81,7 +99,7 @@ class Progress:
                 begun = True
                 self.close()
                 self.label, self.delay, self.started = label, 0.0, time.monotonic()
-                self.logged = None
+                self.logged = self.first = None
             self.tick(done, total)
 
         return tick

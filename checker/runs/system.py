@@ -15,7 +15,8 @@ like the others: ``none``, the step without a pool, and KV block pool sizes (SPE
 where each request set inside the pool model is an instance per size. A property is judged over
 the instances of both steps, S-POOL over the pooled ones on the whole explored graph of each
 instance: its trace is a lasso, the path to the first state that starts an endless run offered
-M, then that run's cycle. A space with no instance is EMPTY (exit 2), never PROVED.
+M, then that run's cycle. A property with no instance in scope is EMPTY (exit 2 unless another
+is violated), never PROVED: S-POOL when every pool asked is below the release's start-up check.
 """
 
 from __future__ import annotations
@@ -301,6 +302,22 @@ def _explore_step(
     return states
 
 
+def judged_steps(
+    steps: Sequence[tuple[tuple[str, ...], list[str], int]],
+) -> dict[str, tuple[list[str], int]]:
+    """Per property, the pools its verdict names and the instances it is judged over, from
+    each explored step's (properties, pools, instances): the steps that define the property
+    and hold an instance; when none holds one, every step that defines it (the verdict is
+    EMPTY, over the pools asked). A step with no instance judges nothing, so its pools are not
+    named beside a step that has instances."""
+    judged: dict[str, tuple[list[str], int]] = {}
+    for pid in dict.fromkeys(pid for properties, _, _ in steps for pid in properties):
+        defining = [(names, count) for properties, names, count in steps if pid in properties]
+        holding = [(names, count) for names, count in defining if count] or defining
+        judged[pid] = ([name for names, _ in holding for name in names], sum(c for _, c in holding))
+    return judged
+
+
 def explore_system(
     policy: Policy,
     space: Space,
@@ -333,9 +350,9 @@ def explore_system(
         )
     sets = request_sets(policy, configs, requests)
     tallies: dict[str, _Tally] = {}
-    steps: list[tuple[list[tuple[Config, ...]], list[int], list[str]]] = []
+    steps: list[tuple[list[tuple[Config, ...]], list[int] | None, list[str]]] = []
     if unpooled:
-        steps.append((sets, [], [NO_POOL]))
+        steps.append((sets, None, [NO_POOL]))
     outside = below = 0
     pooled: list[tuple[Config, ...]] = []
     if sizes:
@@ -350,22 +367,21 @@ def explore_system(
                 f"{MAX_INSTANCES}; narrow the ranges or the pools"
             )
         steps.append((pooled, blocks, [str(size) for size in sizes]))
-    judged: dict[str, list[str]] = {}
-    counted: dict[str, int] = {}
+    explored: list[tuple[tuple[str, ...], list[str], int]] = []
     states = 0
     for groups, sizes_of, names in steps:
         model = SchedulerStepModel(
             policy, groups, symmetry=symmetry, max_seqs=max_seqs, adaptive=adaptive,
-            blocks=sizes_of,
+            blocks=sizes_of or (),
         )  # fmt: skip
         states += _explore_step(model, adaptive, tallies, mixed=len(steps) > 1)
-        for pid in model.properties:
-            judged.setdefault(pid, []).extend(names)
-            counted[pid] = counted.get(pid, 0) + len(groups)
+        properties = model.properties
+        if sizes_of is not None and not model.pooled:  # no pooled instance: S-POOL is EMPTY
+            properties = (*properties, *POOL_PROPERTIES)
+        explored.append((properties, names, len(groups)))
     verdicts = []
-    for pid, on in judged.items():
+    for pid, (on, instances) in judged_steps(explored).items():
         tally = tallies.get(pid, _Tally())
-        instances = counted[pid]
         status = EMPTY if not instances else VIOLATED if tally.violating else PROVED
         example: str | None = None
         trace: tuple[str, ...] = ()

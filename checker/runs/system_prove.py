@@ -55,7 +55,12 @@ from chunkproof.checker.kinds import save_counterexample
 from chunkproof.checker.kinds.system import Witness, build
 from chunkproof.checker.reports.output import RunFolder
 from chunkproof.checker.runs.requests import check_cell_count
-from chunkproof.checker.runs.system import describe_instance, threshold_words, trace_lines
+from chunkproof.checker.runs.system import (
+    NO_POOL,
+    describe_instance,
+    threshold_words,
+    trace_lines,
+)
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
@@ -125,6 +130,9 @@ class SystemProof:
     cells: list[CellResult] = field(default_factory=list)
     counterexample: str | None = None
     picture: str | None = None
+    pools: tuple[str, ...] = (NO_POOL,)
+    """The pools the search ran on (:data:`~chunkproof.checker.runs.system.NO_POOL`, or the
+    sizes asked)."""
 
     def example(self) -> CellResult | None:
         """The violating cell result of least total T."""
@@ -194,7 +202,8 @@ def prove_system(
         inside = [cell for cell in found if not any(cell.layouts)]
         outside, found = len(found) - len(inside), inside
     judged_properties = SCHEDULER_PROPERTIES + (POOL_PROPERTIES if pools else ())
-    proofs = {pid: SystemProof(pid, EMPTY, depth) for pid in judged_properties}
+    searched = tuple(str(size) for size in pools) or (NO_POOL,)
+    proofs = {pid: SystemProof(pid, EMPTY, depth, pools=searched) for pid in judged_properties}
     judged = 0
     positive = False
     folder = _certificate_folder(policy, out) if unbounded else None
