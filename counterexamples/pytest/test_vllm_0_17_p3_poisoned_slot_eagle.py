@@ -1945,13 +1945,18 @@ class TreeSlots:
     checkpoint into the block the manager reserved for it (0.30 on: ``_checkpoints`` names the
     position and the block; 0.29: ``_num_checkpoint_blocks``, the block at column
     cdiv(e, B) - 2, holding the state at its end); a copy-on-write copy gives its destination
-    the source's state. A block no chunk wrote holds :data:`NO_STATE`."""
+    the source's state. A block no chunk wrote holds :data:`NO_STATE`. The request can be
+    preempted (:meth:`preempt`) or replaced by an identical fresh one (:meth:`resend`); either
+    is admitted again at the hit the tree's lookup finds (:meth:`lookup`)."""
 
     def __init__(self, root: Path, cfg: KvConfig, use_eagle: bool, num_blocks: int) -> None:
         self.cfg = cfg
         self.tree = allocation_tree(root, CachingPool)
         self.manager = kv_manager(self.tree, cfg, use_eagle, num_blocks, 1 << 20)
         self.request = fresh_request(cfg, "first", self.tree)
+        self.found: tuple[int, Any] = (0, None)
+        """The hit :meth:`lookup` found and its blocks, which the next chunk's admission
+        takes."""
         self.holds: dict[int, int] = {}
         self._copies: list[Any] = []
         take = getattr(self.manager, "take_kv_cache_block_copies", None)
@@ -1965,10 +1970,13 @@ class TreeSlots:
             self.manager.take_kv_cache_block_copies = recording
 
     def compute(self, chunk: int) -> None:
-        """One step that schedules and computes ``chunk`` tokens (:func:`schedule_chunk`), and
-        the states it writes. A chunk the pool refuses is a ``ValueError``."""
+        """One step that schedules and computes ``chunk`` tokens (:func:`schedule_chunk`; a
+        waiting request is admitted at the hit :meth:`lookup` found, 0 without one), and the
+        states it writes. A chunk the pool refuses is a ``ValueError``."""
         request = self.request
-        if not schedule_chunk(self.manager, request, chunk, self.cfg.lookahead):
+        hit, blocks = self.found
+        self.found = (0, None)
+        if not schedule_chunk(self.manager, request, chunk, self.cfg.lookahead, hit, blocks):
             raise ValueError(
                 f"the pool refused the chunk of {chunk} tokens at {request.num_computed_tokens}"
             )
@@ -1986,6 +1994,25 @@ class TreeSlots:
         elif getattr(mamba, "_num_checkpoint_blocks", {}).get(request.request_id):
             self.holds[blocks[column - 1].block_id] = column * self.cfg.block
         self.holds[blocks[column].block_id] = end
+
+    def preempt(self) -> None:
+        """``_preempt_request`` in the prefill: the request's blocks freed (the cache keeps
+        their keys), c = 0, waiting again."""
+        self.manager.free(self.request)
+        self.request.__dict__.update(num_computed_tokens=0, status=RequestStatus.PREEMPTED)
+
+    def resend(self) -> None:
+        """The request freed (it finished or was aborted) and an identical fresh one waiting in
+        its place."""
+        self.manager.free(self.request)
+        self.request = fresh_request(self.cfg, "resend", self.tree)
+
+    def lookup(self) -> int:
+        """The hit the tree's ``get_computed_blocks`` finds for the waiting request, which the
+        next :meth:`compute` admits it at."""
+        blocks, hit = self.manager.get_computed_blocks(self.request)[:2]
+        self.found = (int(hit), blocks)
+        return int(hit)
 
     def keyed(self) -> dict[int, int]:
         """Per Mamba key the cache holds now, the state its block holds."""
