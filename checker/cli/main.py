@@ -1274,10 +1274,10 @@ def _cmd_system_prove(
         )
     statuses = {p.status for p in proofs}
     code = (
-        EXIT_BAD_INPUT
-        if EMPTY in statuses
-        else EXIT_VIOLATED
+        EXIT_VIOLATED
         if VIOLATED in statuses
+        else EXIT_BAD_INPUT
+        if EMPTY in statuses
         else EXIT_OK
         if statuses == {PROVED}
         else EXIT_UNKNOWN

@@ -3,10 +3,10 @@ search, time left), for runs longer than a second and never under ``--json``: on
 ``tqdm`` bar that clears itself; elsewhere (a CI log, a pipe) one line every
 :data:`LOG_INTERVAL` seconds, so a long run is never silent.
 
-A line's time left is the items left at the rate since the first item was done (the bar's is
-``tqdm``'s own, redrawn as it goes):
-the first item carries the run's start-up (a solver context, the first batch's tables) and one
-slow cell of many would otherwise set the estimate; with one item done it is ``?``."""
+A line's time left is the items left at the rate since the first item was done: the first
+item carries the run's start-up (a solver context, the first batch's tables), and one slow
+cell of many would otherwise set the estimate; with one item done it is ``?``. The bar's is
+``tqdm``'s own, redrawn as it goes."""
 
 from __future__ import annotations
 
