@@ -44,6 +44,7 @@ from chunkproof.spec.properties import CONNECTOR
 from chunkproof.spec.scheduler_step import (
     FIELDS,
     MAX_SEQS,
+    SCHEDULER_PROPERTIES,
     SchedulerStepModel,
     decode_advances,
     describe_state,
@@ -302,6 +303,12 @@ def _explore_step(
     return states
 
 
+def step_properties(pooled: bool) -> tuple[str, ...]:
+    """The properties a step defines (SPEC N1): P0, S-LIVE, HOL and STARVE, and in a pool
+    (KV2 rule 5) S-POOL too, whether or not any instance is in scope."""
+    return SCHEDULER_PROPERTIES + (POOL_PROPERTIES if pooled else ())
+
+
 def judged_steps(
     steps: Sequence[tuple[tuple[str, ...], list[str], int]],
 ) -> dict[str, tuple[list[str], int]]:
@@ -375,10 +382,7 @@ def explore_system(
             blocks=sizes_of or (),
         )  # fmt: skip
         states += _explore_step(model, adaptive, tallies, mixed=len(steps) > 1)
-        properties = model.properties
-        if sizes_of is not None and not model.pooled:  # no pooled instance: S-POOL is EMPTY
-            properties = (*properties, *POOL_PROPERTIES)
-        explored.append((properties, names, len(groups)))
+        explored.append((step_properties(sizes_of is not None), names, len(groups)))
     verdicts = []
     for pid, (on, instances) in judged_steps(explored).items():
         tally = tallies.get(pid, _Tally())

@@ -58,6 +58,7 @@ from chunkproof.checker.runs.requests import check_cell_count
 from chunkproof.checker.runs.system import (
     NO_POOL,
     describe_instance,
+    step_properties,
     threshold_words,
     trace_lines,
 )
@@ -75,7 +76,6 @@ from chunkproof.spec.scheduler_step import (
     FIELDS,
     MAX_SEQS,
     PHASE_NAMES,
-    SCHEDULER_PROPERTIES,
     step_loop_rules,
     threshold_rule,
 )
@@ -87,7 +87,6 @@ from chunkproof.spec.scheduler_step_symbolic import (
 )
 from chunkproof.spec.scheduler_trace import Run, loops_back, run_instance
 from chunkproof.spec.space import Space
-from chunkproof.spec.system_properties import POOL_PROPERTIES
 
 Place = tuple[str, int, int, int, int]
 """A request's place in a state: its phase's name, its place in its list, c, e and stale."""
@@ -201,7 +200,7 @@ def prove_system(
     if pools:
         inside = [cell for cell in found if not any(cell.layouts)]
         outside, found = len(found) - len(inside), inside
-    judged_properties = SCHEDULER_PROPERTIES + (POOL_PROPERTIES if pools else ())
+    judged_properties = step_properties(bool(pools))
     searched = tuple(str(size) for size in pools) or (NO_POOL,)
     proofs = {pid: SystemProof(pid, EMPTY, depth, pools=searched) for pid in judged_properties}
     judged = 0
