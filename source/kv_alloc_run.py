@@ -30,12 +30,13 @@ from chunkproof.source.kv_run import (
     KvConfig,
     KvTree,
     RecordingPool,
-    block_hash,
     call_with,
     compiled_kv_tree,
     hash_end,
+    hash_identity,
     kv_cache_config,
     kv_request,
+    request_hash,
 )
 
 MANAGER_FILE = "vllm/v1/core/kv_cache_manager.py"
@@ -112,13 +113,13 @@ class CountingPool(RecordingPool):
 class CachingPool(CountingPool):
     """:class:`CountingPool` that keeps what the cache code keys, as vLLM's prefix cache does:
     a block the code keys (a full block through the retention mask, or a partial tail) is found
-    again under its group and the end its hash names, also once no request holds it (an
-    evictable block, counted free). The pool hands out fresh blocks rather than evicting, so an
-    entry stays until the code itself drops or moves it."""
+    again under its group and the prefix its hash names (:func:`hash_identity`), also once no
+    request holds it (an evictable block, counted free). The pool hands out fresh blocks rather
+    than evicting, so an entry stays until the code itself drops or moves it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.index: dict[tuple[int, int], PoolBlock] = {}
+        self.index: dict[tuple[int, bytes], PoolBlock] = {}
 
     def cache_full_blocks(self, **call: Any) -> None:
         super().cache_full_blocks(**call)
@@ -127,7 +128,7 @@ class CachingPool(CountingPool):
         for index, keep in zip(range(first, last), mask, strict=True):
             block = call["blocks"][index]
             if keep and not block.is_null:
-                self.index[(call["kv_cache_group_id"], block.block_hash_num_tokens)] = block
+                self.index[(call["kv_cache_group_id"], block.block_hash)] = block
 
     def cache_partial_block(self, **call: Any) -> bytes:
         """vLLM's ``BlockPool.cache_partial_block`` (0.26 on): the block's entries go first when
@@ -135,18 +136,19 @@ class CachingPool(CountingPool):
         re-keyed checkpoint) or when its primary entry names a shorter prefix than the new one;
         otherwise the new entry joins them. A block left without a primary entry takes it."""
         block, end, group = call["block"], call["num_tokens"], call["kv_cache_group_id"]
-        already = self.index.get((group, end)) is block
+        key = request_hash(call.get("request"), end)
+        already = self.index.get((group, key)) is block
         primary = block.block_hash_num_tokens if block.block_hash is not None else None
         shorter = not already and primary is not None and primary < end
         if call.get("replace_existing_hashes") or shorter:
             self._drop_entries(block)
         if block.block_hash is None:
             super().cache_partial_block(**call)
-            block.block_hash = block_hash(end)
+            block.block_hash = key
         else:
             self.tails.setdefault(group, set()).add(end)
-        self.index[(group, end)] = block
-        return block_hash(end)
+        self.index[(group, key)] = block
+        return key
 
     def _drop_entries(self, block: PoolBlock) -> None:
         """Every entry that names ``block`` leaves the index, its primary hash too."""
@@ -155,8 +157,8 @@ class CachingPool(CountingPool):
         block.block_hash, block.block_hash_num_tokens = None, None
 
     def get_cached_block(self, key: Any, group_ids: Sequence[int]) -> list[PoolBlock] | None:  # type: ignore[override]
-        end = hash_end(key)
-        found = [self.index.get((group, end)) for group in group_ids]
+        prefix = hash_identity(key)
+        found = [self.index.get((group, prefix)) for group in group_ids]
         return None if None in found else found  # type: ignore[return-value]
 
     def _maybe_evict_cached_block(self, block: PoolBlock) -> bool:
@@ -216,7 +218,9 @@ def kv_manager(
     ``max_model_len``): the groups of :func:`~chunkproof.source.kv_run.kv_cache_config`, the
     Mamba group's ``num_speculative_blocks`` the speculative tokens k = L (vLLM's Mamba
     layers set it to ``num_speculative_tokens``) and one prefill checkpoint block when the
-    backend exports internal checkpoints (K), watermark 0."""
+    backend exports internal checkpoints (K), the exact shared-prefix checkpoint opted in
+    when S is on (``enable_mamba_fine_grained_prefix_cache`` in 0.30,
+    ``enable_mamba_shared_prefix_checkpoint`` from 0.31), watermark 0."""
     checkpoint_blocks = 1 if cfg.checkpoints else 0
     return call_with(
         tree["KVCacheManager"],
@@ -229,6 +233,8 @@ def kv_manager(
         hash_block_size=cfg.hash_block,
         num_hash_lookahead_tokens=cfg.hash_lookahead,
         num_prefill_lookahead=cfg.lookahead,
+        enable_mamba_fine_grained_prefix_cache=cfg.exact_junction,
+        enable_mamba_shared_prefix_checkpoint=cfg.exact_junction,
         watermark=0.0,
     )
 
@@ -246,9 +252,13 @@ def end_step(manager: Any) -> None:
             manager.block_pool.free_blocks(retained)
 
 
-def fresh_request(cfg: KvConfig, request_id: str, tree: KvTree) -> Any:
-    """A request of ``cfg``'s prompt as the waiting queue holds it: nothing computed."""
-    request = kv_request(cfg, request_id, tree)
+def fresh_request(
+    cfg: KvConfig, request_id: str, tree: KvTree, prefix: tuple[int, int] | None = None
+) -> Any:
+    """A request of ``cfg``'s prompt (every other's, or one sharing ``prefix``'s first tokens
+    with them: :func:`~chunkproof.source.kv_run.kv_request`) as the waiting queue holds it:
+    nothing computed, no junction."""
+    request = kv_request(cfg, request_id, tree, prefix)
     request.__dict__.update(
         num_computed_tokens=0,
         status=RequestStatus.WAITING,
@@ -312,6 +322,8 @@ class TreeSlots:
         self.tree = allocation_tree(root, CachingPool)
         self.manager = kv_manager(self.tree, cfg, use_eagle, num_blocks, 1 << 20)
         self.request = fresh_request(cfg, "first", self.tree)
+        self.salt = 0
+        """The last salt :meth:`sibling` gave a prompt."""
         self.found: tuple[int, Any] = (0, None)
         """The hit :meth:`lookup` found and its blocks, which the next chunk's admission
         takes."""
@@ -365,18 +377,31 @@ class TreeSlots:
         self.manager.free(self.request)
         self.request = fresh_request(self.cfg, "resend", self.tree)
 
+    def sibling(self, shared: int) -> None:
+        """The request freed and a fresh one waiting in its place whose prompt, as long, shares
+        only its first ``shared`` tokens with every prompt before it (a new salt past them)."""
+        self.manager.free(self.request)
+        self.salt += 1
+        name = f"sibling-{self.salt}"
+        self.request = fresh_request(self.cfg, name, self.tree, (shared, self.salt))
+
     def lookup(self) -> int:
         """The hit the tree's ``get_computed_blocks`` finds for the waiting request, which the
-        next :meth:`compute` admits it at."""
-        blocks, hit = self.manager.get_computed_blocks(self.request)[:2]
+        next :meth:`compute` admits it at; the waiting loop sets the request's junction J to
+        the shared-prefix boundary the lookup gives with it (0.26 on: the attention group's
+        longer hit, where the Mamba group's is shorter)."""
+        found = self.manager.get_computed_blocks(self.request)
+        blocks, hit = found[:2]
+        if len(found) > 2:
+            self.request.shared_prefix_boundary = int(found[2])
         self.found = (int(hit), blocks)
         return int(hit)
 
     def keyed(self) -> dict[int, int]:
         """Per Mamba key the cache holds now, the state its block holds."""
         return {
-            end: self.holds.get(block.block_id, NO_STATE)
-            for (group, end), block in sorted(self.manager.block_pool.index.items())
+            hash_end(key): self.holds.get(block.block_id, NO_STATE)
+            for (group, key), block in sorted(self.manager.block_pool.index.items())
             if group == MAMBA_GROUP
         }
 
@@ -416,8 +441,8 @@ def keyed_after_prefill(
     :func:`real_prefill` (the entries a later lookup can find)."""
     manager = real_prefill(root, cfg, use_eagle, ends, num_blocks)[1]
     keyed: dict[int, set[int]] = {}
-    for group, end in manager.block_pool.index:
-        keyed.setdefault(group, set()).add(end)
+    for group, key in manager.block_pool.index:
+        keyed.setdefault(group, set()).add(hash_end(key))
     return keyed
 
 

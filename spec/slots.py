@@ -152,6 +152,18 @@ def achievable_resend(cfg: Config, landing: int, tail: int, grid_tail: bool) -> 
     return best
 
 
+def junction_landing(cfg: Config, tail: int, grid_tail: bool) -> int:
+    """SPEC S-COVER: R*_J, where a sibling sharing the request's first J tokens can land after
+    the request's prefill. J is the shared-prefix boundary the request's own lookup gave it
+    (the attention group's longer hit, the EAGLE drop taken), so the sibling's lookup lands at
+    most at J; R*_J is the largest position at most J a chunk end can leave live
+    (:func:`achievable_resend` at J, ``tail`` and ``grid_tail`` the release's rule 7), 0
+    without a junction."""
+    if cfg.junction <= 0:
+        return 0
+    return achievable_resend(cfg, cfg.junction, tail, grid_tail)
+
+
 def fine_landing(cfg: Config, cap: int) -> int:
     """Where the resend's lookup can land after a real prefill up to 0.31 (SPEC KV1), the
     attention group's hit capped at ``cap``: the lookup's :func:`resend_position_v15`, except

@@ -43,8 +43,9 @@ CASES = 100
 @dataclass(frozen=True)
 class Resumed:
     """A request computed ``before`` (chunks from 0), then preempted or resent, admitted at
-    ``hit`` and computing ``after`` (chunks from the hit); the Mamba keys the tree holds then,
-    with the state each one's block holds."""
+    ``hit`` (``cfg``: its start the hit, its junction the one the lookup gave) and computing
+    ``after`` (chunks from the hit); the Mamba keys the tree holds then, with the state each
+    one's block holds."""
 
     cfg: Config
     before: tuple[int, ...]
@@ -61,7 +62,8 @@ def run_again(
 ) -> Resumed | None:
     """``cfg``'s prefill of the chunks ``before`` through the release's manager, then the
     request preempted (``preempt``) or freed and resent, admitted again at the tree's hit and
-    computing the release's chunks from there (``rng`` draws their budgets); ``None`` if no
+    computing the release's chunks from there (``rng`` draws their budgets; the split reads
+    the junction the lookup gave, as the waiting loop sets it, 0.26 on); ``None`` if no
     budget sequence finishes from the hit."""
     slots = TreeSlots(release_root(version), cfg, eagle_drop(cfg), 4 * cfg.prompt + 64)
     for chunk in before:
@@ -71,12 +73,13 @@ def run_again(
     else:
         slots.resend()
     hit = slots.lookup()
-    after = scheduled_chunks(policy_for_release(version), cfg.replace(start=hit), rng)
+    admitted = cfg.replace(start=hit, junction=slots.request.shared_prefix_boundary)
+    after = scheduled_chunks(policy_for_release(version), admitted, rng)
     if not after:
         return None
     for chunk in after:
         slots.compute(chunk)
-    return Resumed(cfg, tuple(before), hit, tuple(after), slots.keyed())
+    return Resumed(admitted, tuple(before), hit, tuple(after), slots.keyed())
 
 
 def drawn_preemptions(version: str, salt: str) -> Iterator[tuple[Config, list[int], int]]:
@@ -138,12 +141,12 @@ def test_the_claims_after_a_resume_are_the_oracles_from_the_hit(version: str) ->
     says (a sound claim its own state, a poisoned one another)."""
     rules = kv_rules(version)
     wrong = []
-    for resumed, cfg, _, _ in resumed_runs(version, "oracle"):
+    for resumed, _, _, _ in resumed_runs(version, "oracle"):
         ends, total = [], resumed.hit
         for chunk in resumed.after:
             total += chunk
             ends.append(total)
-        claims = dict(oracle(cfg.replace(start=resumed.hit), ends, rules=rules).live)
+        claims = dict(oracle(resumed.cfg, ends, rules=rules).live)
         missed = {key: held for key, held in claims.items() if resumed.keyed.get(key) != held}
         if missed:
             wrong.append(f"{resumed.describe()}: tree {resumed.keyed}, oracle {claims}")

@@ -1201,9 +1201,11 @@ REQUEST_METHODS = ("get_max_cache_hit_length", "get_prefix_cache_hit_limit")
 """The methods of the tree's ``Request`` the cache code calls (0.34 on), compiled alone from
 :data:`REQUEST_FILE` and bound to the stub request (:func:`kv_request`)."""
 HASH_DIGITS = 10
-"""A block hash here is the end position of the tokens it covers, as ``HASH_DIGITS`` ASCII
-digits: chained hashes name their prefix, and a hash merged from several (0.15's block-size
-view) ends with its last one's."""
+SALT_DIGITS = 4
+"""A block hash here names the prefix it covers: the prompt's salt (0 for tokens every prompt
+shares, :func:`request_hash`) as ``SALT_DIGITS`` ASCII digits, then the end position of the
+tokens as ``HASH_DIGITS``. Chained hashes name their prefix, and a hash merged from several
+(0.15's block-size view) ends with its last one's."""
 ATTENTION_GROUP = 0
 MAMBA_GROUP = 1
 """The KV cache groups, in the order the coordinator is given them."""
@@ -1211,7 +1213,7 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None) and c0."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None), S and c0."""
 
     @property
     def start(self) -> int: ...
@@ -1248,6 +1250,9 @@ class KvConfig(Protocol):
 
     @property
     def checkpoint_alignment(self) -> int: ...
+
+    @property
+    def exact_junction(self) -> bool: ...
 
 
 class KvMissingError(SourceError):
@@ -1361,15 +1366,30 @@ def spec_classes() -> dict[str, type]:
 # -- the block pool -------------------------------------------------------------------------
 
 
-def block_hash(end: int) -> bytes:
-    """The hash of the hash block ending at token ``end`` (:data:`HASH_DIGITS`)."""
-    return str(end).zfill(HASH_DIGITS).encode()
+def block_hash(end: int, salt: int = 0) -> bytes:
+    """The hash of the hash block ending at token ``end`` of a prompt whose tokens there are
+    ``salt``'s own (0: shared by every prompt; :data:`SALT_DIGITS`)."""
+    return f"{salt:0{SALT_DIGITS}d}{end:0{HASH_DIGITS}d}".encode()
+
+
+def request_hash(request: Any, end: int) -> bytes:
+    """The hash of ``request``'s hash block ending at ``end``: its prompt shares its first
+    ``shared`` tokens with every other prompt and salts those past them
+    (``stub_prefix = (shared, salt)``, :func:`kv_request`); a request without one shares all."""
+    shared, salt = getattr(request, "stub_prefix", (end, 0))
+    return block_hash(end, salt if end > shared else 0)
+
+
+def hash_identity(key: Any) -> bytes:
+    """The prefix a (possibly merged, possibly group-tagged) block hash names, as
+    :func:`block_hash` gives it."""
+    raw = key if isinstance(key, bytes) else bytes(key)
+    return raw[-(SALT_DIGITS + HASH_DIGITS) :]
 
 
 def hash_end(key: Any) -> int:
     """The end position a (possibly merged) block hash names."""
-    raw = key if isinstance(key, bytes) else bytes(key)
-    return int(raw[-HASH_DIGITS:])
+    return int(hash_identity(key)[-HASH_DIGITS:])
 
 
 class CachedBlock:
@@ -1411,13 +1431,14 @@ class RecordingPool:
                 claim = (index + 1) * size
                 self.masked.setdefault(call["kv_cache_group_id"], set()).add(claim)
                 block = call["blocks"][index]
-                block.block_hash, block.block_hash_num_tokens = block_hash(claim), claim
+                block.block_hash = request_hash(call.get("request"), claim)
+                block.block_hash_num_tokens = claim
 
     def cache_partial_block(self, **call: Any) -> bytes:
         """Record a partial (tail) key: the group's claim at ``num_tokens``."""
         self.tails.setdefault(call["kv_cache_group_id"], set()).add(call["num_tokens"])
         call["block"].block_hash_num_tokens = call["num_tokens"]
-        return block_hash(call["num_tokens"])
+        return request_hash(call.get("request"), call["num_tokens"])
 
     def get_cached_block(self, key: Any, group_ids: Sequence[int]) -> list[CachedBlock] | None:
         end = hash_end(key)
@@ -1659,17 +1680,26 @@ def fine_hits(coordinator: Any) -> bool:
     return bool(getattr(coordinator, "enable_partial_hash_hits", False))
 
 
-def kv_request(cfg: KvConfig, request_id: str, tree: KvTree | None = None) -> KvStub:
+def kv_request(
+    cfg: KvConfig,
+    request_id: str,
+    tree: KvTree | None = None,
+    prefix: tuple[int, int] | None = None,
+) -> KvStub:
     """A request of ``cfg``'s prompt: its block hashes are those of every hash block whose
-    L_h following tokens exist. It reads the prefix cache (no skip, no prompt logprobs); the
-    tree's own :data:`REQUEST_METHODS` are bound to it, and its hit limit is what the tree's
-    ``get_prefix_cache_hit_limit`` gives such a request."""
+    L_h following tokens exist. Its prompt is every other's (``prefix`` None), or shares only
+    its first ``shared`` tokens with them, ``prefix = (shared, salt)`` naming its own tokens
+    past them (:func:`request_hash`). It reads the prefix cache (no skip, no prompt logprobs);
+    the tree's own :data:`REQUEST_METHODS` are bound to it, and its hit limit is what the
+    tree's ``get_prefix_cache_hit_limit`` gives such a request."""
     hashed = range(cfg.hash_block, cfg.prompt - cfg.hash_lookahead + 1, cfg.hash_block)
+    shared, salt = prefix if prefix is not None else (cfg.prompt, 0)
     request = KvStub(
         "request",
         num_tokens=cfg.prompt,
         num_prompt_tokens=cfg.prompt,
-        block_hashes=[block_hash(end) for end in hashed],
+        block_hashes=[block_hash(end, salt if end > shared else 0) for end in hashed],
+        stub_prefix=(shared, salt),
         skip_reading_prefix_cache=False,
         request_id=request_id,
         num_preemptions=0,

@@ -1092,9 +1092,11 @@ REQUEST_METHODS = ("get_max_cache_hit_length", "get_prefix_cache_hit_limit")
 """The methods of the tree's ``Request`` the cache code calls (0.34 on), compiled alone from
 :data:`REQUEST_FILE` and bound to the stub request (:func:`kv_request`)."""
 HASH_DIGITS = 10
-"""A block hash here is the end position of the tokens it covers, as ``HASH_DIGITS`` ASCII
-digits: chained hashes name their prefix, and a hash merged from several (0.15's block-size
-view) ends with its last one's."""
+SALT_DIGITS = 4
+"""A block hash here names the prefix it covers: the prompt's salt (0 for tokens every prompt
+shares, :func:`request_hash`) as ``SALT_DIGITS`` ASCII digits, then the end position of the
+tokens as ``HASH_DIGITS``. Chained hashes name their prefix, and a hash merged from several
+(0.15's block-size view) ends with its last one's."""
 ATTENTION_GROUP = 0
 MAMBA_GROUP = 1
 """The KV cache groups, in the order the coordinator is given them."""
@@ -1102,7 +1104,7 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None) and c0."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None), S and c0."""
 
     @property
     def start(self) -> int: ...
@@ -1139,6 +1141,9 @@ class KvConfig(Protocol):
 
     @property
     def checkpoint_alignment(self) -> int: ...
+
+    @property
+    def exact_junction(self) -> bool: ...
 
 
 class KvMissingError(SourceError):
@@ -1252,15 +1257,30 @@ def spec_classes() -> dict[str, type]:
 # -- the block pool -------------------------------------------------------------------------
 
 
-def block_hash(end: int) -> bytes:
-    """The hash of the hash block ending at token ``end`` (:data:`HASH_DIGITS`)."""
-    return str(end).zfill(HASH_DIGITS).encode()
+def block_hash(end: int, salt: int = 0) -> bytes:
+    """The hash of the hash block ending at token ``end`` of a prompt whose tokens there are
+    ``salt``'s own (0: shared by every prompt; :data:`SALT_DIGITS`)."""
+    return f"{salt:0{SALT_DIGITS}d}{end:0{HASH_DIGITS}d}".encode()
+
+
+def request_hash(request: Any, end: int) -> bytes:
+    """The hash of ``request``'s hash block ending at ``end``: its prompt shares its first
+    ``shared`` tokens with every other prompt and salts those past them
+    (``stub_prefix = (shared, salt)``, :func:`kv_request`); a request without one shares all."""
+    shared, salt = getattr(request, "stub_prefix", (end, 0))
+    return block_hash(end, salt if end > shared else 0)
+
+
+def hash_identity(key: Any) -> bytes:
+    """The prefix a (possibly merged, possibly group-tagged) block hash names, as
+    :func:`block_hash` gives it."""
+    raw = key if isinstance(key, bytes) else bytes(key)
+    return raw[-(SALT_DIGITS + HASH_DIGITS) :]
 
 
 def hash_end(key: Any) -> int:
     """The end position a (possibly merged) block hash names."""
-    raw = key if isinstance(key, bytes) else bytes(key)
-    return int(raw[-HASH_DIGITS:])
+    return int(hash_identity(key)[-HASH_DIGITS:])
 
 
 class CachedBlock:
@@ -1302,13 +1322,14 @@ class RecordingPool:
                 claim = (index + 1) * size
                 self.masked.setdefault(call["kv_cache_group_id"], set()).add(claim)
                 block = call["blocks"][index]
-                block.block_hash, block.block_hash_num_tokens = block_hash(claim), claim
+                block.block_hash = request_hash(call.get("request"), claim)
+                block.block_hash_num_tokens = claim
 
     def cache_partial_block(self, **call: Any) -> bytes:
         """Record a partial (tail) key: the group's claim at ``num_tokens``."""
         self.tails.setdefault(call["kv_cache_group_id"], set()).add(call["num_tokens"])
         call["block"].block_hash_num_tokens = call["num_tokens"]
-        return block_hash(call["num_tokens"])
+        return request_hash(call.get("request"), call["num_tokens"])
 
     def get_cached_block(self, key: Any, group_ids: Sequence[int]) -> list[CachedBlock] | None:
         end = hash_end(key)
@@ -1550,17 +1571,26 @@ def fine_hits(coordinator: Any) -> bool:
     return bool(getattr(coordinator, "enable_partial_hash_hits", False))
 
 
-def kv_request(cfg: KvConfig, request_id: str, tree: KvTree | None = None) -> KvStub:
+def kv_request(
+    cfg: KvConfig,
+    request_id: str,
+    tree: KvTree | None = None,
+    prefix: tuple[int, int] | None = None,
+) -> KvStub:
     """A request of ``cfg``'s prompt: its block hashes are those of every hash block whose
-    L_h following tokens exist. It reads the prefix cache (no skip, no prompt logprobs); the
-    tree's own :data:`REQUEST_METHODS` are bound to it, and its hit limit is what the tree's
-    ``get_prefix_cache_hit_limit`` gives such a request."""
+    L_h following tokens exist. Its prompt is every other's (``prefix`` None), or shares only
+    its first ``shared`` tokens with them, ``prefix = (shared, salt)`` naming its own tokens
+    past them (:func:`request_hash`). It reads the prefix cache (no skip, no prompt logprobs);
+    the tree's own :data:`REQUEST_METHODS` are bound to it, and its hit limit is what the
+    tree's ``get_prefix_cache_hit_limit`` gives such a request."""
     hashed = range(cfg.hash_block, cfg.prompt - cfg.hash_lookahead + 1, cfg.hash_block)
+    shared, salt = prefix if prefix is not None else (cfg.prompt, 0)
     request = KvStub(
         "request",
         num_tokens=cfg.prompt,
         num_prompt_tokens=cfg.prompt,
-        block_hashes=[block_hash(end) for end in hashed],
+        block_hashes=[block_hash(end, salt if end > shared else 0) for end in hashed],
+        stub_prefix=(shared, salt),
         skip_reading_prefix_cache=False,
         request_id=request_id,
         num_preemptions=0,
@@ -1756,13 +1786,13 @@ class CountingPool(RecordingPool):
 class CachingPool(CountingPool):
     """:class:`CountingPool` that keeps what the cache code keys, as vLLM's prefix cache does:
     a block the code keys (a full block through the retention mask, or a partial tail) is found
-    again under its group and the end its hash names, also once no request holds it (an
-    evictable block, counted free). The pool hands out fresh blocks rather than evicting, so an
-    entry stays until the code itself drops or moves it."""
+    again under its group and the prefix its hash names (:func:`hash_identity`), also once no
+    request holds it (an evictable block, counted free). The pool hands out fresh blocks rather
+    than evicting, so an entry stays until the code itself drops or moves it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.index: dict[tuple[int, int], PoolBlock] = {}
+        self.index: dict[tuple[int, bytes], PoolBlock] = {}
 
     def cache_full_blocks(self, **call: Any) -> None:
         super().cache_full_blocks(**call)
@@ -1771,7 +1801,7 @@ class CachingPool(CountingPool):
         for index, keep in zip(range(first, last), mask, strict=True):
             block = call["blocks"][index]
             if keep and not block.is_null:
-                self.index[(call["kv_cache_group_id"], block.block_hash_num_tokens)] = block
+                self.index[(call["kv_cache_group_id"], block.block_hash)] = block
 
     def cache_partial_block(self, **call: Any) -> bytes:
         """vLLM's ``BlockPool.cache_partial_block`` (0.26 on): the block's entries go first when
@@ -1779,18 +1809,19 @@ class CachingPool(CountingPool):
         re-keyed checkpoint) or when its primary entry names a shorter prefix than the new one;
         otherwise the new entry joins them. A block left without a primary entry takes it."""
         block, end, group = call["block"], call["num_tokens"], call["kv_cache_group_id"]
-        already = self.index.get((group, end)) is block
+        key = request_hash(call.get("request"), end)
+        already = self.index.get((group, key)) is block
         primary = block.block_hash_num_tokens if block.block_hash is not None else None
         shorter = not already and primary is not None and primary < end
         if call.get("replace_existing_hashes") or shorter:
             self._drop_entries(block)
         if block.block_hash is None:
             super().cache_partial_block(**call)
-            block.block_hash = block_hash(end)
+            block.block_hash = key
         else:
             self.tails.setdefault(group, set()).add(end)
-        self.index[(group, end)] = block
-        return block_hash(end)
+        self.index[(group, key)] = block
+        return key
 
     def _drop_entries(self, block: PoolBlock) -> None:
         """Every entry that names ``block`` leaves the index, its primary hash too."""
@@ -1799,8 +1830,8 @@ class CachingPool(CountingPool):
         block.block_hash, block.block_hash_num_tokens = None, None
 
     def get_cached_block(self, key: Any, group_ids: Sequence[int]) -> list[PoolBlock] | None:  # type: ignore[override]
-        end = hash_end(key)
-        found = [self.index.get((group, end)) for group in group_ids]
+        prefix = hash_identity(key)
+        found = [self.index.get((group, prefix)) for group in group_ids]
         return None if None in found else found  # type: ignore[return-value]
 
     def _maybe_evict_cached_block(self, block: PoolBlock) -> bool:
@@ -1860,7 +1891,9 @@ def kv_manager(
     ``max_model_len``): the groups of :func:`~chunkproof.source.kv_run.kv_cache_config`, the
     Mamba group's ``num_speculative_blocks`` the speculative tokens k = L (vLLM's Mamba
     layers set it to ``num_speculative_tokens``) and one prefill checkpoint block when the
-    backend exports internal checkpoints (K), watermark 0."""
+    backend exports internal checkpoints (K), the exact shared-prefix checkpoint opted in
+    when S is on (``enable_mamba_fine_grained_prefix_cache`` in 0.30,
+    ``enable_mamba_shared_prefix_checkpoint`` from 0.31), watermark 0."""
     checkpoint_blocks = 1 if cfg.checkpoints else 0
     return call_with(
         tree["KVCacheManager"],
@@ -1873,6 +1906,8 @@ def kv_manager(
         hash_block_size=cfg.hash_block,
         num_hash_lookahead_tokens=cfg.hash_lookahead,
         num_prefill_lookahead=cfg.lookahead,
+        enable_mamba_fine_grained_prefix_cache=cfg.exact_junction,
+        enable_mamba_shared_prefix_checkpoint=cfg.exact_junction,
         watermark=0.0,
     )
 
@@ -1890,9 +1925,13 @@ def end_step(manager: Any) -> None:
             manager.block_pool.free_blocks(retained)
 
 
-def fresh_request(cfg: KvConfig, request_id: str, tree: KvTree) -> Any:
-    """A request of ``cfg``'s prompt as the waiting queue holds it: nothing computed."""
-    request = kv_request(cfg, request_id, tree)
+def fresh_request(
+    cfg: KvConfig, request_id: str, tree: KvTree, prefix: tuple[int, int] | None = None
+) -> Any:
+    """A request of ``cfg``'s prompt (every other's, or one sharing ``prefix``'s first tokens
+    with them: :func:`~chunkproof.source.kv_run.kv_request`) as the waiting queue holds it:
+    nothing computed, no junction."""
+    request = kv_request(cfg, request_id, tree, prefix)
     request.__dict__.update(
         num_computed_tokens=0,
         status=RequestStatus.WAITING,
@@ -1956,6 +1995,8 @@ class TreeSlots:
         self.tree = allocation_tree(root, CachingPool)
         self.manager = kv_manager(self.tree, cfg, use_eagle, num_blocks, 1 << 20)
         self.request = fresh_request(cfg, "first", self.tree)
+        self.salt = 0
+        """The last salt :meth:`sibling` gave a prompt."""
         self.found: tuple[int, Any] = (0, None)
         """The hit :meth:`lookup` found and its blocks, which the next chunk's admission
         takes."""
@@ -2009,18 +2050,31 @@ class TreeSlots:
         self.manager.free(self.request)
         self.request = fresh_request(self.cfg, "resend", self.tree)
 
+    def sibling(self, shared: int) -> None:
+        """The request freed and a fresh one waiting in its place whose prompt, as long, shares
+        only its first ``shared`` tokens with every prompt before it (a new salt past them)."""
+        self.manager.free(self.request)
+        self.salt += 1
+        name = f"sibling-{self.salt}"
+        self.request = fresh_request(self.cfg, name, self.tree, (shared, self.salt))
+
     def lookup(self) -> int:
         """The hit the tree's ``get_computed_blocks`` finds for the waiting request, which the
-        next :meth:`compute` admits it at."""
-        blocks, hit = self.manager.get_computed_blocks(self.request)[:2]
+        next :meth:`compute` admits it at; the waiting loop sets the request's junction J to
+        the shared-prefix boundary the lookup gives with it (0.26 on: the attention group's
+        longer hit, where the Mamba group's is shorter)."""
+        found = self.manager.get_computed_blocks(self.request)
+        blocks, hit = found[:2]
+        if len(found) > 2:
+            self.request.shared_prefix_boundary = int(found[2])
         self.found = (int(hit), blocks)
         return int(hit)
 
     def keyed(self) -> dict[int, int]:
         """Per Mamba key the cache holds now, the state its block holds."""
         return {
-            end: self.holds.get(block.block_id, NO_STATE)
-            for (group, end), block in sorted(self.manager.block_pool.index.items())
+            hash_end(key): self.holds.get(block.block_id, NO_STATE)
+            for (group, key), block in sorted(self.manager.block_pool.index.items())
             if group == MAMBA_GROUP
         }
 
@@ -2060,8 +2114,8 @@ def keyed_after_prefill(
     :func:`real_prefill` (the entries a later lookup can find)."""
     manager = real_prefill(root, cfg, use_eagle, ends, num_blocks)[1]
     keyed: dict[int, set[int]] = {}
-    for group, end in manager.block_pool.index:
-        keyed.setdefault(group, set()).add(end)
+    for group, key in manager.block_pool.index:
+        keyed.setdefault(group, set()).add(hash_end(key))
     return keyed
 
 
