@@ -152,13 +152,15 @@ def test_a_sibling_lands_at_r_star_j_unless_a_chunk_breaks_s_cover(version: str)
 
 
 def test_a_junction_off_the_mamba_grid_costs_the_sibling_a_block_on_0_33() -> None:
-    """SPEC S-COVER's example on the real 0.33.0 manager: T = 20, B = 4, G = 2, R = 8. A
+    """SPEC S-COVER's example on the real 0.33.0 manager: T = 20, B = 4, G = H = 2 (fine
+    hits), R = 8. A
     computes [0, 2, 12, 16, 18, 20]; B shares its first 14 tokens, is admitted at 0 with the
     junction 14, and its split stops at 14 (G-floored), so its chunk [8, 14) runs over
     R*_J = 12 and breaks S-COVER; C, sharing the same 14 tokens, resumes at 8, not 12."""
     version = "0.33.0"
     rules = kv_rules(version)
-    cfg = Config(block=4, split_block=2, hash_block=2, prompt=20, max_sched=11, retention=8)
+    cfg = Config(block=4, split_block=2, hash_block=2, partial_hits=True, prompt=20, max_sched=11)
+    cfg = cfg.replace(retention=8)
     slots = TreeSlots(release_root(version), cfg, False, 4 * cfg.prompt + 64)
     for chunk in (2, 10, 4, 2, 2):
         slots.compute(chunk)
