@@ -2300,8 +2300,12 @@ class TreePool:
 
     def lookup(self, r: int) -> int:
         """The hit the tree's ``get_computed_blocks`` finds for waiting request ``r``, which
-        its next admission takes (:meth:`allocate`)."""
-        blocks, hit = self.manager.get_computed_blocks(self.requests[r])[:2]
+        its next admission takes (:meth:`allocate`); the request's junction is the one the
+        lookup gives with it, as :meth:`TreeSlots.lookup` sets it."""
+        found = self.manager.get_computed_blocks(self.requests[r])
+        blocks, hit = found[:2]
+        if len(found) > 2:
+            self.requests[r].shared_prefix_boundary = int(found[2])
         self.found[r] = (hit, blocks)
         return int(hit)
 
