@@ -22,6 +22,7 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.splits import max_chunk, prefill_end
 from chunkproof.spec.kv_blocks import pool_rules, refused_v33
 from chunkproof.spec.slots import (
+    junction_landing,
     keeps,
     keeps_v29,
     keys_spare_block,
@@ -99,9 +100,11 @@ PROPERTIES: dict[str, Property] = {
         Property(
             "P6",
             "COVER",
-            "the identical-resend position R* is covered whenever a chunk could end there",
+            "the identical-resend position R* (with a junction J, also a sibling's R*_J: "
+            "S-COVER) is covered whenever a chunk could end there",
             "P6's first request ends with its prefill (max_tokens 1: no decode step caches the "
-            "tokens the coordinator held back) and its identical resend comes right after it",
+            "tokens the coordinator held back) and its identical resend, or a sibling sharing "
+            "its first J tokens, comes right after it",
         ),
         Property("P7", "COST", "every const(b) run finishes; steps against ceil((E - c0) / b)"),
         Property(
@@ -225,53 +228,87 @@ def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool, checkpoint: i
     return r > 0 and (over or dropped)
 
 
+def skips_landings(
+    cfg: Config,
+    c: int,
+    e: int,
+    r: int,
+    r_junction: int,
+    kept: bool,
+    kept_junction: bool,
+    checkpoint: int,
+) -> bool:
+    """P6 for chunk [c, e) at both landings a later request can have (:func:`misses_resend`
+    at each): R* = ``r`` for an identical resend, and R*_J = ``r_junction`` for a sibling
+    sharing the first J tokens (SPEC S-COVER; 0 without a junction), ``kept`` and
+    ``kept_junction`` whether the retention mask keeps their columns."""
+    resend = misses_resend(cfg, c, e, r, kept, checkpoint)
+    return resend or misses_resend(cfg, c, e, r_junction, kept_junction, checkpoint)
+
+
 def skips_resend(cfg: Config, c: int, e: int) -> bool:
-    """P6 for chunk [c, e) under 0.33's rules (:func:`misses_resend`): R* after a real prefill
+    """P6 for chunk [c, e) under 0.33's rules (:func:`skips_landings`): R* after a real prefill
     (:func:`~chunkproof.spec.slots.resend_landing`: the last position a chunk end can key at
     or below ck33(P, A, D, L_h), under the drop no higher than the attention group's hit
-    allows) and the 0.30+ retention mask."""
+    allows), R*_J with 0.32's tail, and the 0.30+ retention mask."""
     r = resend_landing(cfg)
-    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1), live_checkpoint(cfg, c, e))
+    j = junction_landing(cfg, tail_position(cfg), True)
+    kept = keeps(cfg, r // cfg.block - 1)
+    kept_j = keeps(cfg, j // cfg.block - 1)
+    return skips_landings(cfg, c, e, r, j, kept, kept_j, live_checkpoint(cfg, c, e))
 
 
 def skips_resend_v32(cfg: Config, c: int, e: int) -> bool:
     """P6 under 0.32's rules: R* after a real prefill
-    (:func:`~chunkproof.spec.slots.resend_landing_v32`) and the 0.30+ retention mask."""
+    (:func:`~chunkproof.spec.slots.resend_landing_v32`), R*_J and the 0.30+ retention mask."""
     r = resend_landing_v32(cfg)
-    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1), live_checkpoint(cfg, c, e))
+    j = junction_landing(cfg, tail_position(cfg), True)
+    kept = keeps(cfg, r // cfg.block - 1)
+    kept_j = keeps(cfg, j // cfg.block - 1)
+    return skips_landings(cfg, c, e, r, j, kept, kept_j, live_checkpoint(cfg, c, e))
 
 
 def skips_resend_v31(cfg: Config, c: int, e: int) -> bool:
     """P6 under the rules of 0.31: R* after a real prefill
-    (:func:`~chunkproof.spec.slots.resend_landing_v31`) and the 0.30+ retention mask."""
+    (:func:`~chunkproof.spec.slots.resend_landing_v31`), R*_J with 0.31's tail and the 0.30+
+    retention mask."""
     r = resend_landing_v31(cfg)
-    checkpoint = live_checkpoint_v31(cfg, c, e)
-    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1), checkpoint)
+    j = junction_landing(cfg, tail_position_v31(cfg), False)
+    kept = keeps(cfg, r // cfg.block - 1)
+    kept_j = keeps(cfg, j // cfg.block - 1)
+    return skips_landings(cfg, c, e, r, j, kept, kept_j, live_checkpoint_v31(cfg, c, e))
 
 
 def skips_resend_v30(cfg: Config, c: int, e: int) -> bool:
     """P6 under the rules of 0.30: R* after a real prefill
-    (:func:`~chunkproof.spec.slots.resend_landing_v28`) and the 0.30+ retention mask."""
+    (:func:`~chunkproof.spec.slots.resend_landing_v28`), R*_J and the 0.30+ retention mask."""
     r = resend_landing_v28(cfg)
-    checkpoint = live_checkpoint_v30(cfg, c, e)
-    return misses_resend(cfg, c, e, r, keeps(cfg, r // cfg.block - 1), checkpoint)
+    j = junction_landing(cfg, tail_position_v26(cfg), False)
+    kept = keeps(cfg, r // cfg.block - 1)
+    kept_j = keeps(cfg, j // cfg.block - 1)
+    return skips_landings(cfg, c, e, r, j, kept, kept_j, live_checkpoint_v30(cfg, c, e))
 
 
 def skips_resend_v28(cfg: Config, c: int, e: int) -> bool:
     """P6 under the rules of 0.28-0.29: R* after a real prefill
-    (:func:`~chunkproof.spec.slots.resend_landing_v28`) and 0.29's retention mask (its one
-    reachable boundary is P - 1)."""
+    (:func:`~chunkproof.spec.slots.resend_landing_v28`), R*_J and 0.29's retention mask (its
+    reachable boundaries are P - 1 and J)."""
     r = resend_landing_v28(cfg)
-    checkpoint = live_checkpoint_v29(cfg, c, e)
-    return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1), checkpoint)
+    j = junction_landing(cfg, tail_position_v26(cfg), False)
+    kept = keeps_v29(cfg, r // cfg.block - 1)
+    kept_j = keeps_v29(cfg, j // cfg.block - 1)
+    return skips_landings(cfg, c, e, r, j, kept, kept_j, live_checkpoint_v29(cfg, c, e))
 
 
 def skips_resend_v15(cfg: Config, c: int, e: int) -> bool:
     """P6 under the rules of 0.15-0.27: R* after a real prefill
-    (:func:`~chunkproof.spec.slots.resend_landing_v15`) and 0.29's retention mask."""
+    (:func:`~chunkproof.spec.slots.resend_landing_v15`), R*_J (0.26-0.27: no junction before)
+    and 0.29's retention mask."""
     r = resend_landing_v15(cfg)
-    checkpoint = live_checkpoint(cfg, c, e)
-    return misses_resend(cfg, c, e, r, keeps_v29(cfg, r // cfg.block - 1), checkpoint)
+    j = junction_landing(cfg, tail_position_v26(cfg), False)
+    kept = keeps_v29(cfg, r // cfg.block - 1)
+    kept_j = keeps_v29(cfg, j // cfg.block - 1)
+    return skips_landings(cfg, c, e, r, j, kept, kept_j, live_checkpoint(cfg, c, e))
 
 
 def ideal_steps(end: Any, start: Any, budget: Any) -> Any:

@@ -620,6 +620,11 @@ class KvRules:
     """How many speculative blocks a chunk [s, e) keeps in place from column cdiv(s, B), each
     keyed (under the mask) onto a block holding no state (0.30-0.31, :func:`spare_count`)."""
 
+    def junction(self, cfg: Any) -> int:
+        """R*_J under these rules (SPEC S-COVER): :func:`junction_landing` with the release's
+        tail (rule 7)."""
+        return junction_landing(cfg, self.tail(cfg), self.grid_tail)
+
 
 def _rules_v15(releases: str, resend: Callable[[Any], int], **rules: Any) -> KvRules:
     """The rules of a release group up to 0.31: the lookup of ck30 and a partial tail keyed

@@ -115,6 +115,39 @@ def test_a_p6_repro_fails_on_the_release_and_passes_on_its_fix(
     assert status == 0 and "1 passed" in output, output
 
 
+SIBLING = (
+    "--block 4 --split-block B/2 --junction 6 --lookahead 0 --drop off --prompt 9 --max-sched 4"
+)
+"""SPEC S-COVER's smallest case on 0.33: T = 9, B = 4, G = H = 2, J = 6: from [0, 2) the chunk
+[2, 6) stops at the G-floored junction 6 and runs over R*_J = 4, where a sibling sharing the
+first 6 tokens lands."""
+
+
+def test_p6_judges_where_a_sibling_sharing_the_junction_lands(cli: Cli) -> None:
+    """With a junction, P6 also judges R*_J (SPEC S-COVER), and both engines find the miss the
+    release's identical resend does not see: the explorer names R*_J, and the prover's trace
+    does too."""
+    for engine in ("check", "prove"):
+        result = cli(engine, "vllm-0.33", *SIBLING.split(), "--property", "P6")
+        assert result.code == 1, result.out
+        assert "chunk [2, 6) runs over R*_J=4, where a sibling sharing" in result.out, result.out
+
+
+@pytest.mark.fidelity
+def test_a_sibling_miss_repro_fails_on_the_real_tree(cli: Cli, tmp_path: Path) -> None:
+    """The repro of :data:`SIBLING` asks the real 0.33.0 tree where a sibling sharing the
+    first J tokens lands (R*_J = 4: the largest position at most J the Mamba group keys, on
+    the hit grid) and fails with S-COVER there."""
+    test_file = generate_repro(
+        cli, p6_counterexample(cli, tmp_path, "vllm-0.33", SIBLING), tmp_path
+    )
+    status, output = run_repro(
+        test_file, release_root("0.33.0"), blocking_packages(tmp_path / "blockers")
+    )
+    assert status == 1 and "P6 COVER (S-COVER): a sibling sharing the first J=6" in output, output
+    assert "R*_J=4 in the tree's KV cache, and the chunk runs over it" in output, output
+
+
 @pytest.mark.fidelity
 def test_the_curated_p6_repro_fails_on_0_28(cli: Cli, tmp_path: Path) -> None:
     """The curated 0.28 miss (T=8, B=4, no drop: the whole prompt in one chunk): its repro

@@ -108,8 +108,9 @@ def _agree_with_oracle(
     ``rules``, SPEC KV1)."""
     if "covered" not in details:
         return
-    if pid == "P6" and rules.resend(cfg) in details["covered"]:
-        raise ModelMismatch(f"P6: the slot oracle covers R* on the trace ending {last.end}")
+    landing = details.get("junction_position", rules.resend(cfg))
+    if pid == "P6" and landing in details["covered"]:
+        raise ModelMismatch(f"P6: the slot oracle covers {landing} on the trace ending {last.end}")
     if pid != "P3":
         return
     spare = details.get("spare_claim")
@@ -158,6 +159,21 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
             f"chunk [{last.c}, {e}) ends inside the lookahead window "
             f"({cfg.T - cfg.lookahead}, {cfg.T})"
         )
+    if pid == "P6" and "junction_position" in details:  # SPEC S-COVER
+        r = details["junction_position"]
+        where = (
+            f"R*_J={r}, where a sibling sharing the request's first J={cfg.junction} tokens "
+            "lands (S-COVER)"
+        )
+        if e == r:
+            return (
+                f"chunk [{last.c}, {e}) ends at {where}, and the retention mask (interval "
+                f"{cfg.retention}) drops its state, so R*_J is never cached"
+            )
+        return (
+            f"chunk [{last.c}, {e}) runs over {where} with budget {last.budget}, so R*_J is "
+            "never cached"
+        )
     if pid == "P6":
         hit = details.get("resend_hit")
         suffix = (
@@ -202,10 +218,23 @@ def verdict_details(policy: Policy, pid: str, cfg: Config, last: Step) -> dict[s
     if pid == "P3":
         return spare_details(kv_rules(policy.kv_release), cfg, last)
     if pid == "P6":
-        return {"resend_position": kv_rules(policy.kv_release).resend(cfg)}
+        return landing_details(kv_rules(policy.kv_release), cfg, last)
     if pid == "P8":
         return pool_details(policy, cfg, last)
     return {}
+
+
+def landing_details(rules: KvRules, cfg: Config, last: Step) -> dict[str, Any]:
+    """P6's landings under ``rules`` (SPEC KV1, S-COVER): the release's R*, and R*_J when the
+    last chunk keeps P6's rule at R* (so it breaks it at R*_J, where a sibling sharing the
+    first J tokens lands)."""
+    found: dict[str, Any] = {"resend_position": rules.resend(cfg)}
+    r = found["resend_position"]
+    checkpoint = rules.live_checkpoint(cfg, last.c, last.end)
+    kept = rules.keeps(cfg, r // cfg.block - 1)
+    if not props.misses_resend(cfg, last.c, last.end, r, kept, checkpoint):
+        found["junction_position"] = rules.junction(cfg)
+    return found
 
 
 def spare_details(rules: KvRules, cfg: Config, last: Step) -> dict[str, Any]:

@@ -302,9 +302,12 @@ def failure_marks(cx: Counterexample, row: int) -> tuple[Failure, ...]:
         return (Failure("window-end", e, f"ends at {e}, inside the window {window}", row),)
     if pid == "P6":
         r = cx.details.get("resend_position", resend_position(cfg))  # SPEC KV1: the release's
+        name = "R*"
+        if "junction_position" in cx.details:  # SPEC S-COVER: a sibling's landing
+            r, name = cx.details["junction_position"], "R*_J"
         if e == r:
-            return (Failure("skipped", r, f"[{c}, {e}) ends at R*={r}: not retained", row),)
-        return (Failure("skipped", r, f"[{c}, {e}) runs over R*={r}: never cached", row),)
+            return (Failure("skipped", r, f"[{c}, {e}) ends at {name}={r}: not retained", row),)
+        return (Failure("skipped", r, f"[{c}, {e}) runs over {name}={r}: never cached", row),)
     if pid == "P8":
         asked, free = cx.details["asked"], cx.details["free"]
         return (Failure("refused", e, f"[{c}, {e}) asks {asked} blocks, {free} free", row),)

@@ -282,12 +282,26 @@ _RESEND_CHECK = """\
             f"P6: chunk [{step.c}, {step.end}) breaks P6 COVER: the tree's KV cache lookup "
             f"resends the prompt to R*={position}, and the chunk {how}: {step}"
         )
+    sibling = resend.junction
+    if step.chunk > 0 and misses_resend(
+        CONFIG, step.c, step.end, sibling, resend.junction_kept, live
+    ):
+        how = (
+            "runs over it"
+            if step.c < sibling < step.end
+            else "ends there and the tree's retention drops the state"
+        )
+        return (
+            f"P6: chunk [{step.c}, {step.end}) breaks P6 COVER (S-COVER): a sibling sharing "
+            f"the first J={CONFIG.junction} tokens lands at R*_J={sibling} in the tree's KV "
+            f"cache, and the chunk {how}: {step}"
+        )
     return None
 """
-"""SPEC P6 of a step at the tree's own R* and retention (the ``resend`` fixture): chunkproof's
-:func:`~chunkproof.spec.properties.misses_resend`, given the tree's answers and the checkpoint
-the chunk leaves live under the release's rules (``LIVE_CHECKPOINT``: the release's
-``KvRules.live_checkpoint``)."""
+"""SPEC P6 of a step at the tree's own R* and R*_J (S-COVER) and their retention (the
+``resend`` fixture): chunkproof's :func:`~chunkproof.spec.properties.misses_resend`, given the
+tree's answers and the checkpoint the chunk leaves live under the release's rules
+(``LIVE_CHECKPOINT``: the release's ``KvRules.live_checkpoint``)."""
 
 
 _POOL_CHECK = """\

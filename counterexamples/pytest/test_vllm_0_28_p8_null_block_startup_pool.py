@@ -1108,7 +1108,8 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None), S and c0."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None), S, J and
+    c0."""
 
     @property
     def start(self) -> int: ...
@@ -1148,6 +1149,9 @@ class KvConfig(Protocol):
 
     @property
     def exact_junction(self) -> bool: ...
+
+    @property
+    def junction(self) -> int: ...
 
 
 class KvMissingError(SourceError):
@@ -1644,9 +1648,12 @@ def resend_hit(
 
 def fresh_allocated(coordinator: Any, cfg: KvConfig) -> Any:
     """A fresh request of ``cfg``'s prompt with every block of each group's table allocated in
-    ``coordinator``, nothing cached yet."""
+    ``coordinator``, nothing cached yet, its junction J (the waiting loop's
+    ``shared_prefix_boundary``)."""
     request = kv_request(cfg, "fresh")
-    request.__dict__.update(shared_prefix_boundary=0, num_computed_tokens=0, num_output_tokens=0)
+    request.__dict__.update(
+        shared_prefix_boundary=cfg.junction, num_computed_tokens=0, num_output_tokens=0
+    )
     for group, manager in enumerate(coordinator.single_type_managers):
         size = manager.block_size
         blocks = -(-cfg.prompt // size)
@@ -1682,11 +1689,16 @@ class TreeResend:
     ``position`` R*, the hit it gets when the Mamba group holds a state wherever a chunk end
     can leave one and the attention group what the tree keys (:func:`tree_resend`); ``kept``
     whether the retention mask keeps R*'s Mamba block (the block ending at R*, keyed when the
-    prompt is cached); ``fine_hits`` whether the coordinator turned fine hits on."""
+    prompt is cached); ``fine_hits`` whether the coordinator turned fine hits on;
+    ``junction`` R*_J, where a sibling sharing the prompt's first J tokens lands (SPEC
+    S-COVER: the largest position at most J on the hit grid where the Mamba group holds a
+    state, 0 without a junction), and ``junction_kept`` whether the mask keeps its block."""
 
     position: int
     kept: bool
     fine_hits: bool
+    junction: int = 0
+    junction_kept: bool = False
 
 
 def attention_entries(tree: KvTree, cfg: KvConfig, use_eagle: bool) -> set[int]:
@@ -1711,9 +1723,13 @@ def tree_resend(root: Path, cfg: KvConfig, use_eagle: bool) -> TreeResend:
     tree = compiled_kv_tree(root)
     lookup = kv_coordinator(tree, cfg, use_eagle)
     attention = attention_entries(tree, cfg, use_eagle)
-    position = resend_hit(tree, lookup, cfg, attention, mamba_keyable(tree, cfg, use_eagle))
-    keyed = registered(kv_coordinator(tree, cfg, use_eagle), cfg, cfg.prompt)
-    return TreeResend(position, position in keyed.get(MAMBA_GROUP, ()), fine_hits(lookup))
+    keyable = mamba_keyable(tree, cfg, use_eagle)
+    position = resend_hit(tree, lookup, cfg, attention, keyable)
+    keyed = registered(kv_coordinator(tree, cfg, use_eagle), cfg, cfg.prompt).get(MAMBA_GROUP, ())
+    unit = cfg.hash_block if fine_hits(lookup) else cfg.sched_block
+    below = [p for p in keyable if p <= cfg.junction and p % unit == 0]
+    junction = max(below, default=0) if cfg.junction > 0 else 0
+    return TreeResend(position, position in keyed, fine_hits(lookup), junction, junction in keyed)
 
 
 MANAGER_FILE = "vllm/v1/core/kv_cache_manager.py"
