@@ -162,6 +162,10 @@ SWAPS = {
 }
 """The single-token replacements."""
 EQUIVALENT = {
+    "spec/properties.py: return r > 0 and (over or dropped) :: 9 '>' -> '>='": (
+        "r >= 0 always, and at r = 0 neither branch holds: every engine judges an edge property "
+        "only on a chunk that moves (c >= 0, e > c), so c < 0 and e == 0 are both false"
+    ),
     "model/arith.py: and s < p < e :: 6 '<' -> '<='": (
         "s < p follows from the conjunct before it, s + h <= p, as h >= 1 (SPEC S1)"
     ),

@@ -223,6 +223,15 @@ def test_lookahead_in_split_keeps_an_end_at_exactly_t_minus_l() -> None:
     assert step(policy, Config(block=2, prompt=4, lookahead=2, max_sched=4), 0, 4).chunk == 2
 
 
+def test_lookahead_in_split_keeps_a_chunk_that_finishes_across_a_boundary() -> None:
+    """SPEC V: an end at T is not in the window (T - L, T), so the fix leaves it alone even
+    from a mid-block start that crosses a split boundary. T=11, B=8, G=4, H=2, L=2, drop on,
+    internal checkpoints (alpha = 2): from c = 2 a budget of 9 finishes the prefill."""
+    cfg = Config(block=8, split_block=4, hash_block=2, partial_hits=True, prompt=11, max_sched=11)
+    cfg = cfg.replace(lookahead=2, drop=True, checkpoints=True, checkpoint_alignment=2)
+    assert step(get_builtin("lookahead-in-split"), cfg, 2, 9).chunk == 9
+
+
 @pytest.mark.parametrize(
     "name",
     ["vllm-0.15", "vllm-0.17", "vllm-0.23", "vllm-0.24", "vllm-0.25", "vllm-0.26", "vllm-0.27",

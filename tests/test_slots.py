@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
+from chunkproof.source.kv_run import MAMBA_GROUP, compiled_kv_tree, kv_coordinator, registered
+from chunkproof.source.releases import release_root
 from chunkproof.spec.properties import edge_properties, skips_resend
 from chunkproof.spec.slots import (
     Poison,
@@ -619,6 +621,26 @@ def test_retention_v29_keeps_only_the_unshifted_boundary() -> None:
     cfg = Config(block=1600, prompt=11910, max_sched=16384, lookahead=1, drop=True, retention=0)
     assert [keeps_v29(cfg, j) for j in range(7)] == [False] * 6 + [True]
     assert keeps(cfg, 5)
+
+
+JUNCTION_MASK = Config(block=4, prompt=20, max_sched=20, retention=0, junction=10)
+"""T = 20, B = 4, R = 0, J = 10: 0.29's reachable boundaries are P - 1 = 19 and J."""
+
+
+def test_retention_v29_keeps_the_junctions_column() -> None:
+    """0.29's mask keeps the columns of P - 1 and of the junction J, floored to the block grid
+    (8 and 16 for :data:`JUNCTION_MASK`), and no other."""
+    assert [keeps_v29(JUNCTION_MASK, j) for j in range(5)] == [False, True, False, True, False]
+
+
+@pytest.mark.fidelity
+def test_the_real_0_29_mask_keeps_the_junctions_column() -> None:
+    """The real 0.29.0 coordinator, caching :data:`JUNCTION_MASK`'s prompt for a request whose
+    junction is 10, keys the Mamba blocks ending at 8 and 16, as ``keeps_v29`` says."""
+    tree = compiled_kv_tree(release_root("0.29.0"))
+    coordinator = kv_coordinator(tree, JUNCTION_MASK, False)
+    keyed = registered(coordinator, JUNCTION_MASK, JUNCTION_MASK.prompt)
+    assert keyed.get(MAMBA_GROUP) == {8, 16}
 
 
 @pytest.mark.parametrize(("version", "poisoned"), [("0.26.0", True), ("0.30.0", False)])
