@@ -4,8 +4,9 @@ A KV connector loads a request's external hit x either before its first chunk (s
 the waiting loop passes the local hit l and x to the split, with ``request.num_computed_tokens``
 0) or in the background (``load_kv_async``). An asynchronous load first parks the request:
 
-* 0.23-0.34: the waiting loop's first pass schedules no chunk (the split sits in the ``else``
-  of ``if load_kv_async:``); once the load is done the request is admitted again through the
+* 0.23-0.34: the waiting loop's first pass schedules no chunk (the split sits behind ``and
+  not load_kv_async`` in 0.23-0.27, in the ``else`` of ``if load_kv_async:`` from 0.28);
+  once the load is done the request is admitted again through the
   other branch of ``if request.num_computed_tokens == 0:``, with ``num_computed_tokens`` =
   c0 = l + x and neither hit passed (both 0). The chunk there is the synchronous admission's,
   for every budget: every stage reads only c0 (checked here on each release's own statements
