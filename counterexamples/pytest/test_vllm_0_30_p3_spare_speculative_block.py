@@ -1990,6 +1990,18 @@ NO_STATE = -1
 """What :class:`TreeSlots` says of a block no chunk wrote a state into."""
 
 
+def tree_lookup(manager: Any, request: Any) -> tuple[int, Any]:
+    """The hit the tree's ``get_computed_blocks`` finds for a waiting ``request``, and its
+    blocks, which the request's next admission takes; as the waiting loop does, the request's
+    junction J is set to the shared-prefix boundary the lookup gives with them (0.26 on: the
+    attention group's longer hit, where the Mamba group's is shorter)."""
+    found = manager.get_computed_blocks(request)
+    blocks, hit = found[:2]
+    if len(found) > 2:
+        request.shared_prefix_boundary = int(found[2])
+    return int(hit), blocks
+
+
 class TreeSlots:
     """A fresh request of ``cfg``'s prompt computing its prefill one chunk per step
     (:meth:`compute`) through the tree's own ``KVCacheManager`` over a :class:`CachingPool` of
@@ -2073,19 +2085,16 @@ class TreeSlots:
         self.request = fresh_request(self.cfg, name, self.tree, (shared, self.salt))
 
     def lookup(self) -> int:
-        """The hit the tree's ``get_computed_blocks`` finds for the waiting request, which the
-        next :meth:`compute` admits it at; the waiting loop sets the request's junction J to
-        the shared-prefix boundary the lookup gives with it (0.26 on: the attention group's
-        longer hit, where the Mamba group's is shorter)."""
-        found = self.manager.get_computed_blocks(self.request)
-        blocks, hit = found[:2]
-        if len(found) > 2:
-            self.request.shared_prefix_boundary = int(found[2])
-        self.found = (int(hit), blocks)
-        return int(hit)
+        """:func:`tree_lookup` of the waiting request, which the next :meth:`compute` admits
+        at that hit."""
+        self.found = tree_lookup(self.manager, self.request)
+        return self.found[0]
 
     def keyed(self) -> dict[int, int]:
-        """Per Mamba key the cache holds now, the state its block holds."""
+        """Per Mamba key the cache holds now (by the end it names), the state its block holds
+        (by the position it was computed to). Ends and positions do not name the prompt, so
+        this reads one prompt's cache: after :meth:`sibling`, two prompts' keys at one end
+        would be one entry."""
         return {
             hash_end(key): self.holds.get(block.block_id, NO_STATE)
             for (group, key), block in sorted(self.manager.block_pool.index.items())
@@ -2315,15 +2324,10 @@ class TreePool:
             self.manager.new_step_starts()
 
     def lookup(self, r: int) -> int:
-        """The hit the tree's ``get_computed_blocks`` finds for waiting request ``r``, which
-        its next admission takes (:meth:`allocate`); the request's junction is the one the
-        lookup gives with it, as :meth:`TreeSlots.lookup` sets it."""
-        found = self.manager.get_computed_blocks(self.requests[r])
-        blocks, hit = found[:2]
-        if len(found) > 2:
-            self.requests[r].shared_prefix_boundary = int(found[2])
-        self.found[r] = (hit, blocks)
-        return int(hit)
+        """:func:`tree_lookup` of waiting request ``r``, whose next admission
+        (:meth:`allocate`) takes that hit."""
+        self.found[r] = tree_lookup(self.manager, self.requests[r])
+        return self.found[r][0]
 
     def allocate(self, r: int, chunk: int, admission: bool = False) -> bool:
         """``allocate_slots`` for ``chunk`` tokens of request ``r``, as the running loop asks
