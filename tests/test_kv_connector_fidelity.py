@@ -30,7 +30,7 @@ import pytest
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
 from chunkproof.model.policy import Policy
-from chunkproof.model.step import CRASHES, _native, passed_on, step_view
+from chunkproof.model.step import CRASHES, passed_on, step_view
 from chunkproof.source.loading import resolve_policy
 from chunkproof.source.policy import source_composition
 
@@ -57,10 +57,16 @@ def admission_chunk(policy: Policy, view: Any, c: int, budget: int) -> Any:
     return n
 
 
+def admission_view(cfg: Config) -> Any:
+    """The view of ``cfg``'s synchronous admission (the waiting loop at c = c0 passes its
+    local hit and x), its fields computed natively."""
+    return step_view(cfg, cfg.start, lambda function, args: function(*args))
+
+
 def loaded_view(cfg: Config) -> Any:
     """The view of the admission after an asynchronous load of ``cfg``'s hit: the request
     has computed c0 tokens and the waiting loop passes no hit."""
-    view = step_view(cfg, cfg.start, _native)
+    view = admission_view(cfg)
     view.computed, view.local, view.external = cfg.start, 0, 0
     return view
 
@@ -126,7 +132,7 @@ def test_the_admission_after_an_asynchronous_load_gets_the_synchronous_chunk(
     assert split_skipped_while_loading(version)
     compared = moved = 0
     for cfg in drawn_configs(seed=int(version.split(".")[1])):
-        synchronous = step_view(cfg, cfg.start, _native)
+        synchronous = admission_view(cfg)
         loaded = loaded_view(cfg)
         forgotten = loaded_view(cfg)
         forgotten.computed = 0  # the control: an admission that lost the hit
@@ -145,5 +151,5 @@ def test_before_0_23_a_load_of_either_kind_crashes_the_split(version: str) -> No
     policy = resolve_policy(f"vllm=={version}")
     assert not split_skipped_while_loading(version)
     for cfg in drawn_configs(seed=int(version.split(".")[1]))[:20]:
-        synchronous = step_view(cfg, cfg.start, _native)
+        synchronous = admission_view(cfg)
         assert admission_chunk(policy, synchronous, cfg.start, cfg.max_sched) == "crash"
