@@ -25,6 +25,7 @@ from chunkproof.spec.slots import (
     junction_landing,
     keeps,
     keeps_v29,
+    keys_own_tail,
     keys_spare_block,
     kv_rules,
     live_checkpoint,
@@ -221,10 +222,13 @@ def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool, checkpoint: i
     retention mask keeps R*'s Mamba column, ``checkpoint`` the checkpoint the chunk leaves live
     under the release's rules (or -1): R* > 0 and either the chunk runs over R* (its budget
     allowed it to end there) and that checkpoint is not at R* (oracle rules 4 and 6: one the
-    release writes but evicts covers nothing), or, without fine hits (R* then on the block
-    grid), the chunk ends at R* and the mask drops its state (oracle rules 5 and 9)."""
+    release writes but evicts covers nothing), or R* is on the block grid, the chunk ends at
+    R* and nothing keys its state there: the mask drops its column (oracle rules 5 and 9),
+    the prompt's tail is not R* or is not keyed by its own copy (rule 7, which ``kept`` takes
+    in where the release has it) and no live checkpoint is R* (rule 6). Fine hits change
+    nothing here: an R* on the block grid is a block end the mask decides, with them or not."""
     over = c < r < e and checkpoint != r
-    dropped = e == r and not cfg.partial_hits and not kept
+    dropped = e == r and r % cfg.block == 0 and not kept and checkpoint != r
     return r > 0 and (over or dropped)
 
 
@@ -253,8 +257,9 @@ def skips_resend(cfg: Config, c: int, e: int) -> bool:
     allows), R*_J with 0.32's tail, and the 0.30+ retention mask."""
     r = resend_landing(cfg)
     j = junction_landing(cfg, tail_position(cfg), True)
-    kept = keeps(cfg, r // cfg.block - 1)
-    kept_j = keeps(cfg, j // cfg.block - 1)
+    tail = keys_own_tail(cfg, c, e)
+    kept = keeps(cfg, r // cfg.block - 1) or tail
+    kept_j = keeps(cfg, j // cfg.block - 1) or tail
     return skips_landings(cfg, c, e, r, j, kept, kept_j, live_checkpoint(cfg, c, e))
 
 
@@ -263,8 +268,9 @@ def skips_resend_v32(cfg: Config, c: int, e: int) -> bool:
     (:func:`~chunkproof.spec.slots.resend_landing_v32`), R*_J and the 0.30+ retention mask."""
     r = resend_landing_v32(cfg)
     j = junction_landing(cfg, tail_position(cfg), True)
-    kept = keeps(cfg, r // cfg.block - 1)
-    kept_j = keeps(cfg, j // cfg.block - 1)
+    tail = keys_own_tail(cfg, c, e)
+    kept = keeps(cfg, r // cfg.block - 1) or tail
+    kept_j = keeps(cfg, j // cfg.block - 1) or tail
     return skips_landings(cfg, c, e, r, j, kept, kept_j, live_checkpoint(cfg, c, e))
 
 

@@ -135,9 +135,11 @@ def achievable_resend(cfg: Config, landing: int, tail: int, grid_tail: bool) -> 
     a block end, the prompt's tail ``tail`` where its own copy keys it (off the grid with fine
     hits, or ``grid_tail``), the prompt's checkpoint with internal checkpoints, or the junction
     J with the exact shared-prefix checkpoint. No chunk end keys a position between them, so a
-    chunk that runs over one loses nothing the cache could keep."""
+    chunk that runs over one loses nothing the cache could keep. A block end counts only up to
+    the tokens the request's hashes cover (rule 3: with L_h > 0 a junction can lie past them)."""
     unit = hit_unit(cfg)
-    best = fl(landing, cfg.block)
+    hashed = fl(max(cfg.tokens, landing) - cfg.hash_lookahead, cfg.hash_block)
+    best = fl(min(landing, hashed), cfg.block)
     own = grid_tail or cfg.partial_hits
     if own and tail <= landing and tail % unit == 0 and cacheable(cfg, tail) == tail:
         best = max(best, tail)
@@ -907,6 +909,21 @@ def _tail_key(setup: Any, start: int, end: int, count: int, rules: KvRules) -> b
     if tail > 0 and count == tail and end == tail and own_copy:
         return True
     return bool(setup.partial_hits and setup.exact_junction and start < setup.junction == end)
+
+
+def keys_own_tail(cfg: Config, start: int, end: int) -> bool:
+    """Rule 7 as 0.32 on have it (``grid_tail``): the chunk [s, e) keys the prompt's tail T
+    (:func:`tail_position`) by its own copy, whatever the retention mask, when it ends at T,
+    its cacheable count reaches T and it writes no checkpoint (one it writes is keyed instead,
+    rule 6). Checked against the real 0.33.0 and 0.34.0 managers: with L_h = 2 and R = 0, a
+    prefill of T = 9 at B = 4 leaves state@4 keyed in the column the mask drops."""
+    tail = tail_position(cfg)
+    return (
+        tail > 0
+        and end == tail
+        and cacheable(cfg, end) == tail
+        and checkpoint_at(cfg, start, end) < 0
+    )
 
 
 def _report(setup: Any, live: dict[int, int], violations: list[Poison], resend: int) -> SlotReport:

@@ -35,7 +35,14 @@ from chunkproof.model.config import Config
 from chunkproof.source.kv_alloc_run import TreeSlots
 from chunkproof.source.releases import release_root
 from chunkproof.spec.properties import misses_resend
-from chunkproof.spec.slots import eagle_drop, hit_unit, junction_landing, kv_rules, oracle
+from chunkproof.spec.slots import (
+    eagle_drop,
+    hit_unit,
+    junction_landing,
+    keys_own_tail,
+    kv_rules,
+    oracle,
+)
 
 pytestmark = pytest.mark.fidelity
 
@@ -136,7 +143,14 @@ def test_a_sibling_lands_at_r_star_j_unless_a_chunk_breaks_s_cover(version: str)
         broken = [
             (start, end)
             for start, end in zip((cfg.start, *run.second_ends), run.second_ends, strict=False)
-            if misses_resend(cfg, start, end, landing, kept, rules.live_checkpoint(cfg, start, end))
+            if misses_resend(
+                cfg,
+                start,
+                end,
+                landing,
+                kept or (rules.grid_tail and keys_own_tail(cfg, start, end)),
+                rules.live_checkpoint(cfg, start, end),
+            )
         ]
         live = oracle(cfg, run.second_ends, rules=rules).live
         if run.third_hit > landing or (not broken and run.third_hit != landing):

@@ -208,7 +208,9 @@ def test_a_p6_repro_carries_the_kv_driver_and_no_copied_rule() -> None:
     assert isinstance(cx, Counterexample)
     text = repro_source(cx, "p6.json")
     assert "def tree_resend(" in text and "def kv_coordinator(" in text
-    assert "misses_resend(CONFIG, step.c, step.end, position, resend.kept, live)" in text
+    assert "misses_resend(CONFIG, step.c, step.end, position, kept, live)" in text
+    assert "kept = resend.kept\n" in text  # 0.28 keys no tail by its own copy on the grid
+    assert "keys_own_tail" not in text
     assert "live = live_checkpoint_v29(CONFIG, step.c, step.end)" in text  # 0.28's rule group
     assert "def test_p6_cover(vllm: Extracted, resend: TreeResend)" in text
     for rule in (*props.RELEASE_P6.values(), props.skips_resend):

@@ -57,7 +57,7 @@ from chunkproof.source import encoder_run, kv_alloc_run, kv_run
 from chunkproof.source.loading import recorded_policy
 from chunkproof.spec import properties as props
 from chunkproof.spec.kv_blocks import longest_model_len, pool_rules
-from chunkproof.spec.slots import eagle_drop, kv_rules
+from chunkproof.spec.slots import eagle_drop, keys_own_tail, kv_rules
 
 
 def repro_source(cx: Counterexample, source_name: str) -> str:
@@ -183,8 +183,10 @@ def predicates(cx: Counterexample, cache: str = "") -> FunctionList:
         return []
     if pid in props.STUCK_PROPERTIES:
         return [props.stuck]
-    if pid == "P6":  # the checkpoint the chunk leaves live under the release's rules
-        return [props.misses_resend, kv_rules(recorded_policy(cx).kv_release).live_checkpoint]
+    if pid == "P6":  # the checkpoint the chunk leaves live, the tail its own copy keys
+        rules = kv_rules(recorded_policy(cx).kv_release)
+        tail = [keys_own_tail] if rules.grid_tail else []
+        return [props.misses_resend, rules.live_checkpoint, *tail]
     if pid == "P8" or cache == "P3":
         return []  # the tree's own cache judges it (:data:`_POOL_CHECK`, :data:`_SLOTS_CHECK`)
     if pid in props.EDGE_PROPERTIES:
@@ -241,8 +243,12 @@ def _check(cx: Counterexample, cache: str) -> str:
             "    return None\n"
         )
     if pid == "P6":
-        live = predicates(cx, cache)[1].__name__
-        return _SAFETY + _RESEND_CHECK.replace("LIVE_CHECKPOINT", live)
+        functions = predicates(cx, cache)
+        check = _RESEND_CHECK.replace("LIVE_CHECKPOINT", functions[1].__name__)
+        tail = len(functions) > 2  # the release keys its tail by its own copy (0.32 on)
+        line = "    tail = keys_own_tail(CONFIG, step.c, step.end)  # whatever the mask\n"
+        check = check.replace("TAIL_LINE", line if tail else "")
+        return _SAFETY + check.replace(" TAIL_KEPT", " or tail" if tail else "")
     if pid == "P8":
         return _SAFETY + _POOL_CHECK
     if cache == "P3":
@@ -272,7 +278,8 @@ _SAFETY = """\
 _RESEND_CHECK = """\
     position = resend.position
     live = LIVE_CHECKPOINT(CONFIG, step.c, step.end)
-    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, resend.kept, live):
+TAIL_LINE    kept = resend.kept TAIL_KEPT
+    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, kept, live):
         how = (
             "runs over it"
             if step.c < position < step.end
@@ -284,7 +291,7 @@ _RESEND_CHECK = """\
         )
     sibling = resend.junction
     if step.chunk > 0 and misses_resend(
-        CONFIG, step.c, step.end, sibling, resend.junction_kept, live
+        CONFIG, step.c, step.end, sibling, resend.junction_kept TAIL_KEPT, live
     ):
         how = (
             "runs over it"
@@ -300,8 +307,11 @@ _RESEND_CHECK = """\
 """
 """SPEC P6 of a step at the tree's own R* and R*_J (S-COVER) and their retention (the
 ``resend`` fixture): chunkproof's :func:`~chunkproof.spec.properties.misses_resend`, given the
-tree's answers and the checkpoint the chunk leaves live under the release's rules
-(``LIVE_CHECKPOINT``: the release's ``KvRules.live_checkpoint``)."""
+tree's answers, the checkpoint the chunk leaves live under the release's rules
+(``LIVE_CHECKPOINT``: the release's ``KvRules.live_checkpoint``) and, from 0.32
+(``KvRules.grid_tail``), whether the chunk keys the prompt's tail by its own copy whatever the
+mask (``TAIL_LINE`` and ``TAIL_KEPT``: :func:`~chunkproof.spec.slots.keys_own_tail`, else
+nothing)."""
 
 
 _POOL_CHECK = """\

@@ -209,7 +209,9 @@ def violation(vllm: Extracted, scheduler: StandIn, step: Step, resend: TreeResen
         return problem
     position = resend.position
     live = live_checkpoint(CONFIG, step.c, step.end)
-    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, resend.kept, live):
+    tail = keys_own_tail(CONFIG, step.c, step.end)  # whatever the mask
+    kept = resend.kept or tail
+    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, kept, live):
         how = (
             "runs over it"
             if step.c < position < step.end
@@ -221,7 +223,7 @@ def violation(vllm: Extracted, scheduler: StandIn, step: Step, resend: TreeResen
         )
     sibling = resend.junction
     if step.chunk > 0 and misses_resend(
-        CONFIG, step.c, step.end, sibling, resend.junction_kept, live
+        CONFIG, step.c, step.end, sibling, resend.junction_kept or tail, live
     ):
         how = (
             "runs over it"
@@ -411,11 +413,26 @@ def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool, checkpoint: i
     retention mask keeps R*'s Mamba column, ``checkpoint`` the checkpoint the chunk leaves live
     under the release's rules (or -1): R* > 0 and either the chunk runs over R* (its budget
     allowed it to end there) and that checkpoint is not at R* (oracle rules 4 and 6: one the
-    release writes but evicts covers nothing), or, without fine hits (R* then on the block
-    grid), the chunk ends at R* and the mask drops its state (oracle rules 5 and 9)."""
+    release writes but evicts covers nothing), or R* is on the block grid, the chunk ends at
+    R* and nothing keys its state there: the mask drops its column (oracle rules 5 and 9),
+    the prompt's tail is not R* or is not keyed by its own copy (rule 7, which ``kept`` takes
+    in where the release has it) and no live checkpoint is R* (rule 6). Fine hits change
+    nothing here: an R* on the block grid is a block end the mask decides, with them or not."""
     over = c < r < e and checkpoint != r
-    dropped = e == r and not cfg.partial_hits and not kept
+    dropped = e == r and r % cfg.block == 0 and not kept and checkpoint != r
     return r > 0 and (over or dropped)
+
+
+# from chunkproof.spec.slots
+def cacheable(cfg: Config, end: int) -> int:
+    """Slot note 6 rule 3: the cacheable count c := e, or S*floor(e/S) when not fine, and
+    never past the tokens the request's block hashes cover: a hash block gets its hash once
+    its L_h following tokens exist, so h*floor((T - L_h)/h), T the tokens the request holds
+    (e itself for a decode step past the prefill; slot note 3; the real 0.33.0 manager keys no
+    block beyond it)."""
+    hashed = fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
+    count = end if cfg.partial_hits else fl(end, cfg.sched_block)
+    return min(count, hashed)
 
 
 # from chunkproof.spec.slots
@@ -442,6 +459,22 @@ def hit_unit(cfg: Config) -> int:
     if cfg.partial_hits:
         return cfg.hash_block
     return cfg.sched_block
+
+
+# from chunkproof.spec.slots
+def keys_own_tail(cfg: Config, start: int, end: int) -> bool:
+    """Rule 7 as 0.32 on have it (``grid_tail``): the chunk [s, e) keys the prompt's tail T
+    (:func:`tail_position`) by its own copy, whatever the retention mask, when it ends at T,
+    its cacheable count reaches T and it writes no checkpoint (one it writes is keyed instead,
+    rule 6). Checked against the real 0.33.0 and 0.34.0 managers: with L_h = 2 and R = 0, a
+    prefill of T = 9 at B = 4 leaves state@4 keyed in the column the mask drops."""
+    tail = tail_position(cfg)
+    return (
+        tail > 0
+        and end == tail
+        and cacheable(cfg, end) == tail
+        and checkpoint_at(cfg, start, end) < 0
+    )
 
 
 # from chunkproof.spec.slots
@@ -490,6 +523,14 @@ def segment_keeps(cfg: Config, column: int) -> bool:
     if cfg.retention == 0:
         return False
     return cfg.retention <= cfg.block or (column + 1) * cfg.block % cfg.retention == 0
+
+
+# from chunkproof.spec.slots
+def tail_position(cfg: Config) -> int:
+    """T := ckpos(N, h, drop) (slot note 6 rule 1), 0.32 on. The real 0.33.0 manager keys it
+    when the cacheable count reaches it whether or not hits are fine (checked against it: with
+    h = B the position is on the block grid)."""
+    return ck33(cfg.prompt, cfg.hash_block, eagle_drop(cfg), cfg.hash_lookahead)
 
 
 # from chunkproof.spec.slots

@@ -209,7 +209,8 @@ def violation(vllm: Extracted, scheduler: StandIn, step: Step, resend: TreeResen
         return problem
     position = resend.position
     live = live_checkpoint_v30(CONFIG, step.c, step.end)
-    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, resend.kept, live):
+    kept = resend.kept
+    if step.chunk > 0 and misses_resend(CONFIG, step.c, step.end, position, kept, live):
         how = (
             "runs over it"
             if step.c < position < step.end
@@ -405,10 +406,13 @@ def misses_resend(cfg: Config, c: int, e: int, r: int, kept: bool, checkpoint: i
     retention mask keeps R*'s Mamba column, ``checkpoint`` the checkpoint the chunk leaves live
     under the release's rules (or -1): R* > 0 and either the chunk runs over R* (its budget
     allowed it to end there) and that checkpoint is not at R* (oracle rules 4 and 6: one the
-    release writes but evicts covers nothing), or, without fine hits (R* then on the block
-    grid), the chunk ends at R* and the mask drops its state (oracle rules 5 and 9)."""
+    release writes but evicts covers nothing), or R* is on the block grid, the chunk ends at
+    R* and nothing keys its state there: the mask drops its column (oracle rules 5 and 9),
+    the prompt's tail is not R* or is not keyed by its own copy (rule 7, which ``kept`` takes
+    in where the release has it) and no live checkpoint is R* (rule 6). Fine hits change
+    nothing here: an R* on the block grid is a block end the mask decides, with them or not."""
     over = c < r < e and checkpoint != r
-    dropped = e == r and not cfg.partial_hits and not kept
+    dropped = e == r and r % cfg.block == 0 and not kept and checkpoint != r
     return r > 0 and (over or dropped)
 
 

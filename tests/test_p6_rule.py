@@ -1,0 +1,157 @@
+"""P6's chunk rule (SPEC P6, S-COVER) against the slot oracle, and the two errors that check found.
+
+The explorer and the prover judge P6 chunk by chunk (``misses_resend`` in each release's
+predicate); the slot oracle (slot note 6) says which positions a complete prefill leaves
+covered, and the fidelity tests hold the oracle to the real managers. On a complete prefill the
+two must agree: some chunk breaks P6 exactly when R* or R*_J is left uncovered.
+"""
+
+from __future__ import annotations
+
+import random
+from itertools import pairwise
+
+import pytest
+from test_kv_alloc_fidelity import with_checkpoints
+from test_kv_lookup_fidelity import RELEASES, draw_config, draw_ends, minor_of
+
+from chunkproof.checker.engines.search import explore
+from chunkproof.model.builtin import get_builtin, policy_for_release
+from chunkproof.model.config import Config
+from chunkproof.model.errors import ConfigError
+from chunkproof.source.kv_alloc_run import resend_after_prefill
+from chunkproof.source.releases import release_root
+from chunkproof.spec.properties import edge_properties
+from chunkproof.spec.request import RequestModel
+from chunkproof.spec.slots import cacheable, eagle_drop, kv_rules, oracle
+from chunkproof.spec.space import Space, grid_from
+
+SEED = 20_261_207
+PREFILLS = 600
+
+
+def drawn_prefill(rng: random.Random, version: str) -> tuple[Config, list[int]] | None:
+    """A configuration the release accepts (internal checkpoints from 0.29, a junction on a
+    third of them) and the chunk ends of one complete prefill: a few random ends, or one token
+    at a time. None for a junction the configuration refuses."""
+    cfg = with_checkpoints(draw_config(rng, version), rng, minor_of(version))
+    if rng.random() < 0.3 and cfg.prompt > 2:
+        exact = rng.random() < 0.5
+        try:
+            cfg = cfg.replace(junction=rng.randint(1, cfg.prompt - 1), exact_junction=exact)
+        except ConfigError:
+            return None
+        if policy_for_release(version).accepts(cfg) is not None:
+            return None
+    if rng.random() < 0.7:
+        return cfg, draw_ends(rng, cfg.prompt)
+    return cfg, list(range(1, cfg.prompt + 1))
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_some_chunk_breaks_p6_exactly_when_the_oracle_leaves_a_landing_uncovered(
+    version: str,
+) -> None:
+    """On random complete prefills, the release's P6 predicate flags some chunk exactly when
+    the slot oracle (the release's rules) leaves R* > 0 or R*_J > 0 uncovered. Left out: the
+    exact shared-prefix checkpoint at a junction past the tokens the hashes cover, where the
+    oracle keys the prompt's tail with the junction's state (rule 7) and no chunk rule reads
+    it (not settled against the real trees)."""
+    rng = random.Random(f"{SEED}-{version}")
+    rules = kv_rules(version)
+    p6 = edge_properties(policy_for_release(version))["P6"]
+    wrong, checked = [], 0
+    while checked < PREFILLS:
+        drawn = drawn_prefill(rng, version)
+        if drawn is None:
+            continue
+        cfg, ends = drawn
+        if cfg.exact_junction and cacheable(cfg, cfg.junction) < cfg.junction:
+            continue
+        checked += 1
+        flagged = [(c, e) for c, e in pairwise([cfg.start, *ends]) if p6(cfg, c, e)]
+        covered = oracle(cfg, ends, rules=rules).covered
+        landings = [p for p in (rules.resend(cfg), rules.junction(cfg)) if p > 0]
+        uncovered = [p for p in landings if p not in covered]
+        if bool(flagged) != bool(uncovered):
+            wrong.append(f"{cfg.describe()} ends={ends}: flagged {flagged}, uncovered {uncovered}")
+    assert not wrong, f"{len(wrong)} of {PREFILLS}: " + "; ".join(wrong[:4])
+
+
+def p6_verdict(policy: str, ranges: dict[str, str]) -> tuple[int, int]:
+    """(configurations, those that break P6) of the explorer on one grid."""
+    space = Space((grid_from(ranges, "range"),), None)
+    tally = explore(RequestModel(get_builtin(policy), space), ("P6",)).tally
+    return tally.configs["main"], tally.failing.get(("P6", "main"), 0)
+
+
+def test_fine_hits_do_not_spare_a_block_end_r_star_the_mask_drops() -> None:
+    """0.28, T=41, B=8, H=4 (fine hits), L=2, drop, R=24: R* = 32 is a block end the mask
+    drops, so a chunk ending there breaks P6; the rule used to skip that clause with fine hits
+    and proved P6 on this grid."""
+    ranges = {"block": "8", "hash_block": "4", "lookahead": "2", "drop": "on"}
+    ranges |= {"retention": "24", "prompt": "41-51", "max_sched": "1-8"}
+    configs, failing = p6_verdict("vllm-0.28", ranges)
+    assert (configs, failing) == (77, 56)
+    cfg = Config(
+        block=8,
+        hash_block=4,
+        partial_hits=True,
+        prompt=41,
+        max_sched=2,
+        lookahead=2,
+        drop=True,
+        retention=24,
+    )
+    assert kv_rules("0.28.0").resend(cfg) == 32
+    assert edge_properties(get_builtin("vllm-0.28"))["P6"](cfg, 30, 32)
+
+
+def test_from_0_32_the_tails_own_copy_keeps_r_star_the_mask_drops() -> None:
+    """0.34, T=9, B=4, L=L_h=2, R=0: R* = 4 is the prompt's tail, keyed by its own copy
+    whatever the mask, so a chunk ending there keeps P6 (the rule used to flag it)."""
+    ranges = {"block": "4", "lookahead": "2", "hash_lookahead": "2", "drop": "off"}
+    ranges |= {"retention": "0", "prompt": "9", "max_sched": "4"}
+    assert p6_verdict("vllm-0.34", ranges) == (1, 0)
+    cfg = Config(block=4, prompt=9, max_sched=4, lookahead=2, hash_lookahead=2, retention=0)
+    assert not edge_properties(get_builtin("vllm-0.34"))["P6"](cfg, 0, 4)
+
+
+@pytest.mark.fidelity
+@pytest.mark.parametrize(
+    ("version", "cfg", "ends", "hit"),
+    [
+        (
+            "0.28.0",
+            Config(
+                block=8,
+                hash_block=4,
+                partial_hits=True,
+                prompt=41,
+                max_sched=2,
+                lookahead=2,
+                drop=True,
+                retention=24,
+            ),
+            [*range(2, 41, 2), 41],
+            24,
+        ),
+        *(
+            (
+                version,
+                Config(block=4, prompt=9, max_sched=4, lookahead=2, hash_lookahead=2, retention=0),
+                [4, 8, 9],
+                4,
+            )
+            for version in ("0.33.0", "0.34.0")
+        ),
+    ],
+)
+def test_the_real_trees_agree(version: str, cfg: Config, ends: list[int], hit: int) -> None:
+    """The two cases on the real managers: after the 0.28 prefill ending at 32 on the way, an
+    identical resend lands at 24, below R* = 32; after the 0.33/0.34 prefill [4, 8, 9] with
+    R = 0, it lands at R* = 4."""
+    real = resend_after_prefill(
+        release_root(version), cfg, eagle_drop(cfg), ends, 4 * cfg.prompt + 64
+    )
+    assert real == hit == oracle(cfg, ends, rules=kv_rules(version)).resend_hit
