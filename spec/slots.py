@@ -895,20 +895,23 @@ def oracle(
             if checkpoint >= 0:  # rule 6: re-keyed
                 live[checkpoint] = checkpoint
         elif end <= setup.prompt and _tail_key(setup, start, end, count, rules):  # rule 7
-            live[count if count == rules.tail(setup) else end] = end
+            live[end] = end
         frontier = count // setup.block  # rule 8
     return _report(setup, live, violations, rules.resend(setup))
 
 
 def _tail_key(setup: Any, start: int, end: int, count: int, rules: KvRules) -> bool:
-    """Rule 7 (R2): the chunk keys the prompt's tail T when its cacheable count reaches T
-    exactly (fine hits or not: the real manager does), or, with fine hits and the exact
-    shared-prefix checkpoint S on, the junction J it ends on (start < J <= N)."""
+    """Rule 7 (R2): the chunk keys the prompt's tail T when it ends at T and its cacheable
+    count reaches T (fine hits or not: the real manager does), or, with fine hits and the
+    exact shared-prefix checkpoint S on, the junction J it ends on (start < J <= N) when its
+    count reaches J: a J past the tokens the hashes cover keys nothing (checked against the
+    real 0.30.0, 0.33.0 and 0.34.0 managers, which never key the tail with J's state)."""
     tail = rules.tail(setup)
     own_copy = rules.grid_tail or (setup.partial_hits and tail % setup.block != 0)
     if tail > 0 and count == tail and end == tail and own_copy:
         return True
-    return bool(setup.partial_hits and setup.exact_junction and start < setup.junction == end)
+    exact = setup.partial_hits and setup.exact_junction
+    return bool(exact and start < setup.junction == end == count)
 
 
 def keys_own_tail(cfg: Config, start: int, end: int) -> bool:

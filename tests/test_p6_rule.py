@@ -19,11 +19,11 @@ from chunkproof.checker.engines.search import explore
 from chunkproof.model.builtin import get_builtin, policy_for_release
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
-from chunkproof.source.kv_alloc_run import resend_after_prefill
+from chunkproof.source.kv_alloc_run import TreeSlots, resend_after_prefill
 from chunkproof.source.releases import release_root
 from chunkproof.spec.properties import edge_properties
 from chunkproof.spec.request import RequestModel
-from chunkproof.spec.slots import cacheable, eagle_drop, kv_rules, oracle
+from chunkproof.spec.slots import eagle_drop, kv_rules, oracle
 from chunkproof.spec.space import Space, grid_from
 
 SEED = 20_261_207
@@ -53,10 +53,7 @@ def test_some_chunk_breaks_p6_exactly_when_the_oracle_leaves_a_landing_uncovered
     version: str,
 ) -> None:
     """On random complete prefills, the release's P6 predicate flags some chunk exactly when
-    the slot oracle (the release's rules) leaves R* > 0 or R*_J > 0 uncovered. Left out: the
-    exact shared-prefix checkpoint at a junction past the tokens the hashes cover, where the
-    oracle keys the prompt's tail with the junction's state (rule 7) and no chunk rule reads
-    it (not settled against the real trees)."""
+    the slot oracle (the release's rules) leaves R* > 0 or R*_J > 0 uncovered."""
     rng = random.Random(f"{SEED}-{version}")
     rules = kv_rules(version)
     p6 = edge_properties(policy_for_release(version))["P6"]
@@ -66,8 +63,6 @@ def test_some_chunk_breaks_p6_exactly_when_the_oracle_leaves_a_landing_uncovered
         if drawn is None:
             continue
         cfg, ends = drawn
-        if cfg.exact_junction and cacheable(cfg, cfg.junction) < cfg.junction:
-            continue
         checked += 1
         flagged = [(c, e) for c, e in pairwise([cfg.start, *ends]) if p6(cfg, c, e)]
         covered = oracle(cfg, ends, rules=rules).covered
@@ -155,3 +150,46 @@ def test_the_real_trees_agree(version: str, cfg: Config, ends: list[int], hit: i
         release_root(version), cfg, eagle_drop(cfg), ends, 4 * cfg.prompt + 64
     )
     assert real == hit == oracle(cfg, ends, rules=kv_rules(version)).resend_hit
+
+
+JUNCTION_RELEASES = RELEASES[RELEASES.index("0.26.0") :]
+"""The releases whose waiting loop gives a request a shared-prefix boundary J."""
+
+
+@pytest.mark.fidelity
+@pytest.mark.parametrize("version", JUNCTION_RELEASES)
+def test_a_real_prefill_with_a_junction_keys_the_oracles_live_claims(version: str) -> None:
+    """A request with a junction J (a hash-block end below T, as the attention group's hit
+    gives it; the exact shared-prefix checkpoint S on where the release accepts it) computes
+    random chunk ends through the release's own manager, J set on it as the waiting loop
+    sets it: the Mamba keys it leaves and the states their blocks hold are the oracle's live
+    claims (rule 7 keys J only where the request's hashes reach it). S only under the EAGLE
+    drop: the driver flags no KV cache group as holding draft layers, which the manager needs
+    for S when hash lookahead clears the drop (``eagle_group_ids``)."""
+    rng = random.Random(f"{SEED}-junction-{version}")
+    policy, rules, root = policy_for_release(version), kv_rules(version), release_root(version)
+    wrong, checked = [], 0
+    while checked < 150:
+        cfg = draw_config(rng, version)
+        ends_at = range(cfg.hash_block, cfg.prompt, cfg.hash_block)
+        if not ends_at:
+            continue
+        try:
+            exact = eagle_drop(cfg) and rng.random() < 0.5
+            cfg = cfg.replace(junction=rng.choice(ends_at), exact_junction=exact)
+        except ConfigError:
+            continue
+        if policy.accepts(cfg) is not None:
+            cfg = cfg.replace(exact_junction=False)
+        if policy.accepts(cfg) is not None:
+            continue
+        checked += 1
+        ends = draw_ends(rng, cfg.prompt)
+        slots = TreeSlots(root, cfg, eagle_drop(cfg), 4 * cfg.prompt + 64)
+        slots.request.shared_prefix_boundary = cfg.junction
+        for start, end in pairwise([0, *ends]):
+            slots.compute(end - start)
+        model = dict(oracle(cfg, ends, rules=rules).live)
+        if slots.keyed() != model:
+            wrong.append(f"{cfg.describe()} ends={ends}: real {slots.keyed()}, model {model}")
+    assert not wrong, f"{len(wrong)} of 150: " + "; ".join(wrong[:4])
