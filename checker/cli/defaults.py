@@ -121,7 +121,15 @@ def small_space(policy: Policy, budget: tuple[int, int] | None = None) -> Space:
     if minor >= 24:
         grids.append(
             grid_from(
-                {**base, **lh, "retention": "0", "prompt": "1-32", "max_sched": "1-16"}, "retention"
+                {
+                    **base,
+                    **lh,
+                    "retention": "0",
+                    "hash_block": feature["hash_block"],
+                    "prompt": "1-32",
+                    "max_sched": "1-16",
+                },
+                "retention",
             )
         )
     if minor in (24, 25):
