@@ -905,7 +905,8 @@ def _tail_key(setup: Any, start: int, end: int, count: int, rules: KvRules) -> b
     count reaches T (fine hits or not: the real manager does), or, with fine hits and the
     exact shared-prefix checkpoint S on, the junction J it ends on (start < J <= N) when its
     count reaches J: a J past the tokens the hashes cover keys nothing (checked against the
-    real 0.30.0, 0.33.0 and 0.34.0 managers, which never key the tail with J's state)."""
+    real 0.30.0, 0.33.0 and 0.34.0 managers with J set on the request: they never key the tail
+    with J's state)."""
     tail = rules.tail(setup)
     own_copy = rules.grid_tail or (setup.partial_hits and tail % setup.block != 0)
     if tail > 0 and count == tail and end == tail and own_copy:
