@@ -31,21 +31,29 @@ PREFILLS = 600
 
 
 def drawn_prefill(rng: random.Random, version: str) -> tuple[Config, list[int]] | None:
-    """A configuration the release accepts (internal checkpoints from 0.29, a junction on a
-    third of them) and the chunk ends of one complete prefill: a few random ends, or one token
-    at a time. None for a junction the configuration refuses."""
+    """A configuration the release accepts (internal checkpoints from 0.29; a junction on a
+    quarter of them, an admission start, a local hit on the block grid or an external one,
+    on another quarter) and the chunk ends of one complete prefill from its start: a few
+    random ends, or one token at a time. None for a draw the release refuses."""
     cfg = with_checkpoints(draw_config(rng, version), rng, minor_of(version))
-    if rng.random() < 0.3 and cfg.prompt > 2:
-        exact = rng.random() < 0.5
-        try:
+    draw = rng.random()
+    try:
+        if draw < 0.25 and cfg.prompt > 2:
+            exact = rng.random() < 0.5
             cfg = cfg.replace(junction=rng.randint(1, cfg.prompt - 1), exact_junction=exact)
-        except ConfigError:
-            return None
-        if policy_for_release(version).accepts(cfg) is not None:
-            return None
-    if rng.random() < 0.7:
-        return cfg, draw_ends(rng, cfg.prompt)
-    return cfg, list(range(1, cfg.prompt + 1))
+        elif draw < 0.5 and cfg.prompt > cfg.block:
+            local = rng.randrange(cfg.block, cfg.prompt, cfg.block)
+            external = rng.randint(1, cfg.prompt - 1)
+            start = rng.choice(((local, 0), (external, external)))
+            cfg = cfg.replace(start=start[0], external=start[1])
+    except ConfigError:
+        return None
+    if policy_for_release(version).accepts(cfg) is not None:
+        return None
+    if rng.random() < 0.3:
+        return cfg, list(range(cfg.start + 1, cfg.prompt + 1))
+    inside = range(cfg.start + 1, cfg.prompt)
+    return cfg, [*sorted(rng.sample(inside, min(len(inside), rng.randint(0, 4)))), cfg.prompt]
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -53,7 +61,8 @@ def test_some_chunk_breaks_p6_exactly_when_the_oracle_leaves_a_landing_uncovered
     version: str,
 ) -> None:
     """On random complete prefills, the release's P6 predicate flags some chunk exactly when
-    the slot oracle (the release's rules) leaves R* > 0 or R*_J > 0 uncovered."""
+    the slot oracle (the release's rules) leaves R* or R*_J uncovered where it lies past the
+    start c0 (one below c0 is the earlier prefill's to cover, not this request's)."""
     rng = random.Random(f"{SEED}-{version}")
     rules = kv_rules(version)
     p6 = edge_properties(policy_for_release(version))["P6"]
@@ -66,7 +75,7 @@ def test_some_chunk_breaks_p6_exactly_when_the_oracle_leaves_a_landing_uncovered
         checked += 1
         flagged = [(c, e) for c, e in pairwise([cfg.start, *ends]) if p6(cfg, c, e)]
         covered = oracle(cfg, ends, rules=rules).covered
-        landings = [p for p in (rules.resend(cfg), rules.junction(cfg)) if p > 0]
+        landings = [p for p in (rules.resend(cfg), rules.junction(cfg)) if p > cfg.start]
         uncovered = [p for p in landings if p not in covered]
         if bool(flagged) != bool(uncovered):
             wrong.append(f"{cfg.describe()} ends={ends}: flagged {flagged}, uncovered {uncovered}")
