@@ -3,7 +3,7 @@
 The explorer and the prover judge P6 chunk by chunk (``misses_resend`` in each release's
 predicate); the slot oracle (slot note 6) says which positions a complete prefill leaves
 covered, and the fidelity tests hold the oracle to the real managers. On a complete prefill the
-two must agree: some chunk breaks P6 exactly when R* or R*_J is left uncovered.
+two must agree: some chunk breaks P6 exactly when R* or R*_J is left uncovered past the start.
 """
 
 from __future__ import annotations
@@ -173,8 +173,9 @@ def test_a_real_prefill_with_a_junction_keys_the_oracles_live_claims(version: st
     random chunk ends through the release's own manager, J set on it as the waiting loop
     sets it: the Mamba keys it leaves and the states their blocks hold are the oracle's live
     claims (rule 7 keys J only where the request's hashes reach it). S only under the EAGLE
-    drop: the driver flags no KV cache group as holding draft layers, which the manager needs
-    for S when hash lookahead clears the drop (``eagle_group_ids``)."""
+    drop: the driver flags the drafter's attention group only then (``is_eagle_group=
+    cfg.drop``), and 0.33+'s manager turns S off without a flagged group (``eagle_group_ids``),
+    which real vLLM has under hash lookahead too."""
     rng = random.Random(f"{SEED}-junction-{version}")
     policy, rules, root = policy_for_release(version), kv_rules(version), release_root(version)
     wrong, checked = [], 0
