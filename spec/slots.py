@@ -138,8 +138,7 @@ def achievable_resend(cfg: Config, landing: int, tail: int, grid_tail: bool) -> 
     chunk that runs over one loses nothing the cache could keep. A block end counts only up to
     the tokens the request's hashes cover (rule 3: with L_h > 0 a junction can lie past them)."""
     unit = hit_unit(cfg)
-    hashed = fl(max(cfg.tokens, landing) - cfg.hash_lookahead, cfg.hash_block)
-    best = fl(min(landing, hashed), cfg.block)
+    best = fl(min(landing, hashed_tokens(cfg, landing)), cfg.block)
     own = grid_tail or cfg.partial_hits
     if own and tail <= landing and tail % unit == 0 and cacheable(cfg, tail) == tail:
         best = max(best, tail)
@@ -256,15 +255,19 @@ def tail_position_v31(cfg: Config) -> int:
     return fl(cfg.prompt, cfg.hash_block)
 
 
+def hashed_tokens(cfg: Config, end: int) -> int:
+    """Slot note 6 rule 3's bound: the tokens the request's block hashes cover. A hash block
+    gets its hash once its L_h following tokens exist, so h*floor((T - L_h)/h), T the tokens
+    the request holds (e itself for a decode step past the prefill; slot note 3; the real
+    0.33.0 manager keys no block beyond it)."""
+    return fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
+
+
 def cacheable(cfg: Config, end: int) -> int:
     """Slot note 6 rule 3: the cacheable count c := e, or S*floor(e/S) when not fine, and
-    never past the tokens the request's block hashes cover: a hash block gets its hash once
-    its L_h following tokens exist, so h*floor((T - L_h)/h), T the tokens the request holds
-    (e itself for a decode step past the prefill; slot note 3; the real 0.33.0 manager keys no
-    block beyond it)."""
-    hashed = fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
+    never past the tokens the request's block hashes cover (:func:`hashed_tokens`)."""
     count = end if cfg.partial_hits else fl(end, cfg.sched_block)
-    return min(count, hashed)
+    return min(count, hashed_tokens(cfg, end))
 
 
 def segment_keeps(cfg: Config, column: int) -> bool:

@@ -29,6 +29,21 @@ from chunkproof.spec.space import Space, grid_from
 SEED = 20_261_207
 PREFILLS = 600
 
+FINE_HITS_0_28 = Config(
+    block=8,
+    hash_block=4,
+    partial_hits=True,
+    prompt=41,
+    max_sched=2,
+    lookahead=2,
+    drop=True,
+    retention=24,
+)
+"""0.28 with fine hits: R* = 32 is a block end the retention mask drops."""
+
+TAIL_AT_R_STAR = Config(block=4, prompt=9, max_sched=4, lookahead=2, hash_lookahead=2, retention=0)
+"""0.32 on: R* = 4 is the prompt's tail, keyed by its own copy whatever the mask."""
+
 
 def drawn_prefill(rng: random.Random, version: str) -> tuple[Config, list[int]] | None:
     """A configuration the release accepts (internal checkpoints from 0.29; a junction on a
@@ -97,16 +112,7 @@ def test_fine_hits_do_not_spare_a_block_end_r_star_the_mask_drops() -> None:
     ranges |= {"retention": "24", "prompt": "41-51", "max_sched": "1-8"}
     configs, failing = p6_verdict("vllm-0.28", ranges)
     assert (configs, failing) == (77, 56)
-    cfg = Config(
-        block=8,
-        hash_block=4,
-        partial_hits=True,
-        prompt=41,
-        max_sched=2,
-        lookahead=2,
-        drop=True,
-        retention=24,
-    )
+    cfg = FINE_HITS_0_28
     assert kv_rules("0.28.0").resend(cfg) == 32
     assert edge_properties(get_builtin("vllm-0.28"))["P6"](cfg, 30, 32)
 
@@ -117,7 +123,7 @@ def test_from_0_32_the_tails_own_copy_keeps_r_star_the_mask_drops() -> None:
     ranges = {"block": "4", "lookahead": "2", "hash_lookahead": "2", "drop": "off"}
     ranges |= {"retention": "0", "prompt": "9", "max_sched": "4"}
     assert p6_verdict("vllm-0.34", ranges) == (1, 0)
-    cfg = Config(block=4, prompt=9, max_sched=4, lookahead=2, hash_lookahead=2, retention=0)
+    cfg = TAIL_AT_R_STAR
     assert not edge_properties(get_builtin("vllm-0.34"))["P6"](cfg, 0, 4)
 
 
@@ -127,23 +133,14 @@ def test_from_0_32_the_tails_own_copy_keeps_r_star_the_mask_drops() -> None:
     [
         (
             "0.28.0",
-            Config(
-                block=8,
-                hash_block=4,
-                partial_hits=True,
-                prompt=41,
-                max_sched=2,
-                lookahead=2,
-                drop=True,
-                retention=24,
-            ),
+            FINE_HITS_0_28,
             [*range(2, 41, 2), 41],
             24,
         ),
         *(
             (
                 version,
-                Config(block=4, prompt=9, max_sched=4, lookahead=2, hash_lookahead=2, retention=0),
+                TAIL_AT_R_STAR,
                 [4, 8, 9],
                 4,
             )

@@ -391,13 +391,9 @@ def boundary_column(cfg: Config, position: int) -> int:
 # from chunkproof.spec.slots
 def cacheable(cfg: Config, end: int) -> int:
     """Slot note 6 rule 3: the cacheable count c := e, or S*floor(e/S) when not fine, and
-    never past the tokens the request's block hashes cover: a hash block gets its hash once
-    its L_h following tokens exist, so h*floor((T - L_h)/h), T the tokens the request holds
-    (e itself for a decode step past the prefill; slot note 3; the real 0.33.0 manager keys no
-    block beyond it)."""
-    hashed = fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
+    never past the tokens the request's block hashes cover (:func:`hashed_tokens`)."""
     count = end if cfg.partial_hits else fl(end, cfg.sched_block)
-    return min(count, hashed)
+    return min(count, hashed_tokens(cfg, end))
 
 
 # from chunkproof.spec.slots
@@ -415,6 +411,15 @@ def crosses(cfg: Config, start: int, end: int) -> bool:
 def eagle_drop(cfg: Config) -> bool:
     """drop: the EAGLE block drop, forced off by hash lookahead (slot note 1)."""
     return cfg.drop and cfg.hash_lookahead == 0
+
+
+# from chunkproof.spec.slots
+def hashed_tokens(cfg: Config, end: int) -> int:
+    """Slot note 6 rule 3's bound: the tokens the request's block hashes cover. A hash block
+    gets its hash once its L_h following tokens exist, so h*floor((T - L_h)/h), T the tokens
+    the request holds (e itself for a decode step past the prefill; slot note 3; the real
+    0.33.0 manager keys no block beyond it)."""
+    return fl(max(cfg.tokens, end) - cfg.hash_lookahead, cfg.hash_block)
 
 
 # from chunkproof.spec.slots
