@@ -168,11 +168,11 @@ def test_a_real_prefill_with_a_junction_keys_the_oracles_live_claims(version: st
     """A request with a junction J (a hash-block end below T, as the attention group's hit
     gives it; the exact shared-prefix checkpoint S on where the release accepts it) computes
     random chunk ends through the release's own manager, J set on it as the waiting loop
-    sets it: the Mamba keys it leaves and the states their blocks hold are the oracle's live
-    claims (rule 7 keys J only where the request's hashes reach it). S only under the EAGLE
-    drop: the driver flags the drafter's attention group only then (``is_eagle_group=
-    cfg.drop``), and 0.33+'s manager turns S off without a flagged group (``eagle_group_ids``),
-    which real vLLM has under hash lookahead too."""
+    sets it; half of them end a chunk at J, as the split does under S. The Mamba keys it
+    leaves and the states their blocks hold are the oracle's live claims (rule 7 keys J only
+    where the request's hashes reach it). S is drawn wherever the release accepts it: with
+    the drop, or under hash lookahead, where 0.33+'s manager keeps it on because the
+    drafter's group stays flagged (``eagle_group_ids``)."""
     rng = random.Random(f"{SEED}-junction-{version}")
     policy, rules, root = policy_for_release(version), kv_rules(version), release_root(version)
     wrong, checked = [], 0
@@ -182,7 +182,7 @@ def test_a_real_prefill_with_a_junction_keys_the_oracles_live_claims(version: st
         if not ends_at:
             continue
         try:
-            exact = eagle_drop(cfg) and rng.random() < 0.5
+            exact = rng.random() < 0.5
             cfg = cfg.replace(junction=rng.choice(ends_at), exact_junction=exact)
         except ConfigError:
             continue
@@ -192,6 +192,8 @@ def test_a_real_prefill_with_a_junction_keys_the_oracles_live_claims(version: st
             continue
         checked += 1
         ends = draw_ends(rng, cfg.prompt)
+        if rng.random() < 0.5:
+            ends = sorted({*ends, cfg.junction})
         slots = TreeSlots(root, cfg, eagle_drop(cfg), 4 * cfg.prompt + 64)
         slots.request.shared_prefix_boundary = cfg.junction
         for start, end in pairwise([0, *ends]):

@@ -1509,7 +1509,9 @@ def kv_cache_config(
     checkpoint_blocks: int = 0,
 ) -> KvStub:
     """The cache config the scheduler's manager is built over for ``cfg``: attention block G
-    (the split block), EAGLE-flagged when the drop D is configured, Mamba block B ("align"
+    (the split block), flagged as holding the drafter's layers (``is_eagle_group``) when a
+    drafter exists: the drop D is configured or hash lookahead L_h > 0 (0.33 clears the drop
+    under L_h, yet the drafter's group stays flagged), Mamba block B ("align"
     mode, ``speculative_blocks`` blocks for speculative tokens, ``checkpoint_blocks`` prefill
     checkpoint blocks aligned on alpha), ``num_blocks`` blocks, retention interval R (read
     from the environment variable by 0.24-0.28, which is set here, and from the cache config
@@ -1531,7 +1533,12 @@ def kv_cache_config(
         prefill_checkpoint_alignment=cfg.checkpoint_alignment or None,
     )
     groups = [
-        KvStub("group", kv_cache_spec=attention, is_eagle_group=cfg.drop, role=None),
+        KvStub(
+            "group",
+            kv_cache_spec=attention,
+            is_eagle_group=cfg.drop or cfg.hash_lookahead > 0,
+            role=None,
+        ),
         KvStub("group", kv_cache_spec=mamba, is_eagle_group=False, role=None),
     ]
     return KvStub(
