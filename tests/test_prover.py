@@ -562,6 +562,37 @@ def test_minimality_across_cells_is_claimed_only_when_searched(
     assert "T is minimal in its cell only: 1 other violated cell(s)" in verdict["summary"]
 
 
+def test_a_violated_verdict_names_its_undecided_and_empty_cells(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0.34's P8 at B = 16 over hash blocks 16 and 8, checkpoints off and on: the partial hit
+    c0 = 8 breaks it (T = 9), the cell with partial hits and checkpoints is outside P8's scope,
+    and the solver is made to leave the cell of whole hits with checkpoints undecided. The
+    verdict is VIOLATED and its summary says both, so a reader does not take the other cells
+    for proved."""
+    real = prover.prove_cell
+
+    def undecided(model: Any, cell: Any, pid: str, *args: Any) -> prover.CellVerdict:
+        values = dict(cell.values)
+        if (values["hash_block"], values["checkpoint_alignment"]) == (16, 16):
+            return prover.CellVerdict(cell, pid, prover.UNKNOWN, "spacer", 0.0, "gave up")
+        return real(model, cell, pid, *args)
+
+    monkeypatch.setattr(prover, "prove_cell", undecided)
+    run = cli(
+        "prove", "vllm-latest", "--block", "16", "--hash-block", "G,G/2", "--checkpoints",
+        "both", "--checkpoint-alignment", "H", "--lookahead", "0", "--start", "0,hash",
+        "--prompt", "1-64", "--max-sched", "1-64", "--property", "P8", "--json", "--jobs", "1",
+        *SOLVER_ARGS, "--out", str(tmp_path),
+    )  # fmt: skip
+    (verdict,) = run.json()["verdicts"]
+    assert verdict["status"] == VIOLATED
+    assert (
+        "; 1 cell(s) undecided (gave up); 1 cell(s) hold no configuration in its scope ("
+        in (verdict["summary"])
+    )
+
+
 def test_a_cell_that_cannot_rank_before_the_best_is_not_minimised(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -319,6 +319,20 @@ def _scratch() -> Path:
     return Path(tempfile.mkdtemp(prefix="chunkproof-certificates-"))
 
 
+def _other_cells(
+    unknown: list[prover.CellVerdict], empty: list[prover.CellVerdict], within: str
+) -> str:
+    """What a VIOLATED verdict adds about its cells that are not violated and not proved: those
+    the solver left undecided (a violation may hide there too) and those that hold no
+    configuration (in the property's scope, ``within``)."""
+    parts = []
+    if unknown:
+        parts.append(f"{len(unknown)} cell(s) undecided ({unknown[0].detail})")
+    if empty:
+        parts.append(f"{len(empty)} cell(s) hold no configuration{within}")
+    return "; " + "; ".join(parts) if parts else ""
+
+
 def _proof_verdict(
     policy: Policy,
     space: Space,
@@ -360,6 +374,7 @@ def _proof_verdict(
             summary = (
                 f"violated in {len(violated)} of {len(cell_verdicts)} cells ({violated[0].detail})"
             )
+        summary += _other_cells(unknown, empty, within)
     elif unknown:
         status = UNKNOWN
         summary = f"{len(unknown)} of {len(cell_verdicts)} cells undecided: {unknown[0].detail}"
