@@ -1814,12 +1814,54 @@ class CachingPool(CountingPool):
     """:class:`CountingPool` that keeps what the cache code keys, as vLLM's prefix cache does:
     a block the code keys (a full block through the retention mask, or a partial tail) is found
     again under its group and the prefix its hash names (:func:`hash_identity`), also once no
-    request holds it (an evictable block, counted free). The pool hands out fresh blocks rather
-    than evicting, so an entry stays until the code itself drops or moves it."""
+    request holds it (an evictable block, counted free).
+
+    Its free blocks are vLLM's free queue (``BlockPool`` over ``FreeKVCacheBlockQueue``), in
+    eviction order: blocks 1 to N - 1 in id order at first; a new block is taken from the
+    front, its cache entries dropped (evicted); a block whose last reference goes is put at the
+    back, or at the front where the code frees it with ``prepend`` (0.23 on, uncached scratch
+    blocks), in the order the code frees them (the managers free a request's tail first); a
+    hit takes its free blocks out of the queue. So an entry stays until the code drops or moves
+    it or its block is handed out again."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.index: dict[tuple[int, bytes], PoolBlock] = {}
+        self.queue: list[PoolBlock] = [PoolBlock(i) for i in range(1, self.num_gpu_blocks)]
+        for block in self.queue:
+            block.ref_cnt = 0
+
+    def get_num_free_blocks(self) -> int:
+        return len(self.queue)
+
+    def get_new_blocks(self, num_blocks: int) -> list[PoolBlock]:
+        if num_blocks > len(self.queue):
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        taken, self.queue = self.queue[:num_blocks], self.queue[num_blocks:]
+        for block in taken:
+            self._maybe_evict_cached_block(block)
+            block.ref_cnt = 1
+        self.issued += num_blocks
+        self.free = len(self.queue)
+        return taken
+
+    def free_blocks(self, blocks: Sequence[PoolBlock], **order: Any) -> None:
+        freed = []
+        for block in blocks:
+            if not block.is_null:
+                block.ref_cnt -= 1
+                if block.ref_cnt == 0:
+                    freed.append(block)
+        self.queue = [*freed, *self.queue] if order.get("prepend") else [*self.queue, *freed]
+        self.free = len(self.queue)
+
+    def touch(self, blocks: Sequence[PoolBlock]) -> None:
+        for block in blocks:
+            if not block.is_null:
+                if block.ref_cnt == 0:
+                    self.queue.remove(block)
+                block.ref_cnt += 1
+        self.free = len(self.queue)
 
     def cache_full_blocks(self, **call: Any) -> None:
         super().cache_full_blocks(**call)
@@ -2275,8 +2317,8 @@ class TreePool:
     engine's settings (the groups of ``cfgs[0]``). Nothing is cached between them (no hits)
     unless ``caching``: then the pool is a :class:`CachingPool`, and :meth:`lookup` gives a
     waiting request the hit the tree's ``get_computed_blocks`` finds, which its admission
-    takes (the pool hands out fresh blocks, so a hit stands only where no block was handed
-    out since the blocks it names were freed: :attr:`CountingPool.issued` tells)."""
+    takes (the pool's free queue evicts in vLLM's order, so the hit is what is left after the
+    blocks handed out since; :attr:`CountingPool.issued` counts those)."""
 
     def __init__(
         self,
