@@ -1828,11 +1828,9 @@ class CachingPool(CountingPool):
         super().__init__(*args, **kwargs)
         self.index: dict[tuple[int, bytes], PoolBlock] = {}
         self.queue: list[PoolBlock] = [PoolBlock(i) for i in range(1, self.num_gpu_blocks)]
+        """The free blocks in eviction order (:attr:`CountingPool.free` is its length)."""
         for block in self.queue:
             block.ref_cnt = 0
-
-    def get_num_free_blocks(self) -> int:
-        return len(self.queue)
 
     def get_new_blocks(self, num_blocks: int) -> list[PoolBlock]:
         if num_blocks > len(self.queue):
