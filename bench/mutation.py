@@ -95,6 +95,7 @@ _SYSTEM_SELECTION = (
     "tests/test_loop_rules.py",
     "tests/test_scheduler_step.py",
     "tests/test_system_prove.py::test_the_symbolic_step_is_the_explicit_one_on_every_transition",
+    "tests/test_system_pool.py::test_the_symbolic_pool_step_is_the_explicit_one",
     "tests/test_adaptive_floor.py",
     "tests/test_system_counterexamples.py",
     "tests/test_schedule_composition.py",
@@ -109,7 +110,7 @@ SYSTEM = Catalogue(
         "spec/scheduler_trace.py",
     ),
     selection=_SYSTEM_SELECTION,
-    quick=_SYSTEM_SELECTION[:3],
+    quick=_SYSTEM_SELECTION[:4],
     canary=("spec/scheduler_loops.py", "        left = left - chunk[p]\n", "        left = left\n"),
 )
 """The scheduler step over several requests (``--catalogue system``): its loop rules, the
@@ -117,7 +118,8 @@ explicit and symbolic steps, S-LIVE, HOL and STARVE, and one instance's trace an
 selection: the scheduler step's tests, the repros and replay of the system counterexamples,
 the ``schedule()`` compositions read from the releases and the symbolic step (about 5 minutes
 per surviving mutant on two cores); the quick stage, the loop rules' and the step's tests
-and the symbolic step asked every transition of the explicit one (about 90 s).
+and the symbolic step asked every transition of the explicit one, without and with a pool
+(about 90 s).
 Canary: the running loop stops taking its chunks from the budget."""
 
 _POOL_SELECTION = (

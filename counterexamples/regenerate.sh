@@ -142,12 +142,17 @@ pick_system system-slive-shared-encoder-cache vllm-0.28 S-LIVE --block 1 --looka
 
 # vllm-0.28, two requests sharing the least KV block pool 0.28's start-up check accepts for
 # max_model_len 10 (4 blocks, the null block among them): T=9 is refused its last chunk even
-# alone, preempts itself at c=8 and starts again at 0, for ever (S-POOL, a lasso); 0.29 counts
-# the null block on top of its least pool, which serves it.
+# alone, preempts itself at c=8 and resumes at hit 0 (its blocks evicted), for ever (S-POOL, a
+# lasso; resumed at its hit 8 it is refused at every step, S-LIVE); 0.29 counts the null block
+# on top of its least pool, which serves it.
 pick_system system-s-pool-least-pool vllm-0.28 S-POOL --block 8 --lookahead 0 --drop off --prompt 3,9 --max-sched 8 --pool min
+# The same instance with nothing evicted (SPEC KV2 rule 5e): preempted at c=8, T=9 resumes at its
+# hit 8, where the release's own lookup finds it, and the pool refuses that admission at every
+# step (S-LIVE, a stall after a preemption).
+pick_system system-slive-resume-at-hit vllm-0.28 S-LIVE --block 8 --lookahead 0 --drop off --prompt 3,9 --max-sched 8 --pool min
 # vllm-0.33, two requests sharing a pool of 11 KV blocks, found by `chunkproof system vllm-0.33`'s
 # default pools: T=5 stops at c=3 inside its lookahead window (the single-request livelock,
 # 0 < T mod B < L) and keeps its blocks; T=6's last chunk then asks more than are free, so it
-# preempts itself and is admitted again to c=4, for ever (S-POOL, a lasso). Of the pools 2-32 only
+# preempts itself and resumes at hit 0, to c=4, for ever (S-POOL, a lasso). Of the pools 2-32 only
 # 11 does it: below, T=6 is not admitted beside T=5; above, its last chunk fits.
 pick_system system-s-pool-stuck-holder vllm-0.33 S-POOL --block 4 --lookahead 2 --drop off --prompt 5,6 --max-sched 8 --pool 2-32

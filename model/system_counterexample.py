@@ -34,18 +34,22 @@ from chunkproof.model.trace_file import (
     recorded_verdict,
 )
 
-SYSTEM_SCHEMA = "chunkproof.system-counterexample/4"
+SYSTEM_SCHEMA = "chunkproof.system-counterexample/5"
 """Version 2 adds the adaptive floor: the engine's ``long_prefill_token_threshold_adaptive``
 and each step's eligible count; a file of version 1 reads as one with the floor off. Version 3
 adds decoding requests (list ``decoding``: the prefill done, an encoder entry still
 referenced) and the tokens each one's decode step advanced (``decoded``); a file of an earlier
 version has none. Version 4 adds the KV block pool the requests share (the engine's
 ``kv_pool_blocks``, absent without one), which requests each step preempted (``preempted``)
-and, for a run that goes on for ever (S-POOL), the step its loop starts at (``loop``)."""
+and, for a run that goes on for ever (S-POOL), the step its loop starts at (``loop``).
+Version 5 (SPEC KV2 rule 5e): a preempted request keeps its c, and a waiting request with
+c > 0 records it (``computed``) and the hit it resumed at in the step (``hit``), its stages'
+c; a pooled file of version 4 resumed every preempted request at c = 0."""
 SYSTEM_SCHEMAS = (
     "chunkproof.system-counterexample/1",
     "chunkproof.system-counterexample/2",
     "chunkproof.system-counterexample/3",
+    "chunkproof.system-counterexample/4",
     SYSTEM_SCHEMA,
 )
 """The versions a reader accepts."""
@@ -60,8 +64,10 @@ class RequestStep:
     whether the step scheduled it (its code did not raise and its chunk passed the loop's zero
     test: a stage may have broken P0, and a chunk below 0 that no clamp caught is scheduled as
     it is, SPEC Q3), its stages at the budget a loop offered it (``None``: no loop reached it,
-    so it got nothing), and for a decoding request the tokens its decode step advanced c (0:
-    the running loop did not reach it)."""
+    so it got nothing), for a decoding request the tokens its decode step advanced c (0:
+    the running loop did not reach it), and for a waiting request with c > 0 in a pool (one
+    a step preempted) the hit it resumed at in this step (SPEC KV2 rule 5e: its stages run
+    from there; ``None`` for every other request)."""
 
     queue: str
     place: int
@@ -70,6 +76,12 @@ class RequestStep:
     stages: Step | None
     decoded: int = 0
     preempted: bool = False
+    hit: int | None = None
+
+    @property
+    def resumed(self) -> int:
+        """The c the request's step ran from: its resume hit, else its c."""
+        return self.c if self.hit is None else self.hit
 
     @property
     def chunk(self) -> int:
@@ -80,16 +92,19 @@ class RequestStep:
         head = {"list": self.queue, "place": self.place, "scheduled": self.scheduled}
         decoded = {"decoded": self.decoded} if self.queue == "decoding" else {}
         preempted = {"preempted": True} if self.preempted else {}
-        stages = self.stages.to_dict() if self.stages is not None else {"c": self.c}
-        return head | stages | decoded | preempted
+        stages = self.stages.to_dict() if self.stages is not None else {"c": self.resumed}
+        hit = {"computed": self.c, "hit": self.hit} if self.hit is not None else {}
+        return head | stages | decoded | preempted | hit
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestStep:
         stages = Step.from_dict(data) if "budget" in data else None
-        place, c, scheduled = int(data["place"]), int(data["c"]), bool(data["scheduled"])
+        place, scheduled = int(data["place"]), bool(data["scheduled"])
+        c = int(data.get("computed", data["c"]))
         decoded = int(data.get("decoded", 0))
         preempted = bool(data.get("preempted", False))
-        return cls(str(data["list"]), place, c, scheduled, stages, decoded, preempted)
+        hit = int(data["hit"]) if "hit" in data else None
+        return cls(str(data["list"]), place, c, scheduled, stages, decoded, preempted, hit)
 
 
 @dataclass(frozen=True)

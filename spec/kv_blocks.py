@@ -531,9 +531,12 @@ def shared_asked(cfg: Config, start: int, end: int, max_model_len: int) -> int:
 def leaves_stale(cfg: Config, start: int, end: int) -> int:
     """KV2 rule 5a: 1 when the chunk [start, end) leaves a stale state block, that is a later
     chunk that ends in a later Mamba block than the chunk before it (rule 2's new state
-    block), else 0."""
+    block), else 0. The first chunk at a hit on the Mamba grid (rule 5e's resume) leaves the
+    hit's state block stale: it ends in a later block."""
     if start == 0:
         return 0
+    if at_hit(cfg, start):
+        return 1
     return mamba_new_blocks(cfg, start, end)
 
 
@@ -546,8 +549,11 @@ def admission_gate(cfg: Config, max_model_len: int) -> int:
     """KV2 rule 5b, 0.23 on: the waiting loop admits a request only if the whole sequence
     fits (``full_sequence_must_fit``, on by default: ``scheduler_reserve_full_isl``): every
     attention block of its min(T, max_model_len) tokens, no lookahead slots, and S + 1 Mamba
-    blocks (the Mamba manager caps a first allocation there)."""
-    return cdiv(min(cfg.prompt, max_model_len), cfg.split_block) + cfg.lookahead + 1
+    blocks (the Mamba manager caps a first allocation there). Admitted at a hit (c0 > 0, rule
+    5e) it counts the hit's state block too: cached and free, so the test counts it, on top of
+    the S + 1 cap (read from each release's manager, 0.23 on)."""
+    hit = 1 if cfg.start > 0 else 0
+    return cdiv(min(cfg.prompt, max_model_len), cfg.split_block) + cfg.lookahead + 1 + hit
 
 
 # -- the rules per release ------------------------------------------------------------------

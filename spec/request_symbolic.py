@@ -115,11 +115,14 @@ class SymbolicRequest:
         window: str = props.DEFAULT_WINDOW,
         main: bool = True,
         constants: dict[str, Any] | None = None,
+        symbolic: tuple[str, ...] = (),
     ) -> None:
         """``main``: the constraint excludes SPEC CLI's degenerate region (the verdicts' main
         category); the scheduler step, which judges every configuration, passes False.
         ``constants``: every input the cell does not fix, as a constant (:meth:`at_config`);
-        the model then ranges over nothing and its constraint is true."""
+        the model then ranges over nothing and its constraint is true. ``symbolic``: inputs
+        kept symbols even where the range fixes them (the pooled step puts a resume hit in
+        place of c0)."""
         self.policy, self.cell, self.budget, self.window = policy, cell, budget, window
         self.main = main
         if constants is not None:
@@ -134,7 +137,7 @@ class SymbolicRequest:
                 name = _item_symbol(index, part)
                 self.symbols[name] = z3.Int(name)
         self._build(self.symbols)
-        fixed = self._fixed()
+        fixed = {n: v for n, v in self._fixed().items() if n not in symbolic}
         if fixed:
             self._build({**self.symbols, **fixed})
         self.parameters = [t for n, t in self.symbols.items() if n not in fixed]

@@ -229,13 +229,16 @@ class Ledger:
     def waiting(self, p: int, c: Any, chunk: Any, taken: Any) -> tuple[Any, Any]:
         """Rule 5b: the waiting request at ``p`` is admitted when the admission test's blocks
         for its whole sequence and its chunk's blocks are each at most the free blocks; a
-        refusal ends the waiting loop. (granted, refused)."""
+        refusal ends the waiting loop. An admission at a hit (rule 5e, ``c`` the hit) leaves
+        the hit's state block stale. (granted, refused)."""
         ops = self.ops
         free = self.free()
         ask = self._asked(p, c, chunk)
         refused = ops.all_(taken, ops.any_(self.pool.gate(p) > free, ask > free))
         granted = ops.all_(taken, ops.not_(refused))
         self.holding[p] = ops.where(granted, ask, self.holding[p])
+        leaves = self.pool.leaves_stale(p, c, c + chunk)
+        self.stale[p] = ops.where(granted, leaves, self.stale[p])
         return granted, refused
 
     def _asked(self, p: int, c: Any, chunk: Any) -> Any:
@@ -380,7 +383,7 @@ def stalled(ops: Ops, done: Outcome) -> Any:
     successor; a chunk below 0 (a P0 breach no clamp caught) moves c back, no progress
     either. Stage values outside their range do not stop the judgement: the release schedules
     what its code gives. A step that preempts a request changes the state (the request waits
-    again at c0), so it is no stall either (:class:`Ledger`)."""
+    again), so it is no stall either (:class:`Ledger`)."""
     preempted = done.ledger.out if done.ledger is not None else []
     return ops.all_(
         ops.not_(done.crashed),
@@ -424,17 +427,21 @@ def settle(
     end: Any,
     held_at: Callable[[Any], Any],
     preempted: Any = False,
-    start: Any = 0,
+    resumed: Any = None,
 ) -> Settled:
     """Where a request is after a step that gave it ``taken`` tokens (its chunk, or a decoding
     request's decode advance) (history note 6; :data:`DECODING`): at c + taken >= E it has
     done its prefill, and is decoding while its entries still reference an item at that c
     (``held_at(c + taken)`` > 0, the entries its step left), else finished, at c = E (its
     later decode steps are part of the rest of M). Otherwise a running or admitted request is
-    running, a waiting one waits. A request the step preempted (it took nothing) waits at the
-    head of the queue, back at ``start`` (``_preempt_request``: num_computed_tokens = 0; the
-    pool's requests are fresh, c0 = 0)."""
-    after = c + taken
+    running, a waiting one waits. A request the waiting loop admitted ran from ``resumed``
+    (its hit, SPEC KV2 rule 5e; ``None``: c). A request the step preempted (it took nothing)
+    waits at the head of the queue and keeps its c, the tokens it computed, whose blocks the
+    prefix cache may still hold (``_preempt_request`` sets num_computed_tokens = 0; its next
+    admission starts from the hit the lookup then finds, rule 5e); a waiting request the
+    step did not admit keeps its c too."""
+    start = c if resumed is None else ops.where(admitted, resumed, c)
+    after = start + taken
     done = after >= end
     freed = ops.all_(done, held_at(after) <= 0)
     in_list = ops.any_(phase == RUNNING, phase == DECODING, admitted)
@@ -448,5 +455,5 @@ def settle(
         2,
         ops.where(freed, 4, ops.where(admitted, 1, ops.where(in_list, 0, 3))),
     )
-    c_after = ops.where(preempted, start, ops.where(freed, end, after))
+    c_after = ops.where(freed, end, after)
     return Settled(new_phase, c_after, group)

@@ -76,9 +76,12 @@ history note sections 6 and 10). The second model behind
   :mod:`~chunkproof.spec.scheduler_loops`).
 * KV block pool (``blocks``, ``chunkproof system --pool``; SPEC KV2 rule 5): the requests of
   an instance share a pool of N blocks. Each chunk asks for its blocks; a running request the
-  pool refuses preempts the last of the running list, or itself, which waits again at c = 0
-  (so a cycle of states need not be a self-loop); the waiting loop runs only in a step that
-  preempted nothing and admits behind the release's test for the whole sequence
+  pool refuses preempts the last of the running list, or itself, which waits again keeping its
+  c; each time the waiting loop reaches it, it resumes at a hit the environment picks (rule
+  5e: any on its grid B_s up to min(c, T - 1), 0 included; an action carries the choice), as
+  a request admitted at that hit (rule 2d), so a cycle of states need not be a self-loop; the
+  waiting loop runs only in a step that preempted nothing and admits behind the release's
+  test for the whole sequence
   (:class:`~chunkproof.spec.scheduler_loops.Ledger`). A row then carries each request's stale
   bit (:data:`FIELDS`), and S-POOL, judged on the whole explored graph
   (:attr:`SchedulerStepModel.cycle_properties`), asks that no run offered M at every step goes
@@ -201,6 +204,14 @@ below 2^4 (:func:`make_scheduler_batch` refuses more)."""
 MAX_DECODE_POSITIONS = 4
 """The most positions whose decode advances an action holds (the bits left in an int64)."""
 
+HIT_DIGIT = 9
+"""Bits per position of a pooled action's resume hits (:func:`hit_code`): the hit's index on
+its request's grid B_s, below 2^9. A pooled action has no eligible count or decode advances,
+so its hits take their place: ``budget + ACTION_STRIDE * code``."""
+
+MAX_HIT_POSITIONS = 4
+"""The most positions whose resume hits a pooled action holds (the bits left in an int64)."""
+
 
 def action_of(budget: Any, eligible: Any) -> Any:
     """The explicit model's action for (b, eligible) without decode advances
@@ -220,6 +231,22 @@ def decode_code(advance: np.ndarray) -> np.ndarray:
     shifts = DECODE_DIGIT * np.arange(advance.shape[1], dtype=np.int64)
     code: np.ndarray = (advance << shifts).sum(axis=1)
     return code
+
+
+def hit_code(index: np.ndarray) -> np.ndarray:
+    """The resume hits of lanes (per lane and position, each the hit's index on its grid) as
+    one integer per lane, a digit of :data:`HIT_DIGIT` bits per position."""
+    shifts = HIT_DIGIT * np.arange(index.shape[1], dtype=np.int64)
+    code: np.ndarray = (index << shifts).sum(axis=1)
+    return code
+
+
+def hit_indices(action: int, k: int) -> tuple[int, ...]:
+    """Per position, the resume hit's index on its grid of a pooled action
+    (:func:`hit_code`)."""
+    code = int(action) // ACTION_STRIDE
+    mask = (1 << HIT_DIGIT) - 1
+    return tuple((code >> (HIT_DIGIT * p)) & mask for p in range(k))
 
 
 def decode_advances(action: int, k: int) -> tuple[int, ...]:
@@ -314,13 +341,17 @@ class RequestRows:
     """The requests of a batch's instances, row ``instance * k + label``, in parts that each
     agree on :func:`batch_key` (a request with encoder items and one without cannot share a
     :class:`Batch`: its items are a tuple of one length): row r is entry ``local[r]`` of
-    ``parts[part[r]]``; ``start`` and ``end`` are c0 and E per row."""
+    ``parts[part[r]]``; ``start`` and ``end`` are c0 and E per row, ``grid`` its B_s (the
+    grid a resume hit lies on) and ``hit_cap`` T - 1 (the longest hit the lookup gives:
+    SPEC KV2 rule 5e)."""
 
     parts: list[Batch]
     part: np.ndarray
     local: np.ndarray
     start: np.ndarray
     end: np.ndarray
+    grid: np.ndarray
+    hit_cap: np.ndarray
 
     @classmethod
     def of(cls, configs: Sequence[Config]) -> RequestRows:
@@ -336,7 +367,9 @@ class RequestRows:
             local[rows] = np.arange(len(rows))
             start[rows], end[rows] = batch.start, batch.end
             parts.append(batch)
-        return cls(parts, part, local, start, end)
+        grid = np.array([cfg.sched_block for cfg in configs], dtype=np.int64)
+        hit_cap = np.array([cfg.tokens - 1 for cfg in configs], dtype=np.int64)
+        return cls(parts, part, local, start, end, grid, hit_cap)
 
 
 @dataclass
@@ -404,6 +437,13 @@ def make_scheduler_batch(
         raise ConfigError("scheduler step: too many instances or tokens for an int64 key")
     encoder = np.array([shared_encoder(group) for group in instances], dtype=np.int64)
     pool = np.array(blocks if blocks is not None else [0] * len(instances), dtype=np.int64)
+    if int(pool.max()) > 0:
+        hits = requests.hit_cap // requests.grid
+        if k > MAX_HIT_POSITIONS or int(hits.max()) >= 1 << HIT_DIGIT:
+            raise ConfigError(
+                f"--pool: the explicit model takes at most {MAX_HIT_POSITIONS} requests with a "
+                f"pool, each with fewer than {1 << HIT_DIGIT} blocks of B_s in its prompt"
+            )
     model_len = np.array([pool_model_len(group) for group in instances], dtype=np.int64)
     return SchedulerBatch(
         instances, k, requests, klass, whole, theta, radix, items, encoder, margin, pool, model_len
@@ -559,10 +599,14 @@ class SchedulerStepModel:
 
     def successors(self, batch: SchedulerBatch, states: np.ndarray) -> Transitions:
         """Every budget 1..M at every state, with the adaptive floor each with every eligible
-        count of :func:`eligible_choices` (module docstring)."""
+        count of :func:`eligible_choices`, with a pool each with every choice of resume hits
+        (:meth:`resume_choices`) (module docstring)."""
         counts = batch.whole[states[:, 0]]
         source = np.repeat(np.arange(len(states)), counts)
         budget = 1 + _offsets(counts)
+        if self.pooled:
+            lane, index = self.resume_choices(batch, states[source])
+            return self.step(batch, states, source[lane], budget[lane], hits=index)
         if not self.adaptive:
             return self.step(batch, states, source, budget)
         inst = states[source, 0]
@@ -578,6 +622,28 @@ class SchedulerStepModel:
         eligible = flat[(np.cumsum(sizes) - sizes)[which[lane]] + _offsets(sizes[which])]
         return self.step(batch, states, source[lane], budget[lane], eligible)
 
+    def resume_choices(
+        self, batch: SchedulerBatch, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """SPEC KV2 rule 5e, the environment's choice of resume hits: per state of ``rows``,
+        each waiting request at c > 0 (preempted: a pooled request is fresh) resumes at any
+        hit h on its grid B_s with h <= min(c, T - 1), 0 included (its blocks evicted); every
+        other request at its c. The lanes each choice belongs to, and per lane and position
+        the hit's index on its request's grid (0: no hit), the largest hit first: a witness
+        then resumes where the lookup finds a request's blocks when none was evicted."""
+        label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(3))
+        request_rows = batch.rows(rows[:, 0], label)
+        grid = batch.requests.grid[request_rows]
+        top = np.minimum(c, batch.requests.hit_cap[request_rows]) // grid
+        choices = np.where((phase == WAITING) & (c > 0), top + 1, 1)
+        lane = np.repeat(np.arange(len(rows)), choices.prod(axis=1))
+        digits = _offsets(choices.prod(axis=1))
+        index = np.zeros((len(lane), batch.k), dtype=np.int64)
+        for p in range(batch.k):
+            digits, digit = np.divmod(digits, choices[lane, p])
+            index[:, p] = choices[lane, p] - 1 - digit
+        return lane, index
+
     def stages(
         self,
         batch: SchedulerBatch,
@@ -585,13 +651,15 @@ class SchedulerStepModel:
         c: np.ndarray,
         budget: np.ndarray,
         shared: np.ndarray,
+        start: np.ndarray | None = None,
     ) -> Got:
         """The policy's stages for the requests ``rows`` at (c, budget) (SPEC S3), ``budget``
         the budget left capped by theta_eff (the cap stage is then min(T - c, theta_eff,
         left), history note 6). A request with encoder items sees the engine's (C, b0)
         (:func:`shared_encoder`) less the ``shared`` embeddings the other requests' entries
         reference, and gives the items its call encodes through
-        (:mod:`chunkproof.model.encoder_items`)."""
+        (:mod:`chunkproof.model.encoder_items`). ``start`` (per lane) replaces the requests'
+        c0: a pooled request resumed at a hit is admitted there (rule 5e)."""
         requests = batch.requests
         kinds = (np.int64, np.int64, bool, bool, np.int64)
         got = Got(*(np.zeros(len(rows), dtype=t) for t in kinds))
@@ -601,6 +669,8 @@ class SchedulerStepModel:
             if not len(mine):
                 continue
             view = part.view(requests.local[rows[mine]])
+            if start is not None:
+                view.start = start[mine]
             if part.items:
                 view.encoder_cache, view.encoder_budget = batch.encoder[rows[mine] // batch.k].T
                 view.encoder_shared = shared[mine]
@@ -637,10 +707,13 @@ class SchedulerStepModel:
         source: np.ndarray,
         budget: np.ndarray,
         eligible: np.ndarray | None = None,
+        hits: np.ndarray | None = None,
     ) -> Transitions:
-        """The transitions (states[source], budget, eligible): Next (:func:`~chunkproof.spec.
-        scheduler_loops.schedule_step` over lanes) and every property; ``eligible`` is the
-        environment's count under the adaptive floor, ``None`` without it. Each decoding
+        """The transitions (states[source], budget, eligible, hits): Next (:func:`~chunkproof.
+        spec.scheduler_loops.schedule_step` over lanes) and every property; ``eligible`` is the
+        environment's count under the adaptive floor, ``None`` without it; ``hits`` (with a
+        pool) each waiting request's resume hit as its index on its grid (rule 5e,
+        :meth:`resume_choices`): the loops see it at that c, admitted at that hit. Each decoding
         request the running loop reached advances its c by any of 1..its free margin (the
         accepted tokens its decode step computed, the environment's choice; more is what the
         margin gives, all its items freed), one the loop did not reach by 0: one transition per
@@ -652,9 +725,14 @@ class SchedulerStepModel:
         ops = numpy_ops(len(rows))
         phases = list(phase.T)
         held = self._held(batch, request_rows)
-        pool = self._pool(batch, request_rows, inst, stale) if self.pooled else None
-        stages = self._at(batch, request_rows)
-        at = Positions(phases, list(c.T), list(e.T), stages, held, pool)
+        begin, resumed = None, c
+        if hits is not None:
+            waiting = phase == WAITING
+            resumed = np.where(waiting, hits * batch.requests.grid[request_rows], c)
+            begin = np.where(waiting, resumed, batch.requests.start[request_rows])
+        pool = self._pool(batch, request_rows, inst, stale, begin) if self.pooled else None
+        stages = self._at(batch, request_rows, begin)
+        at = Positions(phases, list(resumed.T), list(e.T), stages, held, pool)
         cap = self._cap(ops, batch, inst, phases, budget, eligible)
         done = schedule_step(ops, at, budget, cap, self.max_seqs, self.rules)
         chunk, admitted = np.stack(done.chunk, axis=1), np.stack(done.admitted, axis=1)
@@ -685,6 +763,11 @@ class SchedulerStepModel:
             out = [np.asarray(o, dtype=bool) for o in done.ledger.out]
             stale_after = [np.asarray(v, dtype=np.int64) for v in done.ledger.stale]
             record |= {f"preempted{p}": out[p] for p in range(batch.k)}
+        if hits is not None:
+            record |= {
+                f"hit{p}": np.where(phase[:, p] == WAITING, resumed[:, p], 0)
+                for p in range(batch.k)
+            }
         record["left"] = np.asarray(done.left)
         lane, advance = self._advances(batch, request_rows, c, decoded)
         encoded = np.stack(done.encoded, axis=1)[lane]
@@ -698,7 +781,6 @@ class SchedulerStepModel:
                 return held_after(p, at_c, encoded[:, p])
 
             end = batch.requests.end[request_rows[lane, p]]
-            start = batch.requests.start[request_rows[lane, p]]
             places.append(
                 settle(
                     lanes,
@@ -709,7 +791,7 @@ class SchedulerStepModel:
                     end,
                     held_at,
                     out[p][lane],
-                    start,
+                    resumed[lane, p],
                 )
             )
         new_phase, after, group = (np.stack(column, axis=1) for column in zip(*places, strict=True))
@@ -720,6 +802,8 @@ class SchedulerStepModel:
         record = {name: values[lane] for name, values in record.items()}
         record |= {f"decoded{p}": advance[:, p] for p in range(batch.k)}
         action = budget if eligible is None else action_of(budget, eligible)
+        if hits is not None:
+            action = budget + ACTION_STRIDE * hit_code(hits)
         return Transitions(
             source=source[lane],
             action=action[lane] + DECODE_STRIDE * decode_code(advance),
@@ -748,14 +832,17 @@ class SchedulerStepModel:
         advance = np.where(decoded[lane], advance + 1, 0)
         return lane, advance
 
-    def _at(self, batch: SchedulerBatch, rows: np.ndarray) -> Stages:
+    def _at(self, batch: SchedulerBatch, rows: np.ndarray, begin: np.ndarray | None) -> Stages:
         """The policy's step of the request at a position, over the lanes ``where`` marks
-        (zeros elsewhere): :data:`~chunkproof.spec.scheduler_loops.Stages` over NumPy."""
+        (zeros elsewhere), each request admitted at its entry of ``begin`` (per lane and
+        position; ``None``: its c0): :data:`~chunkproof.spec.scheduler_loops.Stages` over
+        NumPy."""
 
         def at(p: int, c: np.ndarray, offer: np.ndarray, where: np.ndarray, shared: Any) -> Got:
             sel = np.flatnonzero(where)
             others = np.broadcast_to(np.asarray(shared, dtype=np.int64), where.shape)[sel]
-            got = self.stages(batch, rows[sel, p], c[sel], offer[sel], others)
+            start = None if begin is None else begin[sel, p]
+            got = self.stages(batch, rows[sel, p], c[sel], offer[sel], others, start)
             full = [np.zeros(len(where), dtype=a.dtype) for a in got]
             for whole, part in zip(full, got, strict=True):
                 whole[sel] = part
@@ -785,11 +872,18 @@ class SchedulerStepModel:
         return held
 
     def _pool(
-        self, batch: SchedulerBatch, rows: np.ndarray, inst: np.ndarray, stale: np.ndarray
+        self,
+        batch: SchedulerBatch,
+        rows: np.ndarray,
+        inst: np.ndarray,
+        stale: np.ndarray,
+        begin: np.ndarray | None,
     ) -> Pool:
         """The KV block pool of the lanes' instances (SPEC KV2 rule 5), the release's rules
         (:func:`~chunkproof.spec.kv_blocks.pool_rules`) evaluated per position over the lanes'
-        requests: :class:`~chunkproof.spec.scheduler_loops.Pool` over NumPy."""
+        requests, each admitted at its entry of ``begin`` (a resume hit, rule 5e, where the
+        rules ask it as rule 2d's hit; ``None``: its c0): :class:`~chunkproof.spec.
+        scheduler_loops.Pool` over NumPy."""
         rules = pool_rules(self.policy.kv_release)
         model_len = batch.model_len[inst]
         requests = batch.requests
@@ -800,6 +894,8 @@ class SchedulerStepModel:
                 mine = np.flatnonzero(requests.part[rows[:, p]] == index)
                 if len(mine):
                     view = part.view(requests.local[rows[mine, p]])
+                    if begin is not None:
+                        view.start = begin[mine, p]
                     lanes = [np.broadcast_to(a, out.shape)[mine] for a in args]
                     out[mine] = _subset(function, [view, *lanes])
             return out
@@ -857,7 +953,10 @@ POOL_FIXED = (
     "the KV block pool: every request fresh (c0 = 0, no hit), no encoder items, no internal "
     "checkpoints, no tail copies; max_model_len the instance's longest prompt + 1; watermark "
     "0; no KV connector; FCFS",
-    "a preempted request finds none of its blocks cached again: it resumes at c = 0",
+    "a preempted request keeps its c; each time the waiting loop reaches it, it resumes at "
+    "any hit on its grid B_s up to min(c, T - 1), or at 0 (its blocks evicted), whether or "
+    "not the release's lookup would find that one (SPEC KV2 rule 5e); no fine (partial) hit "
+    "at a resume",
     "every request arrives at the first step and leaves at its prefill's end (max_tokens 1)",
 )
 """What the scheduler step fixes beyond each request's step when its requests share a KV block

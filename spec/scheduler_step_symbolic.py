@@ -52,8 +52,11 @@ K = 2 or 3 requests and one proof cell (SPEC N1). The third model behind
   request's state gets its stale flag; N is a parameter, one of the sizes given and at least
   the release's start-up minimum; ``max_model_len`` is the longest prompt + 1; each request
   lies inside rule 5's scope (:meth:`SymbolicSchedulerStep._pool_constraint`); the loops run
-  the same :class:`~chunkproof.spec.scheduler_loops.Ledger` over Z3 terms, and a preempted
-  request waits again at c0 (group 2 of ``settle``). Cells with encoder items are outside it.
+  the same :class:`~chunkproof.spec.scheduler_loops.Ledger` over Z3 terms; a preempted
+  request waits again keeping its c (group 2 of ``settle``), and the action sets each
+  request's resume hit (rule 5e: on its grid B_s up to min(c, T - 1) for a waiting request at
+  c > 0, else 0), at which the loops see it and the rules ask it as at a hit (c0 stays a
+  symbol of the translation for that). Cells with encoder items are outside it.
 * Properties: P0, S-LIVE, HOL, STARVE on a transition, with the predicates of
   :mod:`chunkproof.spec.system_properties` (S-LIVE and STARVE are about a self-loop, which that
   module shows is every cycle of this model without a pool, so they too are transition
@@ -242,8 +245,15 @@ class SymbolicSchedulerStep:
         some request carries items and the encoder call has a free margin rule (a margin
         that is 0 keeps every advance 0)."""
         patterns = list(dict.fromkeys(cell.layouts))
+        kept = ("start",) if self.pooled else ()
         self.templates = [
-            SymbolicRequest(policy, dataclasses.replace(cell.engine, layout=p), None, main=False)
+            SymbolicRequest(
+                policy,
+                dataclasses.replace(cell.engine, layout=p),
+                None,
+                main=False,
+                symbolic=kept,
+            )
             for p in patterns
         ]
         self.pattern = [patterns.index(layout) for layout in cell.layouts]
@@ -267,6 +277,7 @@ class SymbolicSchedulerStep:
         self.whole = as_term(view.max_sched)
         self.starts = [self.of(i, self._template(i).view.start) for i in range(k)]
         self.ends = [self.of(i, self._template(i).end) for i in range(k)]
+        self.grids = [as_term(self.of(i, self._template(i).view.sched_block)) for i in range(k)]
         self.tokens = [self.of(i, self._template(i).view.tokens) for i in range(k)]
         self.constraint = z3.And(
             *[self.of(i, self._template(i).constraint) for i in range(k)], self._share_encoder()
@@ -343,14 +354,17 @@ class SymbolicSchedulerStep:
 
     # -- the policy at one position -------------------------------------------------------------
 
-    def _at(self, here: Sequence[Any], c: Any, budget: Any, shared: Any) -> Got:
+    def _at(
+        self, here: Sequence[Any], c: Any, budget: Any, shared: Any, begin: Sequence[Any] | None
+    ) -> Got:
         """The stages of the request at a position (``here[i]``: request i is there) at
         (c, budget) with ``shared`` embeddings of the others' entries referenced: each
         pattern's translation with each request constant chosen by ``here``, then the
-        pattern of the request there."""
+        pattern of the request there; request i admitted at ``begin[i]`` (``None``: its
+        c0)."""
         return Got(
             *_choose(
-                self._by_pattern(here),
+                self._by_pattern(here, begin),
                 [self._got(template, c, budget, shared) for template in self.templates],
             )
         )
@@ -360,24 +374,33 @@ class SymbolicSchedulerStep:
         values = [self._held(template, c, e) for template in self.templates]
         return _choose(self._by_pattern(here), [[v] for v in values])[0]
 
-    def _by_pattern(self, here: Sequence[Any]) -> list[tuple[Any, list[tuple[Any, Any]]]]:
+    def _by_pattern(
+        self, here: Sequence[Any], begin: Sequence[Any] | None = None
+    ) -> list[tuple[Any, list[tuple[Any, Any]]]]:
         """Per pattern: whether the request at the position carries it, and its template's own
-        constants chosen among its requests' by ``here``."""
+        constants chosen among its requests' by ``here``; c0 (``start``) replaced by request
+        i's ``begin[i]`` where given (a resume hit, SPEC KV2 rule 5e)."""
         out = []
         for index in range(len(self.templates)):
             members = [i for i in range(self.k) if self.pattern[i] == index]
             where = [here[i] for i in members]
-            chosen = [
-                (template, _pick(where, [self.renaming[i][n][1] for i in members]))
-                for n, (template, _) in enumerate(self.renaming[members[0]])
-            ]
+            chosen = []
+            for n, (template, _) in enumerate(self.renaming[members[0]]):
+                own = [self.renaming[i][n][1] for i in members]
+                if begin is not None and str(template) == "start":
+                    own = [begin[i] for i in members]
+                chosen.append((template, _pick(where, own)))
             out.append((z3.Or(*where), chosen))
         return out
 
-    def _alone(self, i: int, c: Any, budget: Any, shared: Any) -> Got:
-        """Request ``i``'s stages at (c, budget) with ``shared`` embeddings referenced."""
+    def _alone(self, i: int, c: Any, budget: Any, shared: Any, begin: Any = None) -> Got:
+        """Request ``i``'s stages at (c, budget) with ``shared`` embeddings referenced,
+        admitted at ``begin`` (``None``: its c0)."""
         got = self._got(self._template(i), c, budget, shared)
-        return Got(*[self.of(i, term) for term in got])
+        terms = [self.of(i, term) for term in got]
+        if begin is not None:
+            terms = [z3.substitute(as_term(t), (self.starts[i], as_term(begin))) for t in terms]
+        return Got(*terms)
 
     def _got(self, template: SymbolicRequest, c: Any, budget: Any, shared: Any) -> Got:
         """One template's stages at (c, budget, shared): chunk, split, P0's breach and the
@@ -427,18 +450,21 @@ class SymbolicSchedulerStep:
             return 0
         return template.call(rules.margin, [template.view])
 
-    def _pool_at(self, here: Sequence[Any], stale: Sequence[Any]) -> Pool | None:
+    def _pool_at(
+        self, here: Sequence[Any], stale: Sequence[Any], begin: Sequence[Any] | None
+    ) -> Pool | None:
         """With a KV block pool, the pool the positions share (``here[p][i]``: request i is at
         position p): each rule of rule 5 (:func:`~chunkproof.spec.kv_blocks.held_in_list`,
         ``shared_asked``, ``leaves_stale`` and the release's admission test) translated once
-        per template and chosen as :meth:`_at` chooses the stages."""
+        per template and chosen as :meth:`_at` chooses the stages, request i admitted at
+        ``begin[i]`` (rule 5e)."""
         if not self.pooled:
             return None
         rules = self.pool_rules
 
         def value(p: int, func: Any, *args: Any) -> Any:
             values = [[template.call(func, [template.view, *args])] for template in self.templates]
-            return _choose(self._by_pattern(here[p]), values)[0]
+            return _choose(self._by_pattern(here[p], begin), values)[0]
 
         return Pool(
             self.blocks,
@@ -473,13 +499,18 @@ class SymbolicSchedulerStep:
         k = self.k
         phase, c, rank, e, stale = self.fields(state)
         here = [[rank[i] == p for i in range(k)] for p in range(k)]
+        resumed, begin = list(c), None
+        if self.pooled:
+            hits = self._hits(action)
+            resumed = [z3.If(phase[i] == WAITING, hits[i], c[i]) for i in range(k)]
+            begin = [z3.If(phase[i] == WAITING, hits[i], self.starts[i]) for i in range(k)]
         at = Positions(
             [_pick(here[p], phase) for p in range(k)],
-            [_pick(here[p], c) for p in range(k)],
+            [_pick(here[p], resumed) for p in range(k)],
             [_pick(here[p], e) for p in range(k)],
-            lambda p, c_p, offer, where, shared: self._at(here[p], c_p, offer, shared),
+            lambda p, c_p, offer, where, shared: self._at(here[p], c_p, offer, shared, begin),
             lambda p, c_p, e_p: self._held_at(here[p], c_p, e_p),
-            self._pool_at(here, stale),
+            self._pool_at(here, stale, begin),
         )
         b = action[0]
         cap = theta_cap(Z3_OPS, phase, b, self.whole, self.theta, self._eligible(action))
@@ -495,13 +526,15 @@ class SymbolicSchedulerStep:
         if done.ledger is not None:
             out = [_pick(mine[i], done.ledger.out) for i in range(k)]
             kept = [_pick(mine[i], done.ledger.stale) for i in range(k)]
-        target = self._arrange(state, taken, got_admitted, got_encoded, out, kept)
+        target = self._arrange(state, taken, got_admitted, got_encoded, out, kept, resumed)
         still = stalled(Z3_OPS, done)
         each = Positions(
             phase,
-            c,
+            resumed,
             e,
-            lambda i, c_i, offer, where, shared: self._alone(i, c_i, offer, shared),
+            lambda i, c_i, offer, where, shared: self._alone(
+                i, c_i, offer, shared, None if begin is None else begin[i]
+            ),
             lambda i, c_i, e_i: self.of(i, self._held(self._template(i), c_i, e_i)),
         )
         alone = alone_fit(Z3_OPS, each, cap(b), z3.BoolVal(True))
@@ -521,6 +554,10 @@ class SymbolicSchedulerStep:
         """The eligible count the action sets with the adaptive floor, else ``None``."""
         return action[1] if self.adaptive else None
 
+    def _hits(self, action: list[Any]) -> list[Any]:
+        """Each request's resume hit the action sets (with a pool, rule 5e)."""
+        return action[1 : 1 + self.k]
+
     def _advance(self, action: list[Any], i: int) -> Any:
         """Request ``i``'s decode advance the action sets (0 in a cell whose requests never
         decode: :attr:`decodes`)."""
@@ -534,12 +571,13 @@ class SymbolicSchedulerStep:
         encoded: list[Any],
         preempted: list[Any],
         stale: list[Any],
+        resumed: list[Any],
     ) -> list[Any]:
         """The next state (``SchedulerStepModel.step`` and ``arrange``): each request where
         :func:`~chunkproof.spec.scheduler_loops.settle` puts it after ``taken`` tokens (its
-        chunk, or its decode advance) or its preemption (back at c0), e 0 once finished, its
-        stale flag kept only in the running list, and the ranks sorted by (group, old
-        rank)."""
+        chunk from ``resumed``, or its decode advance) or its preemption (keeping its c), e 0
+        once finished, its stale flag kept only in the running list, and the ranks sorted by
+        (group, old rank)."""
         k = self.k
         phase, c, rank, _, _ = self.fields(state)
         keys = []
@@ -558,7 +596,7 @@ class SymbolicSchedulerStep:
                 self.ends[i],
                 held_at,
                 as_term(preempted[i]),
-                self.starts[i],
+                resumed[i],
             )
             rows.append([place.phase, place.c, None, z3.If(place.phase == FINISHED, 0, encoded[i])])
             if self.pooled:
@@ -575,11 +613,13 @@ class SymbolicSchedulerStep:
         return [z3.Int(f"{name}_{part}{i}") for i in range(self.k) for part in names]
 
     def action(self, name: str) -> list[Any]:
-        """The budget b, with the adaptive floor the eligible count n, and where a request
-        can decode (:attr:`decodes`) each request's decode advance (module docstring)."""
+        """The budget b, with the adaptive floor the eligible count n, with a pool each
+        request's resume hit (rule 5e), and where a request can decode (:attr:`decodes`) each
+        request's decode advance (module docstring)."""
         eligible = [z3.Int(f"{name}.eligible")] if self.adaptive else []
+        hits = [z3.Int(f"{name}.hit{i}") for i in range(self.k)] if self.pooled else []
         advances = [z3.Int(f"{name}.decode{i}") for i in range(self.k)] if self.decodes else []
-        return [z3.Int(name), *eligible, *advances]
+        return [z3.Int(name), *eligible, *hits, *advances]
 
     def init(self, state: list[Any]) -> Any:
         """Every request waiting at c0 with no item encoded (and no stale block), in any
@@ -596,11 +636,31 @@ class SymbolicSchedulerStep:
     def guard(self, state: list[Any], action: list[Any]) -> Any:
         """Any budget 1..M (SPEC S4 ``adversarial``), and any eligible count from
         :func:`~chunkproof.spec.scheduler_loops.least_eligible` up."""
-        budget = z3.And(action[0] >= 1, action[0] <= self.whole, *self._decode_guard(state, action))
+        budget = z3.And(
+            action[0] >= 1,
+            action[0] <= self.whole,
+            *self._decode_guard(state, action),
+            *self._hit_guard(state, action),
+        )
         if not self.adaptive:
             return budget
         least = least_eligible(Z3_OPS, self.fields(state).phase, action[0], self.whole)
         return z3.And(budget, action[1] >= least)
+
+    def _hit_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
+        """SPEC KV2 rule 5e (``SchedulerStepModel.resume_choices``): with a pool, a waiting
+        request at c > 0 resumes at any hit on its grid B_s up to min(c, T - 1), 0 included;
+        every other request's hit is 0."""
+        if not self.pooled:
+            return []
+        phase, c = self.fields(state).phase, self.fields(state).c
+        guards = []
+        for i, hit in enumerate(self._hits(action)):
+            top = _smallest([c[i], self.tokens[i] - 1])
+            on_grid = z3.And(hit >= 0, hit <= top, hit % self.grids[i] == 0)
+            preempted = z3.And(phase[i] == WAITING, c[i] > 0)
+            guards.append(z3.If(preempted, on_grid, hit == 0))
+        return guards
 
     def _decode_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
         """Each decoding request the running loop reaches advances by 1..its free margin,
@@ -702,6 +762,14 @@ def _pick(here: Sequence[Any], values: Sequence[Any]) -> Any:
     for cond, value in zip(reversed(here[:-1]), reversed(values[:-1]), strict=True):
         chosen = z3.If(cond, as_term(value), chosen)
     return chosen
+
+
+def _smallest(values: Sequence[Any]) -> Any:
+    """The smallest of some terms."""
+    smallest = as_term(values[0])
+    for value in values[1:]:
+        smallest = z3.If(as_term(value) < smallest, as_term(value), smallest)
+    return smallest
 
 
 def _largest(values: Sequence[Any]) -> Any:

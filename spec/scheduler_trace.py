@@ -38,6 +38,9 @@ from chunkproof.spec.scheduler_step import (
     shared_encoder,
 )
 
+_IN_RUNNING_LIST = (PHASE_NAMES[RUNNING], PHASE_NAMES[DECODING])
+"""The lists a request of vLLM's running list is recorded in."""
+
 
 def arrival_order(instance: tuple[Config, ...], labels: Sequence[int]) -> tuple[int, ...]:
     """The labels of an initial queue whose rows name a request by the least label of an equal
@@ -79,15 +82,17 @@ def run_instance(
     eligible: Sequence[int] | None = None,
     decodes: Sequence[Sequence[int]] | None = None,
     blocks: int = 0,
+    hits: Sequence[Sequence[int]] | None = None,
 ) -> Run:
     """The steps of ``instance`` from Init with the waiting queue ``arrival`` (labels), offered
     ``budgets`` in order, with the adaptive floor at the ``eligible`` counts (``None``: the
     floor off), each decoding request the running loop reaches advancing by its entry of
     ``decodes`` (per step, per position of the state row; ``None``: 1 each) (module
-    docstring), the requests sharing a KV block pool of ``blocks`` (0: none), and the states
-    they pass through. The run ends early where the model's search would stop (a step that
-    breaks P0, or after which every request has finished), and where the step has no
-    transition with the given advances."""
+    docstring), the requests sharing a KV block pool of ``blocks`` (0: none), each waiting
+    request resuming at its entry of ``hits`` (per step, per position; ``None``: 0 each; SPEC
+    KV2 rule 5e), and the states they pass through. The run ends early where the model's
+    search would stop (a step that breaks P0, or after which every request has finished),
+    and where the step has no transition with the given advances and hits."""
     pool = [blocks] if blocks else []
     model = SchedulerStepModel(
         policy,
@@ -109,15 +114,22 @@ def run_instance(
     for index, budget in enumerate(budgets):
         count = None if eligible is None else eligible[index]
         lanes = None if count is None else np.array([count])
-        moved = model.step(
-            batch, row[None, :], np.zeros(1, dtype=np.int64), np.array([budget]), lanes
-        )
+        source, index_hits = np.zeros(1, dtype=np.int64), None
+        if blocks:
+            source, index_hits = model.resume_choices(batch, row[None, :])
+        offered = np.full(len(source), budget)
+        moved = model.step(batch, row[None, :], source, offered, lanes, index_hits)
         advanced = np.stack([moved.record[f"decoded{p}"] for p in range(batch.k)], axis=1)
         wanted = decodes[index] if decodes is not None else None
+        resumed = [0] * batch.k if hits is None else list(hits[index])
         chosen = [
             lane
             for lane in range(len(moved.source))
-            if wanted is None or advanced[lane].tolist() == list(wanted)
+            if (wanted is None or advanced[lane].tolist() == list(wanted))
+            and (
+                not blocks
+                or [int(moved.record[f"hit{p}"][lane]) for p in range(batch.k)] == resumed
+            )
         ]
         if not chosen:
             break
@@ -150,13 +162,20 @@ def _requests(
         offered = int(record[f"offered{p}"])
         cfg = engine_encoder(instance[label], encoder)
         shared = int(record[f"shared{p}"])
-        stages = step(policy, cfg, c, offered, shared) if offered > 0 else None
+        hit = None
+        if f"hit{p}" in record and phase == WAITING and c > 0:  # rule 5e: it resumes at a hit
+            hit = int(record[f"hit{p}"])
+            cfg = replace(cfg, start=hit)
+        at = c if hit is None else hit
+        stages = step(policy, cfg, at, offered, shared) if offered > 0 else None
         scheduled = int(record[f"chunk{p}"]) != 0  # SPEC Q3: below 0 where no clamp caught it
         listed = RUNNING if phase == DECODING else phase
         decoded = int(record[f"decoded{p}"])
         queue = PHASE_NAMES[phase]
         preempted = bool(record.get(f"preempted{p}", False))  # only a pooled step preempts
-        parts[label] = RequestStep(queue, places[listed], c, scheduled, stages, decoded, preempted)
+        parts[label] = RequestStep(
+            queue, places[listed], c, scheduled, stages, decoded, preempted, hit
+        )
         places[listed] += 1
     return tuple(parts[label] for label in range(len(instance)))
 
@@ -170,8 +189,9 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
         return f"a recorded budget lies outside the budget model's 1..{top}"
     eligible = [int(s.eligible or 0) for s in cx.steps] if cx.adaptive else None
     decodes = [recorded_advances(s) for s in cx.steps]
+    hits = [recorded_hits(s) for s in cx.steps]
     run = run_instance(
-        policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible, decodes, cx.blocks
+        policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible, decodes, cx.blocks, hits
     )
     replayed = run.steps
     for index, (recorded, actual) in enumerate(zip(cx.steps, replayed, strict=False)):
@@ -203,7 +223,7 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
         return (
             f"the replay stops after step {len(replayed) - 1}: the rest cannot be taken (every "
             "request finished, a step broke P0, or the next step's recorded decode advances "
-            "are none it allows)"
+            "or resume hits are none it allows)"
         )
     if cx.loop is not None:
         return _loop_difference(cx, run)
@@ -254,6 +274,18 @@ def recorded_advances(stepped: SystemStep) -> tuple[int, ...]:
         if part.queue == PHASE_NAMES[DECODING]:
             advances[part.place] = part.decoded
     return tuple(advances)
+
+
+def recorded_hits(stepped: SystemStep) -> tuple[int, ...]:
+    """A recorded step's resume hits per position of its state row (rule 5e: the waiting queue
+    follows the running list, so a waiting request's position is the running list's length
+    plus its place; 0 where none is recorded)."""
+    listed = sum(1 for part in stepped.requests if part.queue in _IN_RUNNING_LIST)
+    hits = [0] * len(stepped.requests)
+    for part in stepped.requests:
+        if part.hit is not None:
+            hits[listed + part.place] = part.hit
+    return tuple(hits)
 
 
 def _same_crash(recorded: RequestStep, actual: RequestStep) -> RequestStep:

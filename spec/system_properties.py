@@ -11,8 +11,9 @@ the property (the ``bad[pid]`` arrays of a :class:`~chunkproof.spec.interface.Tr
 every request's c only grows and the two queues keep their order (the model's docstring), so
 every cycle is a self-loop: a step that schedules nothing. A property about what happens for
 ever is therefore a property of one transition whose target is its source. With a pool a
-preempted request goes back to c = 0, so a cycle can pass through many states: S-POOL judges
-those on the whole explored graph.
+preempted request resumes at a hit at most its c (SPEC KV2 rule 5e), 0 included, so its c can
+fall and a cycle can pass through many states: S-POOL judges those on the whole explored
+graph.
 
 SPEC Q3: the properties judge every step whose code does not raise, P0-violating or not, on the
 chunks the release schedules after every clamp it applies. A step "schedules nothing" when it
@@ -53,9 +54,9 @@ SYSTEM_PROPERTIES: dict[str, Property] = {
             "POOL-LIVE",
             "with a KV block pool, no reachable state starts a run of steps each offered the "
             "whole budget M that never finishes every request (a cycle through preemption: "
-            "a preempted request starts again at c = 0)",
-            "the instance alone in the engine; a preempted request finds none of its blocks "
-            "cached again and resumes at c = 0",
+            "a preempted request resumes at a hit at most its c)",
+            "the instance alone in the engine; a preempted request resumes at any hit on its "
+            "grid B_s up to min(c, T - 1), or at 0 (SPEC KV2 rule 5e)",
         ),
     )
 }

@@ -57,14 +57,16 @@ STEPS = 40
 def draw_instance(rng: random.Random, version: str) -> tuple[Config, ...]:
     """Two or three fresh requests of different prompts on one engine the pool rules cover
     (:func:`~chunkproof.spec.kv_blocks.pool_modelled`): B in 4, 8; G in B, B/2 and H = G; a
-    lookahead L (0 where the release does not cover S >= 1); no chunk start that asks a tail
-    copy (rule 2b) and no internal checkpoints."""
+    lookahead L (0 where the release does not cover S >= 1) and the EAGLE drop, each the
+    engine's (one for every request); no chunk start that asks a tail copy (rule 2b) and no
+    internal checkpoints."""
     rules = pool_rules(version)
     while True:
         block = rng.choice((4, 8))
         split = rng.choice((block, block // 2))
         lookahead = rng.choice((0, 1, 2)) if rules.speculative else 0
         prompts = [rng.randint(1, 5 * block) for _ in range(rng.choice((2, 3)))]
+        drop = lookahead >= 1 and rng.random() < 0.5  # an engine setting: one for every request
         try:
             group = tuple(
                 Config(
@@ -75,7 +77,7 @@ def draw_instance(rng: random.Random, version: str) -> tuple[Config, ...]:
                     prompt=prompt,
                     max_sched=64,
                     lookahead=lookahead,
-                    drop=lookahead >= 1 and rng.random() < 0.5,
+                    drop=drop,
                 )
                 for prompt in prompts
             )
@@ -102,18 +104,37 @@ class ModelPool:
         self.c = [0] * len(group)
         self.stale = [0] * len(group)
 
-    def step(self, chunks: Sequence[int]) -> tuple[dict[int, int], set[int], list[int], int]:
-        """One step giving request r ``chunks[r]``: (scheduled, preempted, held, free)."""
-        takes = [Got(n, n, False, False, 0) for n in chunks]
-        return self.advance(lambda p, label, c, offer: takes[label], 1 << 20, LoopRules())
+    def step(
+        self, chunks: Sequence[int], hits: dict[int, int] | None = None
+    ) -> tuple[dict[int, int], set[int], list[int], int]:
+        """One step giving request r ``chunks[r]`` (at most its prompt less its c), a waiting
+        one resuming at its entry of ``hits`` (0 where none): (scheduled, preempted, held,
+        free)."""
+
+        def takes(p: int, label: int, c: int, offer: int) -> Got:
+            n = min(chunks[label], self.group[label].prompt - c)
+            return Got(n, n, False, False, 0)
+
+        return self.advance(takes, 1 << 20, LoopRules(), hits)
 
     def advance(
-        self, stages: Callable[[int, int, Any, Any], Got], budget: int, rules: LoopRules
+        self,
+        stages: Callable[[int, int, Any, Any], Got],
+        budget: int,
+        rules: LoopRules,
+        hits: dict[int, int] | None = None,
     ) -> tuple[dict[int, int], set[int], list[int], int]:
         """One step at ``budget`` under the loop ``rules``, the request ``label`` at position p
-        taking ``stages(p, label, c, offer)``: (scheduled, preempted, held, free)."""
+        taking ``stages(p, label, c, offer)``, a waiting request resuming at its entry of
+        ``hits`` (SPEC KV2 rule 5e; 0 where none), as at a hit (rule 2d): (scheduled,
+        preempted, held, free)."""
         order, group, mml = self.order, self.group, self.mml
-        cfgs = [group[r] for r in order]
+        hits = hits or {}
+        resumed = [hits.get(r, 0) if self.phase[r] == WAITING else self.c[r] for r in self.order]
+        cfgs = [
+            group[r].replace(start=resumed[p]) if self.phase[r] == WAITING else group[r]
+            for p, r in enumerate(order)
+        ]
         pool = Pool(
             self.blocks,
             [self.stale[r] for r in order],
@@ -124,7 +145,7 @@ class ModelPool:
         )
         at = Positions(
             [self.phase[r] for r in order],
-            [self.c[r] for r in order],
+            resumed,
             [0] * len(order),
             lambda p, c, offer, where, shared: stages(p, order[p], c, offer),
             nothing_held,
@@ -138,12 +159,13 @@ class ModelPool:
             place = settle(
                 PLAIN,
                 at.phase[p],
-                at.c[p],
+                self.c[r],
                 done.chunk[p],
                 done.admitted[p],
                 group[r].prompt,
                 lambda after: 0,
                 ledger.out[p],
+                resumed[p],
             )
             self.phase[r], self.c[r] = place.phase, place.c
             self.stale[r] = 0 if place.phase != RUNNING else ledger.stale[p]
@@ -161,36 +183,51 @@ class ModelPool:
         return all(phase == FINISHED for phase in self.phase)
 
 
+@pytest.mark.parametrize("caching", [False, True], ids=["evicted", "lookup"])
 @pytest.mark.parametrize("version", RELEASES)
-def test_several_requests_share_the_pool_as_the_release_does(version: str) -> None:
+def test_several_requests_share_the_pool_as_the_release_does(version: str, caching: bool) -> None:
     """Step after step the model schedules, preempts and leaves holding what the release's
-    own manager does, and some instances of every release preempt."""
-    rng = random.Random(f"{SEED}-pool-{version}")
+    own manager does, and some instances of every release preempt. ``lookup``: the prompts
+    are distinct and the manager keeps what it caches (:class:`~chunkproof.source.
+    kv_alloc_run.CachingPool`), so a preempted request is admitted again at the hit the
+    release's lookup finds; that hit is one of rule 5e's choices (on the grid B_s, at most
+    min(c, T - 1)), the model resumes there, and some runs resume at a hit > 0. ``evicted``:
+    nothing stays cached, every resume is at 0."""
+    rng = random.Random(f"{SEED}-pool-{version}-{caching}")
     rules = pool_rules(version)
     wrong: list[str] = []
-    preemptions = 0
+    preemptions = resumes = 0
     for _ in range(CASES):
         group = draw_instance(rng, version)
         mml = max(cfg.prompt for cfg in group) + 1
         least = rules.startup_pool(group[0].replace(prompt=mml - 1))
         blocks = rng.randint(max(least, 2), max(least, 2) + 6)
-        real = TreePool(release_root(version), group, eagle_drop(group[0]), blocks, mml)
+        real = TreePool(
+            release_root(version), group, eagle_drop(group[0]), blocks, mml, caching, caching
+        )
         model = ModelPool(group, rules, blocks, mml)
         for index in range(STEPS):
             if model.done():
                 break
             left = [cfg.prompt - c for cfg, c in zip(group, model.c, strict=True)]
             chunks = [rng.randint(1, max(n, 1)) for n in left]
+            before = list(model.c)
             got = real.step(chunks)
-            want = model.step(chunks)
+            for r, hit in got.hits.items():
+                cfg = group[r]
+                top = min(before[r], cfg.prompt - 1)
+                assert hit % cfg.sched_block == 0 and hit <= top, (group, blocks, r, hit, before)
+                resumes += hit > 0
+            want = model.step(chunks, got.hits)
             seen = (got.scheduled, set(got.preempted), got.held, got.free)
             preemptions += bool(got.preempted)
             if seen != want:
                 prompts = [cfg.prompt for cfg in group]
                 wrong.append(
                     f"{group[0].describe()} prompts={prompts} N={blocks} step {index} "
-                    f"chunks={chunks}: real {seen}, model {want}"
+                    f"chunks={chunks} hits={got.hits}: real {seen}, model {want}"
                 )
                 break
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:4])
     assert preemptions > 0
+    assert resumes > 0 or not caching

@@ -726,3 +726,15 @@ def test_the_state_key_holds_a_decoding_request_past_its_prefill() -> None:
         rows[:, 2 + FIELDS * p] = grid[2 * p].ravel()
         rows[:, 3 + FIELDS * p] = grid[2 * p + 1].ravel()
     assert len(np.unique(model.key(batch, rows))) == len(rows)
+
+
+def test_each_request_has_its_own_free_margin() -> None:
+    """A request's free margin is its own release rule over its own configuration: on 0.28,
+    L for a request with encoder items, 0 for one without, in the order the instance lists
+    them (the two sit in different parts of the batch)."""
+    with_items = Config(block=4, prompt=16, max_sched=8, lookahead=2, drop=True)
+    with_items = replace(with_items, items=Items(((1, 4),)))
+    without = replace(with_items, items=Items(()))
+    model = SchedulerStepModel(get_builtin("vllm-0.28"), [(without, with_items)])
+    (batch,) = model.batches()
+    assert batch.margin.tolist() == [0, 2]

@@ -50,8 +50,9 @@ from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.source.kv_alloc_run import TreePool
 from chunkproof.source.releases import release_root
 from chunkproof.spec.kv_blocks import outside_shared_pool, pool_rules
-from chunkproof.spec.scheduler_loops import FINISHED, Got
+from chunkproof.spec.scheduler_loops import FINISHED, WAITING, Got
 from chunkproof.spec.scheduler_step import (
+    ACTION_STRIDE,
     FIELDS,
     MAX_SEQS,
     SchedulerStepModel,
@@ -80,20 +81,24 @@ def test_endless_keeps_the_states_that_reach_a_cycle() -> None:
 
 def test_the_least_pool_of_0_28_preempts_a_request_for_ever(cli: Cli, tmp_path: Path) -> None:
     """S-POOL on 0.28 at the least pool (4 blocks for max_model_len 10): the lasso's loop
-    preempts #1 at c = 8 and comes back to the state before it; the file replays. A pool of 5
-    holds the request's last chunk: no lasso."""
+    preempts #1 at c = 8, which keeps its c, resumes it at hit 0 (rule 5e: its blocks
+    evicted) and comes back to the state before it; the file replays. Resumed at its hit 8,
+    the pool refuses #1 at every step: S-LIVE. A pool of 5 holds the request's last chunk: no
+    lasso."""
     least = cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
     assert least.code == 1
     assert "S-POOL   VIOLATED  2 of 3 instances" in least.out, least.out
     assert "--budget 8, preempts #1-->" in least.out
-    assert "(= the state before step 1: the loop repeats for ever)" in least.out
+    assert "--budget 8, #1 resumes at hit 0-->" in least.out
+    assert "(= the state before step 2: the loop repeats for ever)" in least.out
+    assert "--budget 8, #1 resumes at hit 8-->" in least.out  # S-LIVE's last step
     path = tmp_path / "vllm-0.28" / "system-S-POOL.json"
     data = json.loads(path.read_text())
-    assert data["engine"]["kv_pool_blocks"] == 4 and data["loop"] == 1
-    assert [s["budget"] for s in data["trace"]] == [8, 8, 8]
-    assert (
-        data["trace"][-1]["requests"][1] | {"preempted": True} == data["trace"][-1]["requests"][1]
-    )
+    assert data["engine"]["kv_pool_blocks"] == 4 and data["loop"] == 2
+    assert [s["budget"] for s in data["trace"]] == [8, 8, 8, 8]
+    assert data["trace"][2]["requests"][1]["preempted"] is True
+    resumed = data["trace"][3]["requests"][1]
+    assert (resumed["computed"], resumed["hit"], resumed["c"]) == (8, 0, 0)
     replayed = cli("replay", str(path))
     assert replayed.code == 0 and "reproduces on vllm-0.28: S-POOL" in replayed.out
     larger = cli("system", "vllm-0.28", *REFUSED, "--pool", "5", "--json", "--out", str(tmp_path))
@@ -125,7 +130,7 @@ def test_from_0_29_the_least_pool_serves_every_instance(cli: Cli, tmp_path: Path
     verdicts = {v["property"]: v for v in document["verdicts"]}
     assert verdicts["S-POOL"]["status"] == "PROVED"
     assert verdicts["S-POOL"]["instances"] == document["explored"]["instances"] > 0
-    assert any("resumes at c = 0" in line for line in document["fixed"])
+    assert any("resumes at any hit on its grid B_s" in line for line in document["fixed"])
 
 
 def test_the_pool_leaves_out_what_it_does_not_model(cli: Cli, tmp_path: Path) -> None:
@@ -209,7 +214,8 @@ def test_the_lanes_step_is_the_plain_one(version: str) -> None:
     """The explicit model's step over NumPy lanes (the pool rules evaluated per request from
     each part's fields, its rows and their stale column) schedules the same chunks, preempts
     the same requests and leaves them in the same places as the loop rules on plain integers
-    with the policy's concrete stages, along random budgets of random instances."""
+    with the policy's concrete stages, along random budgets and resume hits (rule 5e: one of
+    the step's choices, drawn) of random instances."""
     policy = get_builtin(version)
     rules = pool_rules(policy.kv_release)
     loop_rules = policy.rules()
@@ -236,9 +242,17 @@ def test_the_lanes_step_is_the_plain_one(version: str) -> None:
         (batch,) = model.batches()
 
         def stages(
-            p: int, label: int, c: int, offer: int, group: tuple[Config, ...] = group
+            p: int,
+            label: int,
+            c: int,
+            offer: int,
+            group: tuple[Config, ...] = group,
+            plain: ModelPool = plain,
         ) -> Got:
-            got = step(policy, group[label], c, offer)
+            cfg = group[label]
+            if plain.phase[label] == WAITING and c > 0:  # admitted at its resume hit
+                cfg = cfg.replace(start=c)
+            got = step(policy, cfg, c, offer)
             return Got(got.chunk, got.split, got.unsafe is not None, got.crash is not None, 0)
 
         for _ in range(12):
@@ -246,11 +260,20 @@ def test_the_lanes_step_is_the_plain_one(version: str) -> None:
                 break
             row = _row(plain)
             budget = rng.randint(1, 4 * block)
-            moved = model.step(batch, row[None, :], np.zeros(1, dtype=np.int64), np.array([budget]))
+            lane, index = model.resume_choices(batch, row[None, :])
+            pick = rng.randrange(len(lane))
+            moved = model.step(
+                batch,
+                row[None, :],
+                lane[pick : pick + 1],
+                np.array([budget]),
+                hits=index[pick : pick + 1],
+            )
             labels = [int(row[1 + FIELDS * p]) for p in range(len(group))]
             lanes = {label: int(moved.record[f"chunk{p}"][0]) for p, label in enumerate(labels)}
             out = {label for p, label in enumerate(labels) if moved.record[f"preempted{p}"][0]}
-            scheduled, preempted, _, _ = plain.advance(stages, budget, loop_rules)
+            hits = {label: int(moved.record[f"hit{p}"][0]) for p, label in enumerate(labels)}
+            scheduled, preempted, _, _ = plain.advance(stages, budget, loop_rules, hits)
             assert {r: n for r, n in lanes.items() if n > 0} == scheduled, (group, blocks)
             assert out == preempted, (group, blocks)
             assert _placed(moved.target[0]) == _placed(_row(plain)), (group, blocks)
@@ -280,10 +303,11 @@ def _placed(row: np.ndarray) -> list[tuple[int, int, int, int]]:
 
 @pytest.mark.fidelity
 def test_the_lasso_of_0_28_preempts_the_same_way_on_the_real_tree(cli: Cli, tmp_path: Path) -> None:
-    """The S-POOL counterexample's chunks through 0.28.0's own KVCacheManager (TreePool): each
-    step schedules and preempts what the file records, and the loop's last step leaves the
-    requests where its first found them; at 0.29.0's least pool for the same prompts nothing
-    is preempted."""
+    """The S-POOL counterexample's chunks through 0.28.0's own KVCacheManager (TreePool, which
+    keeps nothing cached: every resume at hit 0, as the lasso's): each step schedules and
+    preempts what the file records, and the loop's last step leaves the requests where its
+    first found them, #1 at its c; at 0.29.0's least pool for the same prompts nothing is
+    preempted."""
     cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
     cx = load_counterexample(tmp_path / "vllm-0.28" / "system-S-POOL.json")
     assert isinstance(cx, SystemCounterexample) and cx.loop is not None
@@ -300,7 +324,7 @@ def test_the_lasso_of_0_28_preempts_the_same_way_on_the_real_tree(cli: Cli, tmp_
             i for i, part in enumerate(stepped.requests) if part.preempted
         }
     assert (list(real.running), list(real.waiting)) == places[cx.loop]
-    assert [r.num_computed_tokens for r in real.requests][1] == 0
+    assert [r.num_computed_tokens for r in real.requests][1] == cx.steps[cx.loop].requests[1].c
     later = TreePool(release_root("0.29.0"), cx.requests, False, 5, 10)
     for stepped in cx.steps:
         chunks = [part.stages.chunk if part.stages else 1 for part in stepped.requests]
@@ -400,13 +424,13 @@ def run_with_lookups(
 def test_with_the_real_lookup_a_preempted_request_stalls_at_its_hit(
     name: str, path: str, hit: int
 ) -> None:
-    """The pooled step resumes a preempted request at c = 0 (its blocks taken to be evicted:
-    a fixed input of S-POOL). The release's own manager with its prefix lookup at admission
-    finds the request's blocks still cached (no block was handed out after it was preempted,
-    so none was evicted) and refuses its admission at that hit at every later step: each
-    committed S-POOL file's run stalls after its one preemption instead of going round its
-    recorded cycle, and a request stays unfinished. The verdict (a run offered M that never
-    finishes every request) holds on the real code; the cycle is the fixed input's."""
+    """Each committed S-POOL file's lasso resumes its preempted request at hit 0 (rule 5e: its
+    blocks evicted). Its instance alone through the release's own manager, with its prefix
+    lookup at every admission, finds the request's blocks still cached (no block was handed
+    out after it was preempted, so none was evicted) and refuses its admission at that hit at
+    every later step: the run stalls after its one preemption, a request unfinished. The
+    model, resuming at the largest hit rule 5e allows (nothing evicted), takes the same run:
+    one preemption, then a stall at the same hit, which S-LIVE reports."""
     cx = load_counterexample(Path(__file__).resolve().parent.parent / "counterexamples" / path)
     assert isinstance(cx, SystemCounterexample)
     run = run_with_lookups(name, cx.requests, cx.blocks, cx.arrival, 12)
@@ -416,6 +440,21 @@ def test_with_the_real_lookup_a_preempted_request_stalls_at_its_hit(
     assert len(resumed) >= 6 and set(resumed) == {(preemptions[0], hit, False, True)}, run
     assert run.steps[-6:] == [({}, [])] * 6, run
     assert run.finished != set(range(len(cx.requests))), run
+    model = SchedulerStepModel(get_builtin(name), [cx.requests], symmetry=False, blocks=[cx.blocks])
+    (batch,) = model.batches()
+    row = next(r for r in model.initial(batch) if tuple(r[1::FIELDS]) == cx.arrival)
+    whole, preempted, hits, stalled = cx.requests[0].max_sched, [], set(), False
+    for _ in range(12):
+        lane, index = model.resume_choices(batch, row[None, :])
+        moved = model.step(batch, row[None, :], lane, np.full(len(lane), whole), hits=index)
+        labels = row[1::FIELDS]
+        preempted += [int(labels[p]) for p in range(batch.k) if moved.record[f"preempted{p}"][0]]
+        hits |= {int(moved.record[f"hit{p}"][0]) for p in range(batch.k)} - {0}
+        stalled = bool(moved.bad["S-LIVE"][0])
+        if stalled:
+            break
+        row = moved.target[0]
+    assert preempted == preemptions and hits == {hit} and stalled, (preempted, hits)
 
 
 @pytest.mark.fidelity
@@ -439,13 +478,43 @@ def test_the_pool_repro_fails_on_the_real_0_28_tree(cli: Cli, tmp_path: Path) ->
 
 
 @pytest.mark.fidelity
+def test_the_stall_at_a_resume_hit_fails_on_the_real_0_28_tree(cli: Cli, tmp_path: Path) -> None:
+    """S-LIVE in the same pool: preempted at c = 8, T = 9 resumes at hit 8 (rule 5e, nothing
+    evicted) and the pool refuses it at every step. The repro looks the request up with the
+    tree's own prefix lookup, which finds that hit, and fails with S-LIVE on 0.28.0; with a
+    pool of 5 blocks it passes. A recorded hit the lookup does not find fails the test as a
+    trace the tree does not follow, not as the property."""
+    cli("system", "vllm-0.28", *REFUSED, "--pool", "min", "--out", str(tmp_path))
+    cx_path = tmp_path / "vllm-0.28" / "system-S-LIVE.json"
+    cx = load_counterexample(cx_path)
+    assert isinstance(cx, SystemCounterexample) and cx.blocks == 4
+    assert [part.hit for part in cx.steps[-1].requests] == [None, 8]
+    test_file = generate_repro(cli, cx_path, tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
+    status, output = run_repro(test_file, release_root("0.28.0"), blockers)
+    assert status == 1 and "AssertionError: S-LIVE: " in output, output
+    source = test_file.read_text()
+    assert source.count("hits={1: 8}") == 1 and source.count("POOL_BLOCKS = 4\n") == 1
+    larger = tmp_path / "test_larger_pool.py"
+    larger.write_text(source.replace("POOL_BLOCKS = 4\n", "POOL_BLOCKS = 5\n"))
+    status, output = run_repro(larger, release_root("0.28.0"), blockers)
+    assert status == 0 and "1 passed" in output, output
+    elsewhere = tmp_path / "test_other_hit.py"
+    elsewhere.write_text(source.replace("hits={1: 8}", "hits={1: 16}"))
+    status, output = run_repro(elsewhere, release_root("0.28.0"), blockers)
+    assert status == 1 and "does not follow the trace" in output, output
+    assert "AssertionError: S-LIVE" not in output
+
+
+@pytest.mark.fidelity
 def test_a_proved_s_pool_holds_with_the_real_lookup(cli: Cli, tmp_path: Path) -> None:
     """lookahead-in-split keeps S-POOL on ``system``'s built-in range (every pool 2-32 the
-    start-up check accepts), where the model resumes a preempted request at c = 0. Through
-    the newest release's own manager with its prefix lookup at every admission, every pooled
-    instance of that range, from each arrival order and offered M at every step, finishes
-    within 40 steps; some runs preempt and resume at a hit, so the check is not vacuous. (A
-    partial check of the PROVED verdict: one budget sequence per arrival order.)"""
+    start-up check accepts), where the model resumes a preempted request at any hit up to its
+    c (rule 5e). Through the newest release's own manager with its prefix lookup at every
+    admission, every pooled instance of that range, from each arrival order and offered M at
+    every step, finishes within 40 steps; some runs preempt and resume at a hit, so the check
+    is not vacuous. (A partial check of the PROVED verdict: one budget sequence per arrival
+    order.)"""
     document = cli("system", "lookahead-in-split", "--json", "--out", str(tmp_path)).json()
     verdicts = {v["property"]: v["status"] for v in document["verdicts"]}
     assert verdicts["S-POOL"] == PROVED
@@ -492,15 +561,20 @@ def test_a_pooled_step_property_has_a_repro_on_the_tree_manager(cli: Cli, tmp_pa
 
 
 def test_the_picture_marks_the_preemption_and_the_loop() -> None:
-    """The curated S-POOL file's picture: #1's cell in the last step says it was preempted and
-    went back to c = 0 (no red X: it was not given 0 tokens), and every step of the loop is
-    shaded."""
+    """The curated S-POOL file's picture: #1's cell in the step that preempts it says so and
+    keeps its c (no red X: it was not given 0 tokens); the next step's cell names the hit it
+    resumed at and runs from there; every step of the loop is shaded."""
     cx = load_counterexample(CURATED)
     assert isinstance(cx, SystemCounterexample)
     marks = system_marks(cx)
-    assert marks.failing == (1, 2)
-    (last,) = [cell for cell in marks.cells if cell.step == 2 and cell.lane == 1]
-    assert (last.label, last.progress, last.zero) == ("running: preempted", "c 8→0 / T=9", False)
+    assert marks.failing == (2, 3)
+    out, back = [cell for cell in marks.cells if cell.step in (2, 3) and cell.lane == 1]
+    assert (out.label, out.progress, out.zero) == ("running: preempted", "c 8→8 / T=9", False)
+    assert (back.label, back.progress, back.zero) == (
+        "waiting: +8 of 8",
+        "hit 0, c 0→8 / T=9",
+        False,
+    )
 
 
 # -- the symbolic form (system --prove --pool) -------------------------------------------------
@@ -545,8 +619,9 @@ def test_the_symbolic_pool_step_is_the_explicit_one(
     name: str, texts: dict[str, str], pools: tuple[int | str, ...]
 ) -> None:
     """Every transition the explorer takes in a pool, asked of the Z3 step at the same state,
-    budget, requests and N: the same next state (each request's list, place, c and stale
-    flag: preemptions included) and the same transition properties broken."""
+    budget, resume hits, requests and N (the guard admits the explorer's hits): the same next
+    state (each request's list, place, c and stale flag: preemptions included) and the same
+    transition properties broken."""
     policy = get_builtin(name)
     space = space_of({**texts, "max_sched": "8"})
     sets = request_sets(policy, list(space.configs()), 2)
@@ -554,7 +629,7 @@ def test_the_symbolic_pool_step_is_the_explicit_one(
     (cell,) = system_cells(space, 2)
     symbolic = SymbolicSchedulerStep(policy, cell, pools=pools)
     pool = next(p for p in symbolic.parameters if str(p) == "pool_blocks")
-    checked = preempting = 0
+    checked = preempting = resuming = 0
     for instance, size in zip(instances, blocks, strict=True):
         explicit = SchedulerStepModel(policy, [instance], symmetry=False, blocks=[size])
         (batch,) = explicit.batches()
@@ -564,8 +639,11 @@ def test_the_symbolic_pool_step_is_the_explicit_one(
         for t in range(len(steps.source)):
             s_, a = symbolic.state("s"), symbolic.action("a")
             state = _symbolic_state(explored.states[steps.source[t]], [0, 1], pooled=True)
+            rank = state[2::5]
+            hits = [int(steps.record[f"hit{rank[i]}"][t]) for i in range(2)]
             solver = z3.Solver()
-            solver.add(pinned, a[0] == int(steps.action[t]), symbolic.guard(s_, a))
+            solver.add(pinned, a[0] == int(steps.action[t]) % ACTION_STRIDE)
+            solver.add(*[a[1 + i] == hit for i, hit in enumerate(hits)], symbolic.guard(s_, a))
             solver.add(*[v == x for v, x in zip(s_, state, strict=True)])
             assert solver.check() == z3.sat, (instance, size)
             found = solver.model()
@@ -577,7 +655,8 @@ def test_the_symbolic_pool_step_is_the_explicit_one(
                 assert broken == bool(steps.bad[pid][t]), (instance, t, pid)
             checked += 1
             preempting += any(steps.record[f"preempted{p}"][t] for p in range(2))
-    assert checked > 0 and preempting > 0
+            resuming += any(hits)
+    assert checked > 0 and preempting > 0 and resuming > 0
 
 
 @pytest.mark.parametrize(("name", "texts", "pools"), POOL_SAMPLE)

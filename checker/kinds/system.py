@@ -6,7 +6,7 @@ replayed, drawn and made a repro as every model's are (:class:`SystemKind`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,9 @@ class Witness:
     state row names it (least labels of equal configurations), the budgets offered, with the
     adaptive floor the eligible counts (``None`` without it), per step the decode advances
     per position of the state row (:func:`~chunkproof.spec.scheduler_trace.run_instance`), the
-    KV block pool's N (0: none) and, for a run that goes on for ever (S-POOL), the step its
-    loop starts at: the state after the last step is the one before it."""
+    KV block pool's N (0: none), for a run that goes on for ever (S-POOL) the step its loop
+    starts at (the state after the last step is the one before it), and with a pool per step
+    the resume hit of each position (SPEC KV2 rule 5e; ``None``: 0 each)."""
 
     instance: tuple[Config, ...]
     queue: tuple[int, ...]
@@ -46,6 +47,7 @@ class Witness:
     decodes: tuple[tuple[int, ...], ...]
     blocks: int = 0
     loop: int | None = None
+    hits: tuple[tuple[int, ...], ...] | None = None
 
 
 def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple[int, ...], Run]:
@@ -61,6 +63,7 @@ def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple
         witness.eligible,
         witness.decodes,
         witness.blocks,
+        witness.hits,
     )
     return arrival, run
 
@@ -103,7 +106,7 @@ def loop_words(
 ) -> str:
     """What a lasso shows (S-POOL): offered the whole budget M at every step, the run comes back
     to the state before step ``loop``; the requests the loop preempts, each where the pool
-    refused it."""
+    refused it, and the hits the loop resumes them at (SPEC KV2 rule 5e)."""
     preempted = [
         f"#{label} (T={instance[label].T}) at c={part.c}"
         for stepped in steps[loop:]
@@ -113,12 +116,18 @@ def loop_words(
     unfinished = [
         f"#{label}" for label, part in enumerate(steps[loop].requests) if part.queue != "finished"
     ]
+    resumed = [
+        f"#{label} at {part.hit}"
+        for stepped in steps[loop:]
+        for label, part in enumerate(stepped.requests)
+        if part.hit is not None and part.scheduled
+    ]
+    again = f"; the loop resumes {', '.join(resumed)}" if resumed else ""
     return (
         f"offered the whole budget M={steps[loop].budget} at every step, the run from step "
         f"{loop} returns to the same state after {len(steps) - loop} step(s) and repeats for "
         f"ever with {', '.join(unfinished)} unfinished: the pool of {blocks} KV blocks refuses "
-        f"a chunk and the running loop preempts {', '.join(preempted)}, which starts again at "
-        "c = 0"
+        f"a chunk and the running loop preempts {', '.join(preempted)}{again}"
     )
 
 
@@ -132,10 +141,15 @@ def verdict_words(policy: Policy, instance: tuple[Config, ...], last: SystemStep
     parts = last.requests
 
     def name(label: int) -> str:
-        return f"#{label} (T={instance[label].T}, c={parts[label].c})"
+        hit = parts[label].hit
+        resumes = f", resuming at hit {hit}" if hit is not None else ""
+        return f"#{label} (T={instance[label].T}, c={parts[label].c}{resumes})"
 
     def alone(label: int, budget: int) -> int:
-        got = step(policy, instance[label], parts[label].c, budget)
+        cfg, hit = instance[label], parts[label].hit
+        if hit is not None:  # SPEC KV2 rule 5e: admitted at its resume hit
+            cfg = replace(cfg, start=hit)
+        got = step(policy, cfg, parts[label].resumed, budget)
         return got.chunk if got.crash is None else 0
 
     def breach() -> str:

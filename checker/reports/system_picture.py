@@ -6,7 +6,8 @@ content (pure, tested) and :func:`render_system` draws it with the figure helper
 :mod:`chunkproof.checker.reports.figure`. A cell of a lane shows what the step did to the
 request: the chunk it got (a bar over its progress c/T, the new tokens darker), a red X where a
 loop reached it and it got none, no new tokens where no loop reached it, "preempted" where the
-KV block pool refused its chunk and it went back to c = 0; the step that breaks the property
+KV block pool refused its chunk (it keeps its c, and the cell of a later admission names the
+hit it resumed at, SPEC KV2 rule 5e); the step that breaks the property
 is shaded red (for a run that goes on for ever, every step of its loop), and the verdict is the
 title.
 """
@@ -46,8 +47,9 @@ LANE_NAMES = 2.6
 @dataclass(frozen=True)
 class Cell:
     """Request ``lane`` in step ``step``: its list, c before and after out of T (after a
-    decoding request's decode advance too; 0 after a preemption), whether a loop reached it
-    (``offered`` tokens; 0: not reached) and whether the step preempted it."""
+    decoding request's decode advance too; before is the hit a resumed request was admitted
+    at), whether a loop reached it (``offered`` tokens; 0: not reached), whether the step
+    preempted it, and the hit a preempted waiting request resumed at (SPEC KV2 rule 5e)."""
 
     lane: int
     step: int
@@ -57,11 +59,12 @@ class Cell:
     total: int
     offered: int
     preempted: bool = False
+    hit: int | None = None
 
     @property
     def zero(self) -> bool:
-        """A loop reached the request and the step scheduled it nothing (a preempted request
-        lost its tokens instead)."""
+        """A loop reached the request and the step scheduled it nothing (a preempted one is
+        marked so instead)."""
         return self.offered > 0 and self.after == self.before and not self.preempted
 
     @property
@@ -82,7 +85,8 @@ class Cell:
 
     @property
     def progress(self) -> str:
-        return f"c {self.before}→{self.after} / T={self.total}"
+        resumes = f"hit {self.hit}, " if self.hit is not None else ""
+        return f"{resumes}c {self.before}→{self.after} / T={self.total}"
 
 
 @dataclass(frozen=True)
@@ -107,11 +111,12 @@ def system_marks(cx: SystemCounterexample) -> SystemMarks:
             lane,
             index,
             part.queue,
-            part.c,
-            0 if part.preempted else part.c + part.chunk + part.decoded,
+            part.resumed if part.scheduled else part.c,
+            (part.resumed + part.chunk if part.scheduled else part.c) + part.decoded,
             cx.requests[lane].T,
             0 if part.stages is None else part.stages.budget,
             part.preempted,
+            part.hit,
         )
         for index, s in enumerate(cx.steps)
         for lane, part in enumerate(s.requests)

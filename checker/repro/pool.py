@@ -9,7 +9,12 @@ tree) whose ``schedule()`` asks the tree's own ``KVCacheManager`` for every chun
 compiles the manager from the source text over a pool of the recorded size. The running loop
 preempts ``running.pop()`` while the pool refuses a chunk, or the request itself, which ends
 the loop; the waiting loop runs only when nothing was preempted and admits through the
-manager's test for the whole sequence. The test offers the recorded budgets (for S-POOL the
+manager's test for the whole sequence, at the hit the manager's own prefix lookup finds (the
+prompts are distinct and the pool keeps what the manager caches, evicting in vLLM's order:
+SPEC KV2 rule 5e). Where the counterexample resumes a preempted request at hit 0, the
+request is admitted without the blocks the lookup found (taken as evicted: a run whose other
+requests evicted them); a recorded hit the lookup does not find fails the test with both
+values, a trace the tree cannot follow. The test offers the recorded budgets (for S-POOL the
 whole budget M from the loop's first step on) and checks SPEC P0 on every request a loop
 reached. An S-POOL file fails when the run comes back to the lists and computed tokens it had
 before the loop's first step: from there it repeats for ever; on a tree whose pool serves the
@@ -90,15 +95,26 @@ def pool_repro_source(cx: SystemCounterexample, source_name: str) -> str:
     head = PRELUDE + REQUESTS + _POOL + STEP_CLASS + _RECORDED
     template = Template(head + (_LASSO if lasso else _STEPS) + _SCHEDULE + _TAIL)
     return template.substitute(
-        values | BY_LABEL | NO_ENCODER | real_methods(policy, [], imports), outcome=OUTCOME
+        values | BY_LABEL | AT_HIT | NO_ENCODER | real_methods(policy, [], imports),
+        outcome=OUTCOME,
     )
+
+
+AT_HIT = {
+    "step_parameters": ", label: int, hit: int = 0",
+    "step_lines": "\n    label: int,\n    hit: int = 0,",
+    "step_config": "at_hit(CONFIGS[label], hit)",
+}
+"""``schedule_step`` of a pooled file: on request ``label``, admitted at ``hit`` (c0 > 0 where
+the waiting loop resumes it at a hit, SPEC KV2 rule 5e)."""
 
 
 _POOL = '''
 # The KV block pool the requests share (SPEC KV2 rule 5): the tree's own KVCacheManager (at the
 # end of the file: chunkproof.source.kv_alloc_run.TreePool, over chunkproof.source.kv_run's
 # compiler), built by its __init__ from the source text over POOL_BLOCKS blocks, the null
-# block among them. Every request is fresh, and a preempted one starts again at c = 0.
+# block among them. Every request is fresh, of its own tokens; the pool keeps what the manager
+# caches, so a preempted request is admitted again at the hit its lookup finds.
 KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = $pool_blocks
 MAX_MODEL_LEN = $max_model_len  # the longest prompt + 1
@@ -110,11 +126,34 @@ def pool() -> TreePool:
     """The requests in the waiting queue (ARRIVAL) of the tree's own manager."""
     root = vllm_source_root()
     try:
-        found = TreePool(root, CONFIGS, KV_USE_EAGLE, POOL_BLOCKS, MAX_MODEL_LEN)
+        found = TreePool(root, CONFIGS, KV_USE_EAGLE, POOL_BLOCKS, MAX_MODEL_LEN, True, True)
     except SourceError as exc:
         pytest.fail(f"cannot run the KV cache code of {root}: {exc}", pytrace=False)
     found.waiting = list(ARRIVAL)
     return found
+
+
+def at_hit(config: SimpleNamespace, hit: int) -> SimpleNamespace:
+    """``config`` admitted at ``hit`` (its c0: the waiting loop passes the hit to the split)."""
+    return SimpleNamespace(**{**vars(config), "start": hit}) if hit else config
+
+
+def resume(pool: TreePool, label: int, recorded: dict[int, int] | None) -> int:
+    """The hit waiting request ``label`` is admitted at (SPEC KV2 rule 5e): the one the tree's
+    lookup finds; where the counterexample resumes it at 0, none (the blocks found taken as
+    evicted); a recorded hit the lookup does not find fails the test."""
+    found = pool.lookup(label)
+    wanted = (recorded or {}).get(label, found)
+    if wanted == found:
+        return found
+    if wanted == 0:
+        pool.found.pop(label)
+        return 0
+    pytest.fail(
+        f"#{label}: the counterexample resumes it at hit {wanted}, where the tree's lookup "
+        f"finds {found}: the tree does not follow the trace",
+        pytrace=False,
+    )
 
 
 '''
@@ -125,6 +164,8 @@ _RECORDED = '''class Recorded(NamedTuple):
 
     budget: int
     stages: dict[int, Step]
+    hits: dict[int, int] | None = None
+    """The hit each preempted waiting request resumed at (SPEC KV2 rule 5e)."""
 
 
 $outcome# The counterexample: what $policy does, step by step.
@@ -139,7 +180,7 @@ _LASSO = '''def test_s_pool_pool_live(vllm: Extracted, pool: TreePool) -> None:
     seen = []
     for index, recorded in enumerate(RECORDED):
         seen.append(state(pool))
-        outcome = schedule(vllm, scheduler, pool, recorded.budget)
+        outcome = schedule(vllm, scheduler, pool, recorded.budget, recorded.hits)
         where = f"step {index} (budget {recorded.budget})"
         for label, step in outcome.reached.items():
             problem = unsafe(step)
@@ -167,7 +208,7 @@ _STEPS = '''def $test_name(vllm: Extracted, pool: TreePool) -> None:
     for index, recorded in enumerate(RECORDED):
         if not pool.running and not pool.waiting:
             return
-        outcome = schedule(vllm, scheduler, pool, recorded.budget)
+        outcome = schedule(vllm, scheduler, pool, recorded.budget, recorded.hits)
         problem = violation(vllm, scheduler, index, outcome)
         assert problem is None, f"{problem}; recorded: {recorded.stages}"
 
@@ -184,18 +225,23 @@ $check_body
 '''
 
 _SCHEDULE = '''def schedule(
-    vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int
+    vllm: Extracted,
+    scheduler: StandIn,
+    pool: TreePool,
+    budget: int,
+    hits: dict[int, int] | None = None,
 ) -> Outcome:
     """One schedule() step over the requests (history note 6; SPEC KV2 rule 5): the running
     loop offers each running request in order the budget left and asks the tree's manager for
     its chunk; while it refuses, the last running request is preempted, until the chunk fits
     or the request preempts itself, which ends the loop (a zero: RUNNING_ZERO). Only when
     nothing was preempted, the waiting loop offers each waiting request in queue order the
-    budget left while budget and a seat remain and admits one the manager grants (its test for
-    the whole sequence); a refusal ends the loop, and so does a zero where SPLIT_ZERO or
-    LATER_ZERO says break (each waiting request behind that break is then run at the budget
-    left: HOL). A request whose step breaks P0 gets nothing. Each request is offered the
-    budget left capped by theta_eff (THETA_PER_STEP)."""
+    budget left from its hit (``resume``, the recorded ``hits``) while budget and a seat
+    remain and admits one the manager grants (its test for the whole sequence); a refusal
+    ends the loop, and so does a zero where SPLIT_ZERO or LATER_ZERO says break (each waiting
+    request behind that break is then run at the budget left: HOL). A request whose step
+    breaks P0 gets nothing. Each request is offered the budget left capped by theta_eff
+    (THETA_PER_STEP)."""
     eligible = len(pool.running) + len(pool.waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
     pool.begin()
@@ -223,13 +269,14 @@ _SCHEDULE = '''def schedule(
         index += 1
     broke_at, behind = None, {}
     for label in [] if preempted else list(pool.waiting):
-        c = pool.requests[label].num_computed_tokens
         if broke_at is not None:
-            behind[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
+            c = resume(pool, label, hits)
+            behind[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label, c)
             continue
         if left == 0 or len(pool.running) >= MAX_NUM_SEQS:
             break
-        step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
+        c = resume(pool, label, hits)
+        step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label, c)
         if taken(step) == 0:
             if unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
                 broke_at = label

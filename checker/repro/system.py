@@ -190,11 +190,13 @@ def _recorded_step(
     eligible = f"        eligible={step.eligible},\n" if step.eligible is not None else ""
     advances = {label: part.decoded for label, part in enumerate(step.requests) if part.decoded}
     decodes = f"        decodes={advances!r},\n" if advances else ""
+    resumed = {label: part.hit for label, part in enumerate(step.requests) if part.hit is not None}
+    hits = f"        hits={resumed!r},\n" if resumed else ""
     return (
         f"    # step {index}: {where}\n"
         + "".join(f"    # {line}\n" for line in note)
         + f"    Recorded(\n        budget={step.budget},\n{eligible}        stages={{\n{stages}"
-        f"        }},\n{decodes}    ),\n"
+        f"        }},\n{decodes}{hits}    ),\n"
     )
 
 

@@ -42,13 +42,16 @@ from chunkproof.model.policy import Policy
 from chunkproof.spec.kv_blocks import outside_shared_pool, pool_rules
 from chunkproof.spec.properties import CONNECTOR
 from chunkproof.spec.scheduler_step import (
+    ACTION_STRIDE,
     FIELDS,
     MAX_SEQS,
     SCHEDULER_PROPERTIES,
+    SchedulerBatch,
     SchedulerStepModel,
     decode_advances,
     describe_state,
     engine_settings,
+    hit_indices,
     least_pool,
     request_sets,
     split_action,
@@ -126,14 +129,18 @@ def action_words(
     row: np.ndarray,
     decodes: Sequence[int],
     preempted: Sequence[int] = (),
+    resumed: dict[int, int] | None = None,
 ) -> str:
     """An action of the model as the trace line's arrow: the budget, the eligible count the
     adaptive floor's environment set, the decode advances it chose (by the label at each
-    position of the state ``row``), and the requests the step preempted (by label)."""
+    position of the state ``row``), the hit each preempted waiting request resumes at (by
+    label, SPEC KV2 rule 5e) and the requests the step preempted (by label)."""
     words = f"--budget {budget}{f', eligible {eligible}' if eligible else ''}"
     for p, advance in enumerate(decodes):
         if advance:
             words += f", #{int(row[1 + FIELDS * p])} decodes {advance}"
+    for label, hit in (resumed or {}).items():
+        words += f", #{label} resumes at hit {hit}"
     if preempted:
         words += f", preempts {', '.join(f'#{label}' for label in preempted)}"
     return words + "-->"
@@ -157,7 +164,8 @@ def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
     ):
         parts = run.steps[index].requests
         out = [label for label, part in enumerate(parts) if part.preempted]
-        action = action_words(budget, count, row, decodes, out)
+        resumed = {label: part.hit for label, part in enumerate(parts) if part.hit is not None}
+        action = action_words(budget, count, row, decodes, out, resumed)
         mark = "(loop) " if index == witness.loop else ""
         lines.append(f"{mark}{describe_state(run.batch, row)}  {action}")
     last = describe_state(run.batch, run.rows[len(witness.budgets)])
@@ -182,8 +190,22 @@ def _witness(explored: Explored, transition: int, adaptive: bool, pid: str) -> W
         lasso, back = around(explored, transition, pid)
         loop = len(path) + back
     taken = [int(a) for a in (*(via for _, via in path), *steps.action[lasso])]
-    actions = [split_action(a) for a in taken]
     inst = int(first[0])
+    pooled = int(batch.blocks[inst]) > 0
+    if pooled:  # a pooled action holds the resume hits where others hold n and decodes
+        states = [explored.states[s] for s, _ in path]
+        states += [explored.states[int(steps.source[t])] for t in lasso]
+        return Witness(
+            batch.instances[inst],
+            tuple(int(v) for v in first[1::FIELDS]),
+            tuple(a % ACTION_STRIDE for a in taken),
+            None,
+            tuple((0,) * batch.k for _ in taken),
+            int(batch.blocks[inst]),
+            loop,
+            tuple(_hits(batch, row, a) for row, a in zip(states, taken, strict=True)),
+        )
+    actions = [split_action(a) for a in taken]
     return Witness(
         batch.instances[inst],
         tuple(int(v) for v in first[1::FIELDS]),
@@ -193,6 +215,16 @@ def _witness(explored: Explored, transition: int, adaptive: bool, pid: str) -> W
         int(batch.blocks[inst]),
         loop,
     )
+
+
+def _hits(batch: SchedulerBatch, row: np.ndarray, action: int) -> tuple[int, ...]:
+    """The resume hits a pooled action sets, per position of the state ``row``: each index on
+    the grid of the request there (SPEC KV2 rule 5e, :func:`~chunkproof.spec.scheduler_step.
+    hit_indices`)."""
+    labels = row[1::FIELDS]
+    rows = batch.rows(np.array([row[0]]), labels[None, :])[0]
+    grid = batch.requests.grid[rows]
+    return tuple(int(j * g) for j, g in zip(hit_indices(action, batch.k), grid, strict=True))
 
 
 def _set_count(policy: Policy, configs: list[Config], k: int) -> int:

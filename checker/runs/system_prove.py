@@ -440,8 +440,14 @@ def replayed(
         for state, action in zip(states[: len(actions)], actions, strict=True)
     )
     blocks = found.model.eval(model.blocks, model_completion=True).as_long() if model.pooled else 0
+    hits = None
+    if model.pooled:
+        hits = tuple(
+            _by_position(model, state, action[1 : 1 + model.k])
+            for state, action in zip(states[: len(actions)], actions, strict=True)
+        )
     run = run_instance(
-        model.policy, instance, arrival, budgets, model.max_seqs, eligible, decodes, blocks
+        model.policy, instance, arrival, budgets, model.max_seqs, eligible, decodes, blocks, hits
     )
     steps = run.steps
     replays = loops_back(run, loop) if loop is not None else bool(steps) and pid in steps[-1].breaks
@@ -452,19 +458,19 @@ def replayed(
             raise ModelMismatch(
                 f"{pid}: step {index} of the solver's trace is not the explicit model's state"
             )
-    witness = Witness(instance, arrival, budgets, eligible, decodes, blocks, loop)
+    witness = Witness(instance, arrival, budgets, eligible, decodes, blocks, loop, hits)
     return instance, witness, trace_lines(run, witness)
 
 
 def _by_position(
-    model: SymbolicSchedulerStep, state: list[int], advances: Sequence[int] | None
+    model: SymbolicSchedulerStep, state: list[int], values: Sequence[int] | None
 ) -> tuple[int, ...]:
-    """A solver action's decode advances (one per request) per position of the state row
-    (a request's position is its rank); all 0 where the cell's requests never decode."""
+    """A solver action's per-request values (decode advances, resume hits) per position of the
+    state row (a request's position is its rank); all 0 where the action has none."""
     rank = model.fields(state).rank
     by_position = [0] * len(rank)
-    for i, advance in enumerate(advances or ()):
-        by_position[rank[i]] = advance
+    for i, value in enumerate(values or ()):
+        by_position[rank[i]] = value
     return tuple(by_position)
 
 

@@ -2292,6 +2292,8 @@ class PoolStepResult:
     preempted: list[int]
     free: int
     held: list[int]
+    hits: dict[int, int]
+    """The hit each waiting request the waiting loop reached was admitted or refused at."""
 
 
 class TreePool:
@@ -2310,7 +2312,8 @@ class TreePool:
     unless ``caching``: then the pool is a :class:`CachingPool`, and :meth:`lookup` gives a
     waiting request the hit the tree's ``get_computed_blocks`` finds, which its admission
     takes (the pool's free queue evicts in vLLM's order, so the hit is what is left after the
-    blocks handed out since; :attr:`CountingPool.issued` counts those)."""
+    blocks handed out since; :attr:`CountingPool.issued` counts those). The requests share
+    their prompts' prefix, unless ``distinct``: then no token of one is another's."""
 
     def __init__(
         self,
@@ -2320,12 +2323,17 @@ class TreePool:
         num_blocks: int,
         max_model_len: int,
         caching: bool = False,
+        distinct: bool = False,
     ) -> None:
         tree = allocation_tree(root, CachingPool if caching else CountingPool)
+        self.caching = caching
         self.lookahead = cfgs[0].lookahead
         self.manager = kv_manager(tree, cfgs[0], use_eagle, num_blocks, max_model_len)
         self.found: dict[int, tuple[int, Any]] = {}
-        self.requests = [fresh_request(cfg, f"r{i}", tree) for i, cfg in enumerate(cfgs)]
+        self.requests = [
+            fresh_request(cfg, f"r{i}", tree, (0, i + 1) if distinct else None)
+            for i, cfg in enumerate(cfgs)
+        ]
         self.prompts = [cfg.prompt for cfg in cfgs]
         self.running: list[int] = []
         self.waiting = list(range(len(cfgs)))
@@ -2335,7 +2343,8 @@ class TreePool:
     def step(self, chunks: Sequence[int]) -> PoolStepResult:
         """One step in which the request ``r`` takes ``chunks[r]`` tokens if a loop reaches
         it and the pool grants them (:meth:`begin`, :meth:`allocate` with :meth:`preempt`,
-        :meth:`end`)."""
+        :meth:`end`); with ``caching`` a waiting request is looked up (:meth:`lookup`) when
+        the waiting loop reaches it, and takes at most its prompt less its hit."""
         self.begin()
         scheduled: dict[int, int] = {}
         preempted: list[int] = []
@@ -2355,15 +2364,19 @@ class TreePool:
                 break
             scheduled[r] = chunks[r]
             index += 1
+        hits: dict[int, int] = {}
         while not preempted and self.waiting:
             r = self.waiting[0]
-            if chunks[r] <= 0 or not self.allocate(r, chunks[r], admission=True):
+            hits[r] = self.lookup(r) if self.caching else 0
+            chunk = min(chunks[r], self.prompts[r] - hits[r])
+            if chunk <= 0 or not self.allocate(r, chunk, admission=True):
                 break
             self.running.append(self.waiting.pop(0))
-            scheduled[r] = chunks[r]
+            scheduled[r] = chunk
         for r in self.end(scheduled):
             self.running.remove(r)
-        return PoolStepResult(scheduled, preempted, self.manager.block_pool.free, self.held())
+        free = self.manager.block_pool.free
+        return PoolStepResult(scheduled, preempted, free, self.held(), hits)
 
     def begin(self) -> None:
         """A step starts (``new_step_starts``, 0.29 on)."""

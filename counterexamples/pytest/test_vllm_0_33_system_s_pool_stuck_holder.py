@@ -2,7 +2,7 @@
 
 What goes wrong: offered the whole budget M=8 at every step, the run from step 1 returns to the
 same state after 2 step(s) and repeats for ever with #0, #1 unfinished: the pool of 11 KV blocks
-refuses a chunk and the running loop preempts #1 (T=6) at c=4, which starts again at c = 0.
+refuses a chunk and the running loop preempts #1 (T=6) at c=4; the loop resumes #1 at 0.
 
 The test reads the real Scheduler._mamba_block_aligned_split and
 Scheduler._reserve_prefill_lookahead from a vLLM source tree (vLLM is not imported: no
@@ -181,7 +181,8 @@ ADAPTIVE = False
 # The KV block pool the requests share (SPEC KV2 rule 5): the tree's own KVCacheManager (at the
 # end of the file: chunkproof.source.kv_alloc_run.TreePool, over chunkproof.source.kv_run's
 # compiler), built by its __init__ from the source text over POOL_BLOCKS blocks, the null
-# block among them. Every request is fresh, and a preempted one starts again at c = 0.
+# block among them. Every request is fresh, of its own tokens; the pool keeps what the manager
+# caches, so a preempted request is admitted again at the hit its lookup finds.
 KV_USE_EAGLE = False  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = 11
 MAX_MODEL_LEN = 7  # the longest prompt + 1
@@ -193,11 +194,34 @@ def pool() -> TreePool:
     """The requests in the waiting queue (ARRIVAL) of the tree's own manager."""
     root = vllm_source_root()
     try:
-        found = TreePool(root, CONFIGS, KV_USE_EAGLE, POOL_BLOCKS, MAX_MODEL_LEN)
+        found = TreePool(root, CONFIGS, KV_USE_EAGLE, POOL_BLOCKS, MAX_MODEL_LEN, True, True)
     except SourceError as exc:
         pytest.fail(f"cannot run the KV cache code of {root}: {exc}", pytrace=False)
     found.waiting = list(ARRIVAL)
     return found
+
+
+def at_hit(config: SimpleNamespace, hit: int) -> SimpleNamespace:
+    """``config`` admitted at ``hit`` (its c0: the waiting loop passes the hit to the split)."""
+    return SimpleNamespace(**{**vars(config), "start": hit}) if hit else config
+
+
+def resume(pool: TreePool, label: int, recorded: dict[int, int] | None) -> int:
+    """The hit waiting request ``label`` is admitted at (SPEC KV2 rule 5e): the one the tree's
+    lookup finds; where the counterexample resumes it at 0, none (the blocks found taken as
+    evicted); a recorded hit the lookup does not find fails the test."""
+    found = pool.lookup(label)
+    wanted = (recorded or {}).get(label, found)
+    if wanted == found:
+        return found
+    if wanted == 0:
+        pool.found.pop(label)
+        return 0
+    pytest.fail(
+        f"#{label}: the counterexample resumes it at hit {wanted}, where the tree's lookup "
+        f"finds {found}: the tree does not follow the trace",
+        pytrace=False,
+    )
 
 
 class Step(NamedTuple):
@@ -240,6 +264,8 @@ class Recorded(NamedTuple):
 
     budget: int
     stages: dict[int, Step]
+    hits: dict[int, int] | None = None
+    """The hit each preempted waiting request resumed at (SPEC KV2 rule 5e)."""
 
 
 class Outcome(NamedTuple):
@@ -282,24 +308,25 @@ RECORDED = [
     # step 2: running [#0]; waiting [#1]; finished []
     # S-POOL: offered the whole budget M=8 at every step, the run from step 1 returns to the same
     # state after 2 step(s) and repeats for ever with #0, #1 unfinished: the pool of 11 KV blocks
-    # refuses a chunk and the running loop preempts #1 (T=6) at c=4, which starts again at c = 0
+    # refuses a chunk and the running loop preempts #1 (T=6) at c=4; the loop resumes #1 at 0
     Recorded(
         budget=8,
         stages={
             0: Step(c=3, budget=8, n=2, split=1, reservation=0, chunk=0),
             1: Step(c=0, budget=8, n=6, split=4, reservation=4, chunk=4),
         },
+        hits={1: 0},
     ),
 ]
 
 
 def test_s_pool_pool_live(vllm: Extracted, pool: TreePool) -> None:
-    """S-POOL: with a KV block pool, no reachable state starts a run of steps each offered the whole budget M that never finishes every request (a cycle through preemption: a preempted request starts again at c = 0)."""
+    """S-POOL: with a KV block pool, no reachable state starts a run of steps each offered the whole budget M that never finishes every request (a cycle through preemption: a preempted request resumes at a hit at most its c)."""
     scheduler = standin_tree(SCHEDULER_LABEL, SCHEDULER_ATTRIBUTES, vllm.scheduler_type)
     seen = []
     for index, recorded in enumerate(RECORDED):
         seen.append(state(pool))
-        outcome = schedule(vllm, scheduler, pool, recorded.budget)
+        outcome = schedule(vllm, scheduler, pool, recorded.budget, recorded.hits)
         where = f"step {index} (budget {recorded.budget})"
         for label, step in outcome.reached.items():
             problem = unsafe(step)
@@ -320,18 +347,23 @@ def state(pool: TreePool) -> tuple[list[int], list[int], list[int]]:
 
 
 def schedule(
-    vllm: Extracted, scheduler: StandIn, pool: TreePool, budget: int
+    vllm: Extracted,
+    scheduler: StandIn,
+    pool: TreePool,
+    budget: int,
+    hits: dict[int, int] | None = None,
 ) -> Outcome:
     """One schedule() step over the requests (history note 6; SPEC KV2 rule 5): the running
     loop offers each running request in order the budget left and asks the tree's manager for
     its chunk; while it refuses, the last running request is preempted, until the chunk fits
     or the request preempts itself, which ends the loop (a zero: RUNNING_ZERO). Only when
     nothing was preempted, the waiting loop offers each waiting request in queue order the
-    budget left while budget and a seat remain and admits one the manager grants (its test for
-    the whole sequence); a refusal ends the loop, and so does a zero where SPLIT_ZERO or
-    LATER_ZERO says break (each waiting request behind that break is then run at the budget
-    left: HOL). A request whose step breaks P0 gets nothing. Each request is offered the
-    budget left capped by theta_eff (THETA_PER_STEP)."""
+    budget left from its hit (``resume``, the recorded ``hits``) while budget and a seat
+    remain and admits one the manager grants (its test for the whole sequence); a refusal
+    ends the loop, and so does a zero where SPLIT_ZERO or LATER_ZERO says break (each waiting
+    request behind that break is then run at the budget left: HOL). A request whose step
+    breaks P0 gets nothing. Each request is offered the budget left capped by theta_eff
+    (THETA_PER_STEP)."""
     eligible = len(pool.running) + len(pool.waiting) + (budget < WHOLE_BUDGET)
     theta = THETA_PER_STEP if eligible >= 2 else 0
     pool.begin()
@@ -359,13 +391,14 @@ def schedule(
         index += 1
     broke_at, behind = None, {}
     for label in [] if preempted else list(pool.waiting):
-        c = pool.requests[label].num_computed_tokens
         if broke_at is not None:
-            behind[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
+            c = resume(pool, label, hits)
+            behind[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label, c)
             continue
         if left == 0 or len(pool.running) >= MAX_NUM_SEQS:
             break
-        step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label)
+        c = resume(pool, label, hits)
+        step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label, c)
         if taken(step) == 0:
             if unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
                 broke_at = label
@@ -408,16 +441,16 @@ def unsafe(step: Step) -> str | None:
     return None
 
 
-def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int, label: int) -> Step:
+def schedule_step(vllm: Extracted, scheduler: StandIn, c: int, budget: int, label: int, hit: int = 0) -> Step:
     """One step of schedule() for request ``label``: the budget cap, the real split, then the
     real reservation when the source has one. At c = c0 the waiting loop admits the request
     (num_computed_tokens 0, the hits and u as arguments); after, the running loop calls the
     split with num_computed_tokens = c."""
-    n = cap_lone_request(CONFIGS[label], c, budget)
-    computed = computed_tokens(CONFIGS[label], c)
+    n = cap_lone_request(at_hit(CONFIGS[label], hit), c, budget)
+    computed = computed_tokens(at_hit(CONFIGS[label], hit), c)
     request = standin_tree(REQUEST_LABEL, {**REQUEST_ATTRIBUTES[label], "num_computed_tokens": computed})
-    uncached = [uncached_at(CONFIGS[label], c)] if vllm.takes_uncached_prefix else []
-    hits = (local_hit(CONFIGS[label], c), external_hit(CONFIGS[label], c))
+    uncached = [uncached_at(at_hit(CONFIGS[label], hit), c)] if vllm.takes_uncached_prefix else []
+    hits = (local_hit(at_hit(CONFIGS[label], hit), c), external_hit(at_hit(CONFIGS[label], hit), c))
     try:
         split = scheduler._mamba_block_aligned_split(request, n, *hits, *uncached)
     except SourceError:
@@ -2471,6 +2504,8 @@ class PoolStepResult:
     preempted: list[int]
     free: int
     held: list[int]
+    hits: dict[int, int]
+    """The hit each waiting request the waiting loop reached was admitted or refused at."""
 
 
 class TreePool:
@@ -2489,7 +2524,8 @@ class TreePool:
     unless ``caching``: then the pool is a :class:`CachingPool`, and :meth:`lookup` gives a
     waiting request the hit the tree's ``get_computed_blocks`` finds, which its admission
     takes (the pool's free queue evicts in vLLM's order, so the hit is what is left after the
-    blocks handed out since; :attr:`CountingPool.issued` counts those)."""
+    blocks handed out since; :attr:`CountingPool.issued` counts those). The requests share
+    their prompts' prefix, unless ``distinct``: then no token of one is another's."""
 
     def __init__(
         self,
@@ -2499,12 +2535,17 @@ class TreePool:
         num_blocks: int,
         max_model_len: int,
         caching: bool = False,
+        distinct: bool = False,
     ) -> None:
         tree = allocation_tree(root, CachingPool if caching else CountingPool)
+        self.caching = caching
         self.lookahead = cfgs[0].lookahead
         self.manager = kv_manager(tree, cfgs[0], use_eagle, num_blocks, max_model_len)
         self.found: dict[int, tuple[int, Any]] = {}
-        self.requests = [fresh_request(cfg, f"r{i}", tree) for i, cfg in enumerate(cfgs)]
+        self.requests = [
+            fresh_request(cfg, f"r{i}", tree, (0, i + 1) if distinct else None)
+            for i, cfg in enumerate(cfgs)
+        ]
         self.prompts = [cfg.prompt for cfg in cfgs]
         self.running: list[int] = []
         self.waiting = list(range(len(cfgs)))
@@ -2514,7 +2555,8 @@ class TreePool:
     def step(self, chunks: Sequence[int]) -> PoolStepResult:
         """One step in which the request ``r`` takes ``chunks[r]`` tokens if a loop reaches
         it and the pool grants them (:meth:`begin`, :meth:`allocate` with :meth:`preempt`,
-        :meth:`end`)."""
+        :meth:`end`); with ``caching`` a waiting request is looked up (:meth:`lookup`) when
+        the waiting loop reaches it, and takes at most its prompt less its hit."""
         self.begin()
         scheduled: dict[int, int] = {}
         preempted: list[int] = []
@@ -2534,15 +2576,19 @@ class TreePool:
                 break
             scheduled[r] = chunks[r]
             index += 1
+        hits: dict[int, int] = {}
         while not preempted and self.waiting:
             r = self.waiting[0]
-            if chunks[r] <= 0 or not self.allocate(r, chunks[r], admission=True):
+            hits[r] = self.lookup(r) if self.caching else 0
+            chunk = min(chunks[r], self.prompts[r] - hits[r])
+            if chunk <= 0 or not self.allocate(r, chunk, admission=True):
                 break
             self.running.append(self.waiting.pop(0))
-            scheduled[r] = chunks[r]
+            scheduled[r] = chunk
         for r in self.end(scheduled):
             self.running.remove(r)
-        return PoolStepResult(scheduled, preempted, self.manager.block_pool.free, self.held())
+        free = self.manager.block_pool.free
+        return PoolStepResult(scheduled, preempted, free, self.held(), hits)
 
     def begin(self) -> None:
         """A step starts (``new_step_starts``, 0.29 on)."""
