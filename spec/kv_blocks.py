@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chunkproof.model.arith import cdiv, ck30, ck32, ck33, valid
+from chunkproof.model.arith import cdiv, ck30, ck32, ck33, fl, valid
 from chunkproof.model.config import Config
 from chunkproof.model.errors import ConfigError
 from chunkproof.spec.slots import (
@@ -66,6 +66,13 @@ def at_hit(cfg: Config, start: int) -> bool:
     """Whether the chunk starting at ``start`` is the first of a request admitted at a local
     prefix hit (c0 > 0; KV2 rule 2d)."""
     return start > 0 and start == cfg.start
+
+
+def resume_hit_top(cfg: Config, c: int) -> int:
+    """KV2 rule 5e: the largest hit a preempted request that computed c tokens can resume at,
+    the last point of its grid B_s at most min(c, T - 1) (the lookup leaves one token to
+    compute); it resumes at any point of the grid from 0 to there."""
+    return fl(min(c, cfg.tokens - 1), cfg.sched_block)
 
 
 def mamba_new_blocks(cfg: Config, start: int, end: int) -> int:

@@ -125,6 +125,7 @@ from chunkproof.spec.kv_blocks import (
     leaves_stale,
     outside_shared_pool,
     pool_rules,
+    resume_hit_top,
     shared_asked,
 )
 from chunkproof.spec.request import Batch, batch_key, make_batch
@@ -342,8 +343,7 @@ class RequestRows:
     agree on :func:`batch_key` (a request with encoder items and one without cannot share a
     :class:`Batch`: its items are a tuple of one length): row r is entry ``local[r]`` of
     ``parts[part[r]]``; ``start`` and ``end`` are c0 and E per row, ``grid`` its B_s (the
-    grid a resume hit lies on) and ``hit_cap`` T - 1 (the longest hit the lookup gives:
-    SPEC KV2 rule 5e)."""
+    grid a resume hit lies on, SPEC KV2 rule 5e)."""
 
     parts: list[Batch]
     part: np.ndarray
@@ -351,7 +351,6 @@ class RequestRows:
     start: np.ndarray
     end: np.ndarray
     grid: np.ndarray
-    hit_cap: np.ndarray
 
     @classmethod
     def of(cls, configs: Sequence[Config]) -> RequestRows:
@@ -368,8 +367,7 @@ class RequestRows:
             start[rows], end[rows] = batch.start, batch.end
             parts.append(batch)
         grid = np.array([cfg.sched_block for cfg in configs], dtype=np.int64)
-        hit_cap = np.array([cfg.tokens - 1 for cfg in configs], dtype=np.int64)
-        return cls(parts, part, local, start, end, grid, hit_cap)
+        return cls(parts, part, local, start, end, grid)
 
 
 @dataclass
@@ -438,7 +436,7 @@ def make_scheduler_batch(
     encoder = np.array([shared_encoder(group) for group in instances], dtype=np.int64)
     pool = np.array(blocks if blocks is not None else [0] * len(instances), dtype=np.int64)
     if int(pool.max()) > 0:
-        hits = requests.hit_cap // requests.grid
+        hits = np.array([cfg.tokens for cfg in flat]) // requests.grid
         if k > MAX_HIT_POSITIONS or int(hits.max()) >= 1 << HIT_DIGIT:
             raise ConfigError(
                 f"--pool: the explicit model takes at most {MAX_HIT_POSITIONS} requests with a "
@@ -627,14 +625,21 @@ class SchedulerStepModel:
     ) -> tuple[np.ndarray, np.ndarray]:
         """SPEC KV2 rule 5e, the environment's choice of resume hits: per state of ``rows``,
         each waiting request at c > 0 (preempted: a pooled request is fresh) resumes at any
-        hit h on its grid B_s with h <= min(c, T - 1), 0 included (its blocks evicted); every
-        other request at its c. The lanes each choice belongs to, and per lane and position
-        the hit's index on its request's grid (0: no hit), the largest hit first: a witness
-        then resumes where the lookup finds a request's blocks when none was evicted."""
+        point of its grid B_s from 0 (its blocks evicted) to
+        :func:`~chunkproof.spec.kv_blocks.resume_hit_top`; every other request at its c. The
+        lanes each choice belongs to, and per lane and position the hit's index on its
+        request's grid (0: no hit), the largest hit first: a witness then resumes where the
+        lookup finds a request's blocks when none was evicted."""
         label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(3))
         request_rows = batch.rows(rows[:, 0], label)
-        grid = batch.requests.grid[request_rows]
-        top = np.minimum(c, batch.requests.hit_cap[request_rows]) // grid
+        top = np.stack(
+            [
+                self._per_part(batch, request_rows[:, p], resume_hit_top, c[:, p])
+                for p in range(batch.k)
+            ],
+            axis=1,
+        )
+        top //= batch.requests.grid[request_rows]
         choices = np.where((phase == WAITING) & (c > 0), top + 1, 1)
         lane = np.repeat(np.arange(len(rows)), choices.prod(axis=1))
         digits = _offsets(choices.prod(axis=1))
@@ -886,19 +891,10 @@ class SchedulerStepModel:
         scheduler_loops.Pool` over NumPy."""
         rules = pool_rules(self.policy.kv_release)
         model_len = batch.model_len[inst]
-        requests = batch.requests
 
         def per(function: Callable[..., Any], p: int, *args: np.ndarray) -> np.ndarray:
-            out = np.zeros(len(rows), dtype=np.int64)
-            for index, part in enumerate(requests.parts):
-                mine = np.flatnonzero(requests.part[rows[:, p]] == index)
-                if len(mine):
-                    view = part.view(requests.local[rows[mine, p]])
-                    if begin is not None:
-                        view.start = begin[mine, p]
-                    lanes = [np.broadcast_to(a, out.shape)[mine] for a in args]
-                    out[mine] = _subset(function, [view, *lanes])
-            return out
+            start = None if begin is None else begin[:, p]
+            return self._per_part(batch, rows[:, p], function, *args, start=start)
 
         return Pool(
             batch.blocks[inst],
@@ -908,6 +904,29 @@ class SchedulerStepModel:
             lambda p, c, end: per(leaves_stale, p, c, end),
             lambda p: per(rules.admission, p, model_len),
         )
+
+    def _per_part(
+        self,
+        batch: SchedulerBatch,
+        rows: np.ndarray,
+        function: Callable[..., Any],
+        *args: np.ndarray,
+        start: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """One of chunkproof's own subset functions of a request's configuration (and
+        ``args``, per lane) over the requests ``rows``, each part's view evaluated once; the
+        views' c0 replaced by ``start`` where given (a resume hit, rule 5e)."""
+        requests = batch.requests
+        out = np.zeros(len(rows), dtype=np.int64)
+        for index, part in enumerate(requests.parts):
+            mine = np.flatnonzero(requests.part[rows] == index)
+            if len(mine):
+                view = part.view(requests.local[rows[mine]])
+                if start is not None:
+                    view.start = start[mine]
+                lanes = [np.broadcast_to(a, out.shape)[mine] for a in args]
+                out[mine] = _subset(function, [view, *lanes])
+        return out
 
     def _cap(
         self,

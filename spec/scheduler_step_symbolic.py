@@ -85,6 +85,7 @@ from chunkproof.spec.kv_blocks import (
     held_in_list,
     leaves_stale,
     pool_rules,
+    resume_hit_top,
     shared_asked,
     shared_pool_exclusions,
 )
@@ -649,14 +650,15 @@ class SymbolicSchedulerStep:
 
     def _hit_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
         """SPEC KV2 rule 5e (``SchedulerStepModel.resume_choices``): with a pool, a waiting
-        request at c > 0 resumes at any hit on its grid B_s up to min(c, T - 1), 0 included;
-        every other request's hit is 0."""
+        request at c > 0 resumes at any point of its grid B_s from 0 to
+        :func:`~chunkproof.spec.kv_blocks.resume_hit_top`; every other request's hit is 0."""
         if not self.pooled:
             return []
         phase, c = self.fields(state).phase, self.fields(state).c
         guards = []
         for i, hit in enumerate(self._hits(action)):
-            top = _smallest([c[i], self.tokens[i] - 1])
+            template = self._template(i)
+            top = self.of(i, as_term(template.call(resume_hit_top, [template.view, c[i]])))
             on_grid = z3.And(hit >= 0, hit <= top, hit % self.grids[i] == 0)
             preempted = z3.And(phase[i] == WAITING, c[i] > 0)
             guards.append(z3.If(preempted, on_grid, hit == 0))
@@ -762,14 +764,6 @@ def _pick(here: Sequence[Any], values: Sequence[Any]) -> Any:
     for cond, value in zip(reversed(here[:-1]), reversed(values[:-1]), strict=True):
         chosen = z3.If(cond, as_term(value), chosen)
     return chosen
-
-
-def _smallest(values: Sequence[Any]) -> Any:
-    """The smallest of some terms."""
-    smallest = as_term(values[0])
-    for value in values[1:]:
-        smallest = z3.If(as_term(value) < smallest, as_term(value), smallest)
-    return smallest
 
 
 def _largest(values: Sequence[Any]) -> Any:
