@@ -26,6 +26,7 @@ from chunkproof.model.errors import ConfigError
 from chunkproof.model.step import step
 from chunkproof.model.trajectory import run
 from chunkproof.proofs import solving
+from chunkproof.spec.kv_blocks import held_in_list
 from chunkproof.spec.scheduler_loops import FINISHED, RUNNING, WAITING
 from chunkproof.spec.scheduler_step import (
     FIELDS,
@@ -34,6 +35,7 @@ from chunkproof.spec.scheduler_step import (
     SchedulerBatch,
     SchedulerStepModel,
     describe_state,
+    make_scheduler_batch,
     request_sets,
 )
 from chunkproof.spec.scheduler_step_symbolic import SymbolicSchedulerStep, system_cells
@@ -738,3 +740,14 @@ def test_each_request_has_its_own_free_margin() -> None:
     model = SchedulerStepModel(get_builtin("vllm-0.28"), [(without, with_items)])
     (batch,) = model.batches()
     assert batch.margin.tolist() == [0, 2]
+
+
+def test_a_pooled_engine_takes_max_model_len_one_past_its_longest_prompt() -> None:
+    """A pooled instance's max_model_len is its longest prompt + 1 (SPEC P8's, KV2 rule 5), so
+    a request at its prompt's end still holds the block of its lookahead slot (rule 1): B = G
+    = 4, P = 8, L = 1 holds 3 attention blocks and L + 1 Mamba blocks, not 2 and 2."""
+    short = Config(block=4, prompt=5, max_sched=8, lookahead=1)
+    longest = Config(block=4, prompt=8, max_sched=8, lookahead=1)
+    batch = make_scheduler_batch([(short, longest)], None, [20])
+    assert batch.model_len.tolist() == [9]
+    assert held_in_list(longest, 8, 0, int(batch.model_len[0])) == 3 + 2
