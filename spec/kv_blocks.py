@@ -68,11 +68,22 @@ def at_hit(cfg: Config, start: int) -> bool:
     return start > 0 and start == cfg.start
 
 
+def resume_grid(cfg: Config) -> int:
+    """KV2 rule 5e: the grid a resume hit lies on, where a lookup can land (its alignment A:
+    h with fine hits, else B_s, slot note 6 rule 1) and, in rule 5's scope, the Mamba group
+    keys a state (a chunk end on its block B, R1; the prompt's tail is on B too or asks a
+    copy, which rule 5 leaves out): B with fine hits (h divides B), else B_s (a multiple of
+    B)."""
+    if cfg.partial_hits:
+        return cfg.block
+    return cfg.sched_block
+
+
 def resume_hit_top(cfg: Config, c: int) -> int:
     """KV2 rule 5e: the largest hit a preempted request that computed c tokens can resume at,
-    the last point of its grid B_s at most min(c, T - 1) (the lookup leaves one token to
-    compute); it resumes at any point of the grid from 0 to there."""
-    return fl(min(c, cfg.tokens - 1), cfg.sched_block)
+    the last point of its :func:`resume_grid` at most min(c, T - 1) (the lookup leaves one
+    token to compute); it resumes at any point of the grid from 0 to there."""
+    return fl(min(c, cfg.tokens - 1), resume_grid(cfg))
 
 
 def mamba_new_blocks(cfg: Config, start: int, end: int) -> int:

@@ -78,7 +78,7 @@ history note sections 6 and 10). The second model behind
   an instance share a pool of N blocks. Each chunk asks for its blocks; a running request the
   pool refuses preempts the last of the running list, or itself, which waits again keeping its
   c; each time the waiting loop reaches it, it resumes at a hit the environment picks (rule
-  5e: any on its grid B_s up to min(c, T - 1), 0 included; an action carries the choice), as
+  5e: any on its resume grid up to min(c, T - 1), 0 included; an action carries the choice), as
   a request admitted at that hit (rule 2d), so a cycle of states need not be a self-loop; the
   waiting loop runs only in a step that preempted nothing and admits behind the release's
   test for the whole sequence
@@ -123,8 +123,10 @@ from chunkproof.spec.interface import Transitions
 from chunkproof.spec.kv_blocks import (
     held_in_list,
     leaves_stale,
+    longest_model_len,
     outside_shared_pool,
     pool_rules,
+    resume_grid,
     resume_hit_top,
     shared_asked,
 )
@@ -207,7 +209,7 @@ MAX_DECODE_POSITIONS = 4
 
 HIT_DIGIT = 9
 """Bits per position of a pooled action's resume hits (:func:`hit_code`): the hit's index on
-its request's grid B_s, below 2^9. A pooled action has no eligible count or decode advances,
+its request's resume grid, below 2^9. A pooled action has no eligible count or decode advances,
 so its hits take their place: ``budget + ACTION_STRIDE * code``."""
 
 MAX_HIT_POSITIONS = 4
@@ -342,8 +344,8 @@ class RequestRows:
     """The requests of a batch's instances, row ``instance * k + label``, in parts that each
     agree on :func:`batch_key` (a request with encoder items and one without cannot share a
     :class:`Batch`: its items are a tuple of one length): row r is entry ``local[r]`` of
-    ``parts[part[r]]``; ``start`` and ``end`` are c0 and E per row, ``grid`` its B_s (the
-    grid a resume hit lies on, SPEC KV2 rule 5e)."""
+    ``parts[part[r]]``; ``start`` and ``end`` are c0 and E per row, ``grid`` the grid a
+    resume hit lies on (SPEC KV2 rule 5e, :func:`~chunkproof.spec.kv_blocks.resume_grid`)."""
 
     parts: list[Batch]
     part: np.ndarray
@@ -366,7 +368,7 @@ class RequestRows:
             local[rows] = np.arange(len(rows))
             start[rows], end[rows] = batch.start, batch.end
             parts.append(batch)
-        grid = np.array([cfg.sched_block for cfg in configs], dtype=np.int64)
+        grid = np.array([resume_grid(cfg) for cfg in configs], dtype=np.int64)
         return cls(parts, part, local, start, end, grid)
 
 
@@ -440,7 +442,8 @@ def make_scheduler_batch(
         if k > MAX_HIT_POSITIONS or int(hits.max()) >= 1 << HIT_DIGIT:
             raise ConfigError(
                 f"--pool: the explicit model takes at most {MAX_HIT_POSITIONS} requests with a "
-                f"pool, each with fewer than {1 << HIT_DIGIT} blocks of B_s in its prompt"
+                f"pool, each with fewer than {1 << HIT_DIGIT} points of its resume grid (SPEC KV2 "
+                "rule 5e) in its prompt"
             )
     model_len = np.array([pool_model_len(group) for group in instances], dtype=np.int64)
     return SchedulerBatch(
@@ -449,9 +452,10 @@ def make_scheduler_batch(
 
 
 def pool_model_len(group: Sequence[Config]) -> int:
-    """``max_model_len`` of the engine that runs ``group`` with a KV block pool: its longest
-    prompt + 1, the least that lets each request generate (SPEC P8's, for one request)."""
-    return max(cfg.prompt for cfg in group) + 1
+    """``max_model_len`` of the engine that runs ``group`` with a KV block pool: the largest of
+    its requests' own (SPEC P8's :func:`~chunkproof.spec.kv_blocks.longest_model_len`, the
+    prompt + 1, the least that lets each request generate), so its longest prompt + 1."""
+    return max(longest_model_len(cfg) for cfg in group)
 
 
 def free_margins(requests: RequestRows, call: CallRules | None) -> np.ndarray:
@@ -603,7 +607,7 @@ class SchedulerStepModel:
         source = np.repeat(np.arange(len(states)), counts)
         budget = 1 + _offsets(counts)
         if self.pooled:
-            lane, index = self.resume_choices(batch, states[source])
+            lane, index = hit_lanes(self.hit_counts(batch, states)[source])
             return self.step(batch, states, source[lane], budget[lane], hits=index)
         if not self.adaptive:
             return self.step(batch, states, source, budget)
@@ -623,13 +627,18 @@ class SchedulerStepModel:
     def resume_choices(
         self, batch: SchedulerBatch, rows: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """SPEC KV2 rule 5e, the environment's choice of resume hits: per state of ``rows``,
-        each waiting request at c > 0 (preempted: a pooled request is fresh) resumes at any
-        point of its grid B_s from 0 (its blocks evicted) to
-        :func:`~chunkproof.spec.kv_blocks.resume_hit_top`; every other request at its c. The
-        lanes each choice belongs to, and per lane and position the hit's index on its
-        request's grid (0: no hit), the largest hit first: a witness then resumes where the
-        lookup finds a request's blocks when none was evicted."""
+        """SPEC KV2 rule 5e, the environment's choice of resume hits at each state of ``rows``
+        (:meth:`hit_counts`, :func:`hit_lanes`): the lanes each choice belongs to, and per lane
+        and position the hit's index on its request's grid (0: no hit), the largest hit
+        first."""
+        return hit_lanes(self.hit_counts(batch, rows))
+
+    def hit_counts(self, batch: SchedulerBatch, rows: np.ndarray) -> np.ndarray:
+        """SPEC KV2 rule 5e: per state of ``rows`` and position, how many hits its request can
+        resume at: a waiting request at c > 0 (preempted: a pooled request is fresh) at any
+        point of its resume grid (B, or B_s without fine hits) from 0 (its blocks evicted) to
+        :func:`~chunkproof.spec.kv_blocks.resume_hit_top`; every other request only at its c
+        (1)."""
         label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(3))
         request_rows = batch.rows(rows[:, 0], label)
         top = np.stack(
@@ -640,14 +649,8 @@ class SchedulerStepModel:
             axis=1,
         )
         top //= batch.requests.grid[request_rows]
-        choices = np.where((phase == WAITING) & (c > 0), top + 1, 1)
-        lane = np.repeat(np.arange(len(rows)), choices.prod(axis=1))
-        digits = _offsets(choices.prod(axis=1))
-        index = np.zeros((len(lane), batch.k), dtype=np.int64)
-        for p in range(batch.k):
-            digits, digit = np.divmod(digits, choices[lane, p])
-            index[:, p] = choices[lane, p] - 1 - digit
-        return lane, index
+        counts: np.ndarray = np.where((phase == WAITING) & (c > 0), top + 1, 1)
+        return counts
 
     def stages(
         self,
@@ -956,6 +959,21 @@ def _offsets(sizes: np.ndarray) -> np.ndarray:
     return offsets
 
 
+def hit_lanes(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every combination of resume hits of rows whose positions have ``counts`` choices each
+    (:meth:`SchedulerStepModel.hit_counts`): the row of each combination, and per combination
+    and position the hit's index on its request's grid, the largest hit first, so that a
+    witness resumes where the lookup finds a request's blocks when none was evicted."""
+    sizes = counts.prod(axis=1)
+    lane = np.repeat(np.arange(len(counts)), sizes)
+    digits = _offsets(sizes)
+    index = np.zeros((len(lane), counts.shape[1]), dtype=np.int64)
+    for p in range(counts.shape[1]):
+        digits, digit = np.divmod(digits, counts[lane, p])
+        index[:, p] = counts[lane, p] - 1 - digit
+    return lane, index
+
+
 def numpy_ops(lanes: int) -> Ops:
     """:class:`~chunkproof.spec.scheduler_loops.Ops` over ``lanes`` NumPy lanes."""
     return Ops(
@@ -973,9 +991,9 @@ POOL_FIXED = (
     "checkpoints, no tail copies; max_model_len the instance's longest prompt + 1; watermark "
     "0; no KV connector; FCFS",
     "a preempted request keeps its c; each time the waiting loop reaches it, it resumes at "
-    "any hit on its grid B_s up to min(c, T - 1), or at 0 (its blocks evicted), whether or "
-    "not the release's lookup would find that one (SPEC KV2 rule 5e); no fine (partial) hit "
-    "at a resume",
+    "any hit on its resume grid (B with fine hits, else B_s) up to min(c, T - 1), or at 0 "
+    "(its blocks evicted), whether or not the release's lookup would find that one (SPEC KV2 "
+    "rule 5e)",
     "every request arrives at the first step and leaves at its prefill's end (max_tokens 1)",
 )
 """What the scheduler step fixes beyond each request's step when its requests share a KV block

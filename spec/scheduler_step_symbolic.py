@@ -54,7 +54,7 @@ K = 2 or 3 requests and one proof cell (SPEC N1). The third model behind
   lies inside rule 5's scope (:meth:`SymbolicSchedulerStep._pool_constraint`); the loops run
   the same :class:`~chunkproof.spec.scheduler_loops.Ledger` over Z3 terms; a preempted
   request waits again keeping its c (group 2 of ``settle``), and the action sets each
-  request's resume hit (rule 5e: on its grid B_s up to min(c, T - 1) for a waiting request at
+  request's resume hit (rule 5e: on its resume grid up to min(c, T - 1) for a waiting request at
   c > 0, else 0), at which the loops see it and the rules ask it as at a hit (c0 stays a
   symbol of the translation for that). Cells with encoder items are outside it.
 * Properties: P0, S-LIVE, HOL, STARVE on a transition, with the predicates of
@@ -84,7 +84,9 @@ from chunkproof.spec.interface import as_term
 from chunkproof.spec.kv_blocks import (
     held_in_list,
     leaves_stale,
+    longest_model_len,
     pool_rules,
+    resume_grid,
     resume_hit_top,
     shared_asked,
     shared_pool_exclusions,
@@ -278,7 +280,10 @@ class SymbolicSchedulerStep:
         self.whole = as_term(view.max_sched)
         self.starts = [self.of(i, self._template(i).view.start) for i in range(k)]
         self.ends = [self.of(i, self._template(i).end) for i in range(k)]
-        self.grids = [as_term(self.of(i, self._template(i).view.sched_block)) for i in range(k)]
+        self.grids = [
+            as_term(self.of(i, self._template(i).call(resume_grid, [self._template(i).view])))
+            for i in range(k)
+        ]
         self.tokens = [self.of(i, self._template(i).view.tokens) for i in range(k)]
         self.constraint = z3.And(
             *[self.of(i, self._template(i).constraint) for i in range(k)], self._share_encoder()
@@ -287,13 +292,18 @@ class SymbolicSchedulerStep:
         self.blocks: Any = 0
         """The KV block pool's N (a parameter with a pool; 0: none)."""
         self.model_len: Any = 0
-        """``max_model_len`` of the engine, with a pool: the longest prompt + 1
-        (:func:`~chunkproof.spec.scheduler_step.pool_model_len`)."""
+        """``max_model_len`` of the engine, with a pool: the largest request's own
+        (:func:`~chunkproof.spec.scheduler_step.pool_model_len`'s rule, translated)."""
         if self.pooled:
             self.blocks = z3.Int("pool_blocks")
             self.parameters.append(self.blocks)
-            self.model_len = _largest([self.of(i, self._template(i).view.prompt) for i in range(k)])
-            self.model_len = self.model_len + 1
+            lengths = [
+                self.of(
+                    i, as_term(self._template(i).call(longest_model_len, [self._template(i).view]))
+                )
+                for i in range(k)
+            ]
+            self.model_len = _largest(lengths)
             self.constraint = z3.And(self.constraint, self._pool_constraint(pools))
         self._steps: dict[tuple[int, ...], StepTerms] = {}
         self._encoded: dict[tuple[int, ...], Any] = {}
@@ -650,7 +660,7 @@ class SymbolicSchedulerStep:
 
     def _hit_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
         """SPEC KV2 rule 5e (``SchedulerStepModel.resume_choices``): with a pool, a waiting
-        request at c > 0 resumes at any point of its grid B_s from 0 to
+        request at c > 0 resumes at any point of its resume grid from 0 to
         :func:`~chunkproof.spec.kv_blocks.resume_hit_top`; every other request's hit is 0."""
         if not self.pooled:
             return []

@@ -56,7 +56,8 @@ SYSTEM_PROPERTIES: dict[str, Property] = {
             "whole budget M that never finishes every request (a cycle through preemption: "
             "a preempted request resumes at a hit at most its c)",
             "the instance alone in the engine; a preempted request resumes at any hit on its "
-            "grid B_s up to min(c, T - 1), or at 0 (SPEC KV2 rule 5e)",
+            "resume grid (B with fine hits, else B_s) up to min(c, T - 1), or at 0 (SPEC KV2 "
+            "rule 5e)",
         ),
     )
 }

@@ -33,6 +33,7 @@ from chunkproof.spec.kv_blocks import (
     leaves_stale,
     pool_modelled,
     pool_rules,
+    resume_grid,
     shared_asked,
 )
 from chunkproof.spec.scheduler_loops import (
@@ -56,24 +57,27 @@ STEPS = 40
 
 def draw_instance(rng: random.Random, version: str) -> tuple[Config, ...]:
     """Two or three fresh requests of different prompts on one engine the pool rules cover
-    (:func:`~chunkproof.spec.kv_blocks.pool_modelled`): B in 4, 8; G in B, B/2 and H = G; a
-    lookahead L (0 where the release does not cover S >= 1) and the EAGLE drop, each the
-    engine's (one for every request); no chunk start that asks a tail copy (rule 2b) and no
-    internal checkpoints."""
+    (:func:`~chunkproof.spec.kv_blocks.pool_modelled`): B in 4, 8; G in B/2, B, 2B; H in G,
+    G/2, G/4 where it divides B (fine hits from 0.26 where H < B); a lookahead L (0 where the
+    release does not cover S >= 1) and the EAGLE drop, each the engine's (one for every
+    request); no chunk start that asks a tail copy (rule 2b) and no internal checkpoints."""
     rules = pool_rules(version)
     while True:
         block = rng.choice((4, 8))
-        split = rng.choice((block, block // 2))
+        split = rng.choice((block, block // 2, 2 * block))
+        hashed = rng.choice((split, split // 2, split // 4))
         lookahead = rng.choice((0, 1, 2)) if rules.speculative else 0
-        prompts = [rng.randint(1, 5 * block) for _ in range(rng.choice((2, 3)))]
+        if hashed == 0 or block % hashed:
+            continue  # every group's block a multiple of the hash block (the coordinator's check)
+        prompts = [rng.randint(1, 5 * max(block, split)) for _ in range(rng.choice((2, 3)))]
         drop = lookahead >= 1 and rng.random() < 0.5  # an engine setting: one for every request
         try:
             group = tuple(
                 Config(
                     block=block,
                     split_block=split,
-                    hash_block=split,
-                    partial_hits=split < block and minor_of(version) >= 26,
+                    hash_block=hashed,
+                    partial_hits=hashed < block and minor_of(version) >= 26,
                     prompt=prompt,
                     max_sched=64,
                     lookahead=lookahead,
@@ -190,7 +194,7 @@ def test_several_requests_share_the_pool_as_the_release_does(version: str, cachi
     own manager does, and some instances of every release preempt. ``lookup``: the prompts
     are distinct and the manager keeps what it caches (:class:`~chunkproof.source.
     kv_alloc_run.CachingPool`), so a preempted request is admitted again at the hit the
-    release's lookup finds; that hit is one of rule 5e's choices (on the grid B_s, at most
+    release's lookup finds; that hit is one of rule 5e's choices (on its resume grid, at most
     min(c, T - 1)), the model resumes there, and some runs resume at a hit > 0. ``evicted``:
     nothing stays cached, every resume is at 0."""
     rng = random.Random(f"{SEED}-pool-{version}-{caching}")
@@ -216,7 +220,7 @@ def test_several_requests_share_the_pool_as_the_release_does(version: str, cachi
             for r, hit in got.hits.items():
                 cfg = group[r]
                 top = min(before[r], cfg.prompt - 1)
-                assert hit % cfg.sched_block == 0 and hit <= top, (group, blocks, r, hit, before)
+                assert hit % resume_grid(cfg) == 0 and hit <= top, (group, blocks, r, hit, before)
                 resumes += hit > 0
             want = model.step(chunks, got.hits)
             seen = (got.scheduled, set(got.preempted), got.held, got.free)
@@ -231,3 +235,29 @@ def test_several_requests_share_the_pool_as_the_release_does(version: str, cachi
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:4])
     assert preemptions > 0
     assert resumes > 0 or not caching
+
+
+@pytest.mark.parametrize("version", [v for v in RELEASES if minor_of(v) >= 26])
+def test_a_fine_hit_resumes_off_the_scheduler_grid(version: str) -> None:
+    """With fine hits and a split grid G coarser than the Mamba block B (B = 4, G = 8, h = 2),
+    a request preempted at c = 4 resumes at hit 4: on B, off B_s = lcm(B, G) = 8. Rule 5e's
+    grid is B there (:func:`~chunkproof.spec.kv_blocks.resume_grid`), and the model resumed at
+    that hit runs as the release's manager does."""
+    group = tuple(
+        Config(block=4, split_block=8, hash_block=2, prompt=5, max_sched=64) for _ in "ab"
+    )
+    assert group[0].partial_hits and group[0].sched_block == 8 and resume_grid(group[0]) == 4
+    real = TreePool(release_root(version), group, eagle_drop(group[0]), 6, 6, True, True)
+    model = ModelPool(group, pool_rules(version), 6, 6)
+    hits = {}
+    for chunks in ([3, 4], [2, 1], [1, 5]):
+        before = list(model.c)
+        got = real.step(chunks)
+        assert model.step(chunks, got.hits) == (
+            got.scheduled,
+            set(got.preempted),
+            got.held,
+            got.free,
+        )
+        hits.update({r: (hit, before[r]) for r, hit in got.hits.items() if hit > 0})
+    assert hits == {1: (4, 4)}
