@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from chunkproof.model.arith import cdiv, ck30, ck32, ck33, fl, valid
 from chunkproof.model.config import Config
@@ -809,10 +809,9 @@ def pool_modelled(rules: PoolRules, cfg: Config) -> bool:
     return rules.speculative or cfg.lookahead == 0
 
 
-def admitted_with_history(cfg: Config) -> bool:
-    """Rule 5's scope: a request admitted otherwise than :func:`admitted_fresh`, or with an
-    uncached prefix."""
-    return not admitted_fresh(cfg) or cfg.uncached_prefix > 0
+def with_uncached_prefix(cfg: Config) -> bool:
+    """Rule 5's scope: a prefix the request does not cache (``uncached_prefix``)."""
+    return cfg.uncached_prefix > 0
 
 
 def with_checkpoints(cfg: Config) -> bool:
@@ -826,21 +825,36 @@ def with_speculative_blocks(cfg: Config) -> bool:
     return cfg.lookahead >= 1
 
 
-def shared_pool_exclusions(rules: PoolRules) -> list[tuple[str, Callable[[Any], bool]]]:
+class Exclusion(NamedTuple):
+    """What rule 5's scope leaves out: the requests whose subset ``predicate`` is ``excluded``
+    (``True``: those it holds for; ``False``: those outside a scope it states)."""
+
+    reason: str
+    predicate: Callable[[Any], bool]
+    excluded: bool = True
+
+    def leaves_out(self, cfg: Any) -> bool:
+        """Whether this exclusion leaves ``cfg`` out."""
+        return bool(self.predicate(cfg)) == self.excluded
+
+
+def shared_pool_exclusions(rules: PoolRules) -> list[Exclusion]:
     """KV2 rule 5's scope under ``rules``, as what it leaves out besides encoder items (a
-    request's item pattern, which the prover's cells fix): each a reason and a subset
-    predicate, so the explorer (:func:`outside_shared_pool`) and the prover (its constraint)
-    read one definition. Rule 5 holds for a fresh request without internal checkpoints whose
-    pool the rules model (:func:`pool_modelled`) and none of whose chunks asks a tail copy
-    (rule 2b: the copy's block is back at the step's end)."""
-    found: list[tuple[str, Callable[[Any], bool]]] = [
-        ("a request admitted with a hit, a junction or an uncached prefix", admitted_with_history),
-        ("internal prefill checkpoints", with_checkpoints),
-    ]
+    request's item pattern, which the prover's cells fix), so the explorer
+    (:func:`outside_shared_pool`) and the prover (its constraint) read one definition. Rule 5
+    holds for a request without internal checkpoints whose pool the rules model
+    (:func:`pool_modelled`), admitted fresh or at the local hit an identical request's prefill
+    left in the least pool (P8's scope, :attr:`PoolRules.in_scope`, rule 2d: no external hit
+    or junction, T = P; 0.15-0.22 hold no seed), that caches its whole prompt and none of
+    whose chunks asks a tail copy (rule 2b: the copy's block is back at the step's end)."""
+    found = [Exclusion("internal prefill checkpoints", with_checkpoints)]
     if not rules.speculative:
         reason = f"L >= 1 under {rules.releases} (its Mamba group frees on c - S tokens)"
-        found.append((reason, with_speculative_blocks))
-    found.append(("a chunk start that copies the prompt's tail state", rules.copies_tail))
+        found.append(Exclusion(reason, with_speculative_blocks))
+    admitted = "a request admitted otherwise than fresh or at the hit an identical request left"
+    found.append(Exclusion(admitted, rules.in_scope, excluded=False))
+    found.append(Exclusion("an uncached prefix", with_uncached_prefix))
+    found.append(Exclusion("a chunk start that copies the prompt's tail state", rules.copies_tail))
     return found
 
 
@@ -849,9 +863,9 @@ def outside_shared_pool(rules: PoolRules, cfg: Config) -> str | None:
     or the first of :func:`shared_pool_exclusions` that holds."""
     if cfg.items:
         return "encoder items"
-    for reason, holds in shared_pool_exclusions(rules):
-        if holds(cfg):
-            return reason
+    for exclusion in shared_pool_exclusions(rules):
+        if exclusion.leaves_out(cfg):
+            return exclusion.reason
     return None
 
 

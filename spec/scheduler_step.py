@@ -721,7 +721,9 @@ class SchedulerStepModel:
         spec.scheduler_loops.schedule_step` over lanes) and every property; ``eligible`` is the
         environment's count under the adaptive floor, ``None`` without it; ``hits`` (with a
         pool) each waiting request's resume hit as its index on its grid (rule 5e,
-        :meth:`resume_choices`): the loops see it at that c, admitted at that hit. Each decoding
+        :meth:`resume_choices`): the loops see it at that c, admitted at that hit, and a running
+        request past its admission (c0 = 0: it may have been admitted at a hit other than its
+        own c0, and neither the split nor the manager reads a running request's). Each decoding
         request the running loop reached advances its c by any of 1..its free margin (the
         accepted tokens its decode step computed, the environment's choice; more is what the
         margin gives, all its items freed), one the loop did not reach by 0: one transition per
@@ -737,7 +739,7 @@ class SchedulerStepModel:
         if hits is not None:
             waiting = phase == WAITING
             resumed = np.where(waiting, hits * batch.requests.grid[request_rows], c)
-            begin = np.where(waiting, resumed, batch.requests.start[request_rows])
+            begin = np.where(waiting, resumed, 0)
         pool = self._pool(batch, request_rows, inst, stale, begin) if self.pooled else None
         stages = self._at(batch, request_rows, begin)
         at = Positions(phases, list(resumed.T), list(e.T), stages, held, pool)
@@ -987,9 +989,10 @@ def numpy_ops(lanes: int) -> Ops:
 
 
 POOL_FIXED = (
-    "the KV block pool: every request fresh (c0 = 0, no hit), no encoder items, no internal "
-    "checkpoints, no tail copies; max_model_len the instance's longest prompt + 1; watermark "
-    "0; no KV connector; FCFS",
+    "the KV block pool: every request fresh (c0 = 0) or admitted at the local hit c0 an "
+    "identical request's prefill left in the least pool (SPEC P8's scope, KV2 rule 2d), no "
+    "external hit, junction or encoder items, no internal checkpoints, no tail copies; "
+    "max_model_len the instance's longest prompt + 1; watermark 0; no KV connector; FCFS",
     "a preempted request keeps its c; each time the waiting loop reaches it, it resumes at "
     "any hit on its resume grid (B with fine hits, else B_s) up to min(c, T - 1), or at 0 "
     "(its blocks evicted), whether or not the release's lookup would find that one (SPEC KV2 "

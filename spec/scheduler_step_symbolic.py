@@ -315,7 +315,7 @@ class SymbolicSchedulerStep:
 
     def _pool_constraint(self, pools: Sequence[int | str]) -> Any:
         """Each request inside rule 5's scope (none of :func:`~chunkproof.spec.kv_blocks.
-        shared_pool_exclusions` holds; no encoder items is the cell's) and the pool one
+        shared_pool_exclusions` leaves it out; no encoder items is the cell's) and the pool one
         of ``pools`` (a size, or ``"min"``), at least what the release's start-up check accepts
         (:func:`~chunkproof.spec.scheduler_step.least_pool`: the largest request's minimum,
         which grows with its prompt, and at least 2)."""
@@ -326,7 +326,8 @@ class SymbolicSchedulerStep:
         for i in range(self.k):
             template = self._template(i)
             view = template.view
-            inside = [z3.Not(template.holds(holds, [view])) for _, holds in exclusions]
+            holds = [(template.holds(x.predicate, [view]), x.excluded) for x in exclusions]
+            inside = [z3.Not(term) if excluded else term for term, excluded in holds]
             scope.append(self.of(i, z3.And(*inside)))
             least.append(self.of(i, as_term(template.call(rules.startup_pool, [view]))))
         smallest = _largest(least)
@@ -454,11 +455,12 @@ class SymbolicSchedulerStep:
         return template.call(referenced_embeds, [template.view, c, e, margin])
 
     def _margin(self, template: SymbolicRequest) -> Any:
-        """One template's free margin (0 without items or call rules, as
-        :func:`~chunkproof.spec.scheduler_step.free_margins`)."""
+        """One template's free margin under the encoder call rules (asked only with them). Only
+        a request with items reads it (it alone decodes or references embeddings), so the
+        0 :func:`~chunkproof.spec.scheduler_step.free_margins` gives one without is not
+        needed here."""
         rules = self.encoder_call
-        if not template.cell.layout or rules is None:
-            return 0
+        assert rules is not None, "a free margin is asked only under encoder call rules"
         return template.call(rules.margin, [template.view])
 
     def _pool_at(
@@ -506,7 +508,9 @@ class SymbolicSchedulerStep:
 
     def _step(self, state: list[Any], action: list[Any]) -> StepTerms:
         """The loop rules (:func:`~chunkproof.spec.scheduler_loops.schedule_step`) over the
-        positions: the request at position p is the one of rank p."""
+        positions: the request at position p is the one of rank p. With a pool a waiting
+        request is seen at its resume hit and admitted there, a running one past its admission
+        (c0 = 0), as the explicit step has them."""
         k = self.k
         phase, c, rank, e, stale = self.fields(state)
         here = [[rank[i] == p for i in range(k)] for p in range(k)]
@@ -514,7 +518,7 @@ class SymbolicSchedulerStep:
         if self.pooled:
             hits = self._hits(action)
             resumed = [z3.If(phase[i] == WAITING, hits[i], c[i]) for i in range(k)]
-            begin = [z3.If(phase[i] == WAITING, hits[i], self.starts[i]) for i in range(k)]
+            begin = [z3.If(phase[i] == WAITING, hits[i], 0) for i in range(k)]
         at = Positions(
             [_pick(here[p], phase) for p in range(k)],
             [_pick(here[p], resumed) for p in range(k)],

@@ -14,6 +14,7 @@ from chunkproof.spec.kv_blocks import (
     free_blocks,
     lone_allocations,
     longest_model_len,
+    outside_shared_pool,
     pool_modelled,
     pool_rules,
     seed_fits,
@@ -321,3 +322,33 @@ def test_the_least_pool_a_seed_fits_in(lookahead: int, prompt: int, start: int, 
         n for n in range(2, 32) if seed_fits(cfg, n, pool_rules("0.33.0").tail_copy(cfg, start))
     ]
     assert fits[0] == least
+
+
+def test_a_hit_no_identical_request_leaves_is_outside_the_shared_pool() -> None:
+    """SPEC KV2 rule 5f: on 0.33, T = 5, B = 4, c0 = 4, the seed [0, 4), [4, 5) fits the least
+    pool either way, but under the EAGLE drop (L = 1) an identical request's resend lands a
+    block lower, at 0: no identical request leaves the hit 4, so P8's scope and the shared
+    pool's leave the request out; without the drop it lands at 4 and both take it."""
+    rules = pool_rules("0.33.0")
+    for drop in (False, True):
+        cfg = Config(block=4, prompt=5, max_sched=8, start=4, lookahead=1, drop=drop)
+        assert seed_fits(cfg, rules.startup_pool(cfg), 0)
+        assert rules.in_scope(cfg) is not drop
+        reason = outside_shared_pool(rules, cfg)
+        assert (reason is None) is not drop
+    assert reason is not None and "identical request" in reason
+
+
+@pytest.mark.parametrize(
+    "changes", [{"tokens": 10}, {"junction": 6}, {"checkpoints": True}], ids=str
+)
+def test_a_seeded_hit_is_judged_only_as_rule_2d_has_it(changes: dict[str, object]) -> None:
+    """P8's scope and the shared pool's (rule 5f) take 0.33's T = 9 admitted at the hit c0 = 4
+    an identical request leaves, and leave it out once it is not rule 2d's request though its
+    seed still fits: T > P, a junction, or internal checkpoints."""
+    rules = pool_rules("0.33.0")
+    cfg = Config(block=4, prompt=9, max_sched=8, start=4, lookahead=1)
+    assert rules.in_scope(cfg) and outside_shared_pool(rules, cfg) is None
+    changed = cfg.replace(**changes)
+    assert seed_fits(changed, rules.startup_pool(changed), 0)
+    assert not rules.in_scope(changed) and outside_shared_pool(rules, changed) is not None

@@ -31,6 +31,7 @@ from chunkproof.spec.kv_blocks import (
     PoolRules,
     held_in_list,
     leaves_stale,
+    outside_shared_pool,
     pool_modelled,
     pool_rules,
     resume_grid,
@@ -55,12 +56,14 @@ CASES = 60
 STEPS = 40
 
 
-def draw_instance(rng: random.Random, version: str) -> tuple[Config, ...]:
+def draw_instance(rng: random.Random, version: str, seeded: bool = False) -> tuple[Config, ...]:
     """Two or three fresh requests of different prompts on one engine the pool rules cover
     (:func:`~chunkproof.spec.kv_blocks.pool_modelled`): B in 4, 8; G in B/2, B, 2B; H in G,
     G/2, G/4 where it divides B (fine hits from 0.26 where H < B); a lookahead L (0 where the
     release does not cover S >= 1) and the EAGLE drop, each the engine's (one for every
-    request); no chunk start that asks a tail copy (rule 2b) and no internal checkpoints."""
+    request); no chunk start that asks a tail copy (rule 2b) and no internal checkpoints.
+    ``seeded``: about half the requests are admitted at a local hit c0 > 0 inside rule 5's
+    scope (the hit an identical request's prefill leaves, rule 2d), where the release has one."""
     rules = pool_rules(version)
     while True:
         block = rng.choice((4, 8))
@@ -87,14 +90,31 @@ def draw_instance(rng: random.Random, version: str) -> tuple[Config, ...]:
             )
         except ConfigError:
             continue
+        if seeded:
+            group = tuple(seed_some(rng, rules, cfg) for cfg in group)
         if all(covered(rules, cfg) for cfg in group):
             return group
 
 
+def seed_some(rng: random.Random, rules: PoolRules, cfg: Config) -> Config:
+    """``cfg`` admitted, one time in two, at a hit c0 > 0 on its resume grid inside rule 5's
+    scope (:func:`~chunkproof.spec.kv_blocks.outside_shared_pool`), where it has one."""
+    grid = resume_grid(cfg)
+    starts = [
+        start
+        for start in range(grid, cfg.prompt, grid)
+        if outside_shared_pool(rules, cfg.replace(start=start)) is None
+    ]
+    if not starts or rng.random() < 0.5:
+        return cfg
+    return cfg.replace(start=rng.choice(starts))
+
+
 def covered(rules: PoolRules, cfg: Config) -> bool:
-    """Rule 5's scope: the pool rules model the request and no chunk start asks a tail copy."""
+    """Rule 5's scope: the pool rules model the request, no chunk start asks a tail copy and
+    :func:`~chunkproof.spec.kv_blocks.outside_shared_pool` leaves nothing out."""
     copies = any(rules.tail_copy(cfg, start) for start in range(cfg.prompt))
-    return pool_modelled(rules, cfg) and not copies
+    return pool_modelled(rules, cfg) and not copies and outside_shared_pool(rules, cfg) is None
 
 
 class ModelPool:
@@ -105,7 +125,7 @@ class ModelPool:
         self.group, self.rules, self.blocks, self.mml = group, rules, blocks, mml
         self.order = list(range(len(group)))
         self.phase = [WAITING] * len(group)
-        self.c = [0] * len(group)
+        self.c = [cfg.start for cfg in group]
         self.stale = [0] * len(group)
 
     def step(
@@ -136,7 +156,7 @@ class ModelPool:
         hits = hits or {}
         resumed = [hits.get(r, 0) if self.phase[r] == WAITING else self.c[r] for r in self.order]
         cfgs = [
-            group[r].replace(start=resumed[p]) if self.phase[r] == WAITING else group[r]
+            group[r].replace(start=resumed[p] if self.phase[r] == WAITING else 0)
             for p, r in enumerate(order)
         ]
         pool = Pool(
@@ -195,14 +215,17 @@ def test_several_requests_share_the_pool_as_the_release_does(version: str, cachi
     are distinct and the manager keeps what it caches (:class:`~chunkproof.source.
     kv_alloc_run.CachingPool`), so a preempted request is admitted again at the hit the
     release's lookup finds; that hit is one of rule 5e's choices (on its resume grid, at most
-    min(c, T - 1)), the model resumes there, and some runs resume at a hit > 0. ``evicted``:
-    nothing stays cached, every resume is at 0."""
+    min(c, T - 1)), the model resumes there, and some runs resume at a hit > 0. About half
+    its requests are admitted at the hit an identical request left (rule 2d, seeded by the
+    tree), which the lookup finds, or less where the blocks handed out since evicted it; from
+    0.23, some are admitted at such a hit. ``evicted``: nothing stays cached, every resume is
+    at 0."""
     rng = random.Random(f"{SEED}-pool-{version}-{caching}")
     rules = pool_rules(version)
     wrong: list[str] = []
-    preemptions = resumes = 0
+    preemptions = resumes = seeded = 0
     for _ in range(CASES):
-        group = draw_instance(rng, version)
+        group = draw_instance(rng, version, caching)
         mml = max(cfg.prompt for cfg in group) + 1
         least = rules.startup_pool(group[0].replace(prompt=mml - 1))
         blocks = rng.randint(max(least, 2), max(least, 2) + 6)
@@ -222,6 +245,7 @@ def test_several_requests_share_the_pool_as_the_release_does(version: str, cachi
                 top = min(before[r], cfg.prompt - 1)
                 assert hit % resume_grid(cfg) == 0 and hit <= top, (group, blocks, r, hit, before)
                 resumes += hit > 0
+                seeded += hit > 0 and hit == cfg.start and index == 0
             want = model.step(chunks, got.hits)
             seen = (got.scheduled, set(got.preempted), got.held, got.free)
             preemptions += bool(got.preempted)
@@ -235,6 +259,7 @@ def test_several_requests_share_the_pool_as_the_release_does(version: str, cachi
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:4])
     assert preemptions > 0
     assert resumes > 0 or not caching
+    assert seeded > 0 or not caching or minor_of(version) < 23
 
 
 @pytest.mark.parametrize("version", [v for v in RELEASES if minor_of(v) >= 26])

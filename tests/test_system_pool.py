@@ -134,8 +134,8 @@ def test_from_0_29_the_least_pool_serves_every_instance(cli: Cli, tmp_path: Path
 
 
 def test_the_pool_leaves_out_what_it_does_not_model(cli: Cli, tmp_path: Path) -> None:
-    """Requests with a hit, or a release's L >= 1 its pool rules do not cover (0.23-0.25), are
-    left out and counted; a range with none left is EMPTY (exit 2), never PROVED."""
+    """Requests the pool rules do not cover (here L >= 1 on 0.23-0.25) are left out and
+    counted; a range with none left is EMPTY (exit 2), never PROVED."""
     ranges = ["--block", "4", "--drop", "off", "--prompt", "4-6", "--max-sched", "4"]
     mixed = cli("system", "vllm-0.23", *ranges, "--lookahead", "0-1", "--pool", "min")
     assert mixed.code in (0, 1) and "3 request configuration(s) outside the pool model" in mixed.out
@@ -587,6 +587,13 @@ def slow_pool(name: str, texts: dict[str, str], pools: tuple[int | str, ...]) ->
     return pytest.param(name, texts, pools, marks=pytest.mark.slow)
 
 
+SEEDED = (
+    "vllm-0.23",
+    {"block": "4", "lookahead": "0", "drop": "off", "prompt": "3,8", "start": "0,block"},
+)
+"""0.23 with T = 8 admitted at c0 = 0 or at the hit c0 = 4 an identical request left (SPEC KV2
+rule 2d, inside rule 5's scope), beside T = 3."""
+
 POOL_SAMPLE = [
     (*LEAST_0_28, ("min", 5)),
     slow_pool("vllm-0.33", {"block": "4", "lookahead": "1", "drop": "off", "prompt": "2,7"}, (9,)),
@@ -614,7 +621,7 @@ def test_a_pool_with_every_cell_outside_its_model_is_empty(cli: Cli) -> None:
     assert document["searched"]["cells_left_out"] == 1
 
 
-@pytest.mark.parametrize(("name", "texts", "pools"), POOL_SAMPLE)
+@pytest.mark.parametrize(("name", "texts", "pools"), [*POOL_SAMPLE, (*SEEDED, ("min", 6))])
 def test_the_symbolic_pool_step_is_the_explicit_one(
     name: str, texts: dict[str, str], pools: tuple[int | str, ...]
 ) -> None:
@@ -659,7 +666,7 @@ def test_the_symbolic_pool_step_is_the_explicit_one(
     assert checked > 0 and preempting > 0 and resuming > 0
 
 
-@pytest.mark.parametrize(("name", "texts", "pools"), POOL_SAMPLE)
+@pytest.mark.parametrize(("name", "texts", "pools"), [*POOL_SAMPLE, slow_pool(*SEEDED, ("min", 6))])
 def test_the_engines_agree_on_a_pool(
     name: str, texts: dict[str, str], pools: tuple[int | str, ...]
 ) -> None:

@@ -106,15 +106,16 @@ AT_HIT = {
     "step_config": "at_hit(CONFIGS[label], hit)",
 }
 """``schedule_step`` of a pooled file: on request ``label``, admitted at ``hit`` (c0 > 0 where
-the waiting loop resumes it at a hit, SPEC KV2 rule 5e)."""
+the waiting loop admits it at a hit, SPEC KV2 rules 2d and 5e; 0 in the running loop)."""
 
 
 _POOL = '''
 # The KV block pool the requests share (SPEC KV2 rule 5): the tree's own KVCacheManager (at the
 # end of the file: chunkproof.source.kv_alloc_run.TreePool, over chunkproof.source.kv_run's
 # compiler), built by its __init__ from the source text over POOL_BLOCKS blocks, the null
-# block among them. Every request is fresh, of its own tokens; the pool keeps what the manager
-# caches, so a preempted request is admitted again at the hit its lookup finds.
+# block among them. Every request is of its own tokens; one admitted at c0 > 0 is seeded first
+# (an identical request computes [0, c0) and [c0, P) and finishes); the pool keeps what the
+# manager caches, so a request is admitted at the hit its lookup finds.
 KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = $pool_blocks
 MAX_MODEL_LEN = $max_model_len  # the longest prompt + 1
@@ -134,8 +135,9 @@ def pool() -> TreePool:
 
 
 def at_hit(config: SimpleNamespace, hit: int) -> SimpleNamespace:
-    """``config`` admitted at ``hit`` (its c0: the waiting loop passes the hit to the split)."""
-    return SimpleNamespace(**{**vars(config), "start": hit}) if hit else config
+    """``config`` admitted at ``hit`` (its c0: the waiting loop passes the hit to the split);
+    a running request (``hit`` 0) is past its admission, whatever c0 it was admitted at."""
+    return SimpleNamespace(**{**vars(config), "start": hit})
 
 
 def resume(pool: TreePool, label: int, recorded: dict[int, int] | None) -> int:

@@ -2296,7 +2296,7 @@ class PoolStepResult:
 
 
 class TreePool:
-    """Fresh requests of ``cfgs``' prompts sharing the tree's own ``KVCacheManager`` over a
+    """Requests of ``cfgs``' prompts sharing the tree's own ``KVCacheManager`` over a
     :class:`CountingPool` of ``num_blocks`` blocks (SPEC KV2 rule 5): each :meth:`step` runs
     ``schedule()``'s two loops as far as the pool goes, FCFS, as the releases' ``schedule()``
     has them (read from it): the running list in order, a refused request preempting
@@ -2311,8 +2311,10 @@ class TreePool:
     unless ``caching``: then the pool is a :class:`CachingPool`, and :meth:`lookup` gives a
     waiting request the hit the tree's ``get_computed_blocks`` finds, which its admission
     takes (the pool's free queue evicts in vLLM's order, so the hit is what is left after the
-    blocks handed out since; :attr:`CountingPool.issued` counts those). The requests share
-    their prompts' prefix, unless ``distinct``: then no token of one is another's."""
+    blocks handed out since; :attr:`CountingPool.issued` counts those). A request admitted at
+    c0 > 0 (its ``start``) is seeded before the first step (:meth:`seed`, caching only), so its
+    lookup finds c0 unless the blocks handed out since evicted it. The requests share their
+    prompts' prefix, unless ``distinct``: then no token of one is another's."""
 
     def __init__(
         self,
@@ -2329,9 +2331,13 @@ class TreePool:
         self.lookahead = cfgs[0].lookahead
         self.manager = kv_manager(tree, cfgs[0], use_eagle, num_blocks, max_model_len)
         self.found: dict[int, tuple[int, Any]] = {}
+        prefixes = [(0, i + 1) if distinct else None for i in range(len(cfgs))]
+        for i, cfg in enumerate(cfgs):
+            if cfg.start > 0:
+                self.seed(tree, cfg, f"seed{i}", prefixes[i])
         self.requests = [
-            fresh_request(cfg, f"r{i}", tree, (0, i + 1) if distinct else None)
-            for i, cfg in enumerate(cfgs)
+            fresh_request(cfg, f"r{i}", tree, prefix)
+            for i, (cfg, prefix) in enumerate(zip(cfgs, prefixes, strict=True))
         ]
         self.prompts = [cfg.prompt for cfg in cfgs]
         self.running: list[int] = []
@@ -2376,6 +2382,21 @@ class TreePool:
             self.running.remove(r)
         free = self.manager.block_pool.free
         return PoolStepResult(scheduled, preempted, free, self.held(), hits)
+
+    def seed(self, tree: KvTree, cfg: KvConfig, name: str, prefix: tuple[int, int] | None) -> None:
+        """SPEC KV2 rule 2d's seed of a request admitted at c0 > 0: before the first step, an
+        identical request computes [0, c0) and [c0, P) alone and finishes, so the blocks it
+        leaves cached are free in the pool (``caching``) and the request's lookup finds them."""
+        if not self.caching:
+            raise SourceError(f"a request admitted at c0 = {cfg.start} needs a caching pool")
+        seed = fresh_request(cfg, name, tree, prefix)
+        for chunk in (cfg.start, cfg.prompt - cfg.start):
+            if not schedule_chunk(self.manager, seed, chunk, cfg.lookahead):
+                raise SourceError(
+                    f"the pool refuses the identical request that seeds the hit at {cfg.start} "
+                    f"its chunk of {chunk} tokens"
+                )
+        self.manager.free(seed)
 
     def begin(self) -> None:
         """A step starts (``new_step_starts``, 0.29 on)."""
