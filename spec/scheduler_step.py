@@ -635,8 +635,9 @@ class SchedulerStepModel:
 
     def hit_counts(self, batch: SchedulerBatch, rows: np.ndarray) -> np.ndarray:
         """SPEC KV2 rule 5e: per state of ``rows`` and position, how many hits its request can
-        resume at: a waiting request at c > 0 (preempted: a pooled request is fresh) at any
-        point of its resume grid (B, or B_s without fine hits) from 0 (its blocks evicted) to
+        resume at: a waiting request at c > 0 (preempted, or not yet admitted at its c0, rule
+        5f) at any point of its resume grid (B, or B_s without fine hits) from 0 (its blocks
+        evicted) to
         :func:`~chunkproof.spec.kv_blocks.resume_hit_top`; every other request only at its c
         (1)."""
         label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(3))

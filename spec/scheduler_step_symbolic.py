@@ -663,8 +663,9 @@ class SymbolicSchedulerStep:
         return z3.And(budget, action[1] >= least)
 
     def _hit_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
-        """SPEC KV2 rule 5e (``SchedulerStepModel.resume_choices``): with a pool, a waiting
-        request at c > 0 resumes at any point of its resume grid from 0 to
+        """SPEC KV2 rules 5e-5f (``SchedulerStepModel.resume_choices``): with a pool, a waiting
+        request at c > 0 (preempted, or not yet admitted at its c0) resumes at any point of its
+        resume grid from 0 to
         :func:`~chunkproof.spec.kv_blocks.resume_hit_top`; every other request's hit is 0."""
         if not self.pooled:
             return []
@@ -674,8 +675,8 @@ class SymbolicSchedulerStep:
             template = self._template(i)
             top = self.of(i, as_term(template.call(resume_hit_top, [template.view, c[i]])))
             on_grid = z3.And(hit >= 0, hit <= top, hit % self.grids[i] == 0)
-            preempted = z3.And(phase[i] == WAITING, c[i] > 0)
-            guards.append(z3.If(preempted, on_grid, hit == 0))
+            at_hit = z3.And(phase[i] == WAITING, c[i] > 0)
+            guards.append(z3.If(at_hit, on_grid, hit == 0))
         return guards
 
     def _decode_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
