@@ -438,7 +438,7 @@ def make_scheduler_batch(
     encoder = np.array([shared_encoder(group) for group in instances], dtype=np.int64)
     pool = np.array(blocks if blocks is not None else [0] * len(instances), dtype=np.int64)
     if int(pool.max()) > 0:
-        hits = np.array([cfg.tokens for cfg in flat]) // requests.grid
+        hits = np.array([resume_hit_top(cfg, cfg.tokens) for cfg in flat]) // requests.grid
         if k > MAX_HIT_POSITIONS or int(hits.max()) >= 1 << HIT_DIGIT:
             raise ConfigError(
                 f"--pool: the explicit model takes at most {MAX_HIT_POSITIONS} requests with a "

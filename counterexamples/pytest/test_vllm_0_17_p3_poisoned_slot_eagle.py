@@ -2207,6 +2207,23 @@ def resend_after_prefill(
     return hit
 
 
+def seed_hit(
+    manager: Any, tree: KvTree, cfg: KvConfig, name: str, prefix: tuple[int, int] | None = None
+) -> None:
+    """SPEC KV2 rule 2d's seed of a request admitted at c0 > 0: an identical request (``name``,
+    of ``cfg``'s prompt, or ``prefix``'s tokens: :func:`fresh_request`) computes [0, c0) and
+    [c0, P) alone and finishes, so the blocks it leaves cached (a :class:`CachingPool`) are
+    free in the pool and the request's lookup finds them."""
+    seed = fresh_request(cfg, name, tree, prefix)
+    for chunk in (cfg.start, cfg.prompt - cfg.start):
+        if not schedule_chunk(manager, seed, chunk, cfg.lookahead):
+            raise SourceError(
+                f"the pool of {manager.block_pool.num_gpu_blocks} blocks refuses the identical "
+                f"request that seeds the hit at {cfg.start} its chunk of {chunk} tokens"
+            )
+    manager.free(seed)
+
+
 class TreeAllocator:
     """A request of ``cfg``'s prompt under the tree's own ``KVCacheManager`` over a pool of
     ``num_blocks`` blocks and ``max_model_len``, scheduled chunk by chunk (:meth:`allocate`)
@@ -2232,14 +2249,7 @@ class TreeAllocator:
         self.manager = kv_manager(tree, cfg, use_eagle, num_blocks, max_model_len)
         self.hit, self.hit_blocks = 0, None
         if start > 0:
-            seed = fresh_request(cfg, "seed", tree)
-            for chunk in (start, cfg.prompt - start):
-                if not schedule_chunk(self.manager, seed, chunk, cfg.lookahead):
-                    raise SourceError(
-                        f"the pool of {num_blocks} blocks refuses the identical request that "
-                        f"seeds the hit at {start} its chunk of {chunk} tokens"
-                    )
-            self.manager.free(seed)
+            seed_hit(self.manager, tree, cfg, "seed")
         self.request = fresh_request(cfg, "r", tree)
         if start > 0:
             self.hit_blocks, self.hit = self.manager.get_computed_blocks(self.request)[:2]
@@ -2313,7 +2323,7 @@ class TreePool:
     waiting request the hit the tree's ``get_computed_blocks`` finds, which its admission
     takes (the pool's free queue evicts in vLLM's order, so the hit is what is left after the
     blocks handed out since; :attr:`CountingPool.issued` counts those). A request admitted at
-    c0 > 0 (its ``start``) is seeded before the first step (:meth:`seed`, caching only), so its
+    c0 > 0 (its ``start``) is seeded before the first step (:func:`seed_hit`, caching only), so its
     lookup finds c0 unless the blocks handed out since evicted it. The requests share their
     prompts' prefix, unless ``distinct``: then no token of one is another's."""
 
@@ -2335,7 +2345,11 @@ class TreePool:
         prefixes = [(0, i + 1) if distinct else None for i in range(len(cfgs))]
         for i, cfg in enumerate(cfgs):
             if cfg.start > 0:
-                self.seed(tree, cfg, f"seed{i}", prefixes[i])
+                if not caching:
+                    raise SourceError(
+                        f"a request admitted at c0 = {cfg.start} needs a caching pool"
+                    )
+                seed_hit(self.manager, tree, cfg, f"seed{i}", prefixes[i])
         self.requests = [
             fresh_request(cfg, f"r{i}", tree, prefix)
             for i, (cfg, prefix) in enumerate(zip(cfgs, prefixes, strict=True))
@@ -2383,21 +2397,6 @@ class TreePool:
             self.running.remove(r)
         free = self.manager.block_pool.free
         return PoolStepResult(scheduled, preempted, free, self.held(), hits)
-
-    def seed(self, tree: KvTree, cfg: KvConfig, name: str, prefix: tuple[int, int] | None) -> None:
-        """SPEC KV2 rule 2d's seed of a request admitted at c0 > 0: before the first step, an
-        identical request computes [0, c0) and [c0, P) alone and finishes, so the blocks it
-        leaves cached are free in the pool (``caching``) and the request's lookup finds them."""
-        if not self.caching:
-            raise SourceError(f"a request admitted at c0 = {cfg.start} needs a caching pool")
-        seed = fresh_request(cfg, name, tree, prefix)
-        for chunk in (cfg.start, cfg.prompt - cfg.start):
-            if not schedule_chunk(self.manager, seed, chunk, cfg.lookahead):
-                raise SourceError(
-                    f"the pool refuses the identical request that seeds the hit at {cfg.start} "
-                    f"its chunk of {chunk} tokens"
-                )
-        self.manager.free(seed)
 
     def begin(self) -> None:
         """A step starts (``new_step_starts``, 0.29 on)."""
