@@ -116,6 +116,10 @@ pick p8-seeded-partial-hit vllm-0.33 P8 --block 4 --hash-block 2 --lookahead 0 -
 # vllm-0.30 (KV2 rule 2c): with prefill checkpoints on, the chunk [4, 13) writes one and asks
 # every Mamba block it spans (3), uncapped, beyond the one checkpoint block the sizer counts.
 pick p8-checkpoint-uncapped-ask vllm-0.30 P8 --block 4 --lookahead 0 --drop off --checkpoints on --checkpoint-alignment 1 --prompt 1-13 --max-sched 1-9
+# vllm-0.28 (KV2 rule 2e): at a KV connector's external hit x = 4, the chunk [4, 5) crosses
+# into the next Mamba block; the Mamba group counts S + 1 = 1 block and takes 2 (one for the
+# loaded state), and 0.23-0.28's least pool has no block to spare: get_new_blocks raises.
+pick p8-external-hit-miscount vllm-0.28 P8 --block 4 --lookahead 0 --drop off --start external --prompt 1-8 --max-sched 1-2
 # lookahead-in-split: the proposed fix finishes over lambda, so R* is not cached.
 pick p6-fix-skips-resend lookahead-in-split P6 "${CLASSIC[@]}"
 # lookahead-in-split: in the sub-block regime a block end inside the window survives even the

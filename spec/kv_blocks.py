@@ -63,9 +63,29 @@ def attention_blocks(cfg: Config, end: int, max_model_len: int) -> int:
 
 
 def at_hit(cfg: Config, start: int) -> bool:
-    """Whether the chunk starting at ``start`` is the first of a request admitted at a local
-    prefix hit (c0 > 0; KV2 rule 2d)."""
+    """Whether the chunk starting at ``start`` is the first of a request admitted at a prefix
+    hit (c0 > 0): a local one (KV2 rule 2d) or a connector's (rule 2e)."""
     return start > 0 and start == cfg.start
+
+
+def at_external_hit(cfg: Config, start: int) -> bool:
+    """KV2 rule 2e: whether the chunk starting at ``start`` is the first of a request whose
+    whole hit c0 is external, x = c0 (a KV connector's, loaded synchronously: the waiting loop
+    passes x to ``allocate_slots`` with the chunk)."""
+    return at_hit(cfg, start) and cfg.external == start
+
+
+def external_miscount(cfg: Config, start: int, end: int) -> int:
+    """KV2 rule 2e: the blocks the chunk [start, end) takes beyond what it asks. At an external
+    hit the Mamba group counts at most S + 1 new blocks (``physical_block_cap`` of a request
+    that has none), but ``allocate_new_computed_blocks`` first takes a block for the loaded
+    state at x, and ``allocate_new_blocks`` then takes S + 1 more when the chunk ends in a
+    later Mamba block than x's: one block more than counted there (1), else none (0). Where
+    the free blocks cover the count and not that block, ``BlockPool.get_new_blocks`` raises
+    (``ValueError``: the engine core is down)."""
+    if at_external_hit(cfg, start) and spanned_blocks(cfg, start, end) > 0:
+        return 1
+    return 0
 
 
 def resume_grid(cfg: Config) -> int:
@@ -95,8 +115,10 @@ def mamba_new_blocks(cfg: Config, start: int, end: int) -> int:
 
     Rule 2d: the first chunk at a local hit asks the hit's state block (cached, so free in the
     pool and counted) and the new blocks it needs past the hit's, at most S + 1:
-    1 + min(max(cdiv(end, B) + S - cdiv(hit, B), 0), S + 1)."""
-    if start == 0:
+    1 + min(max(cdiv(end, B) + S - cdiv(hit, B), 0), S + 1). Rule 2e: at an external hit it
+    asks S + 1, the cap of a request that holds none (it takes
+    :func:`external_miscount` more)."""
+    if start == 0 or at_external_hit(cfg, start):
         return cfg.lookahead + 1
     if at_hit(cfg, start):
         past = max(cdiv(end, cfg.block) + cfg.lookahead - cdiv(start, cfg.block), 0)
@@ -225,9 +247,10 @@ def asked_blocks(cfg: Config, start: int, end: int, max_model_len: int, mamba: i
     asks of the Mamba group (rules 2, 2c and 2d) and the tail copy of rule 2b included. A
     later chunk asks the attention blocks past those it holds; a first chunk every one, at a
     local hit (rule 2d) the hit's too (cached, so free in the pool and counted) and one more
-    when the hit ends inside a block of G (its partial block is copied)."""
+    when the hit ends inside a block of G (its partial block is copied); at an external hit
+    (rule 2e) every one, new, with no partial block to copy."""
     if at_hit(cfg, start):
-        partial = 1 if start % cfg.split_block != 0 else 0
+        partial = 1 if start % cfg.split_block != 0 and cfg.external == 0 else 0
         return attention_blocks(cfg, end, max_model_len) + partial + mamba
     held = 0
     if start > 0:
@@ -250,7 +273,8 @@ def free_blocks(cfg: Config, start: int, pool: int, max_model_len: int) -> int:
     ``start`` and S + 1 Mamba blocks are held (the state block of two chunks back, and a
     checkpoint block, were freed: ``remove_skipped_blocks`` frees every block before the
     state's). At a local hit (rule 2d) all but the null block are free too: the blocks an
-    identical request cached are free until the hit takes them."""
+    identical request cached are free until the hit takes them; at an external hit (rule 2e)
+    the request holds none yet."""
     if start == 0 or at_hit(cfg, start):
         return pool - 1
     return pool - 1 - held_in_list(cfg, start, 0, max_model_len)
@@ -261,24 +285,33 @@ def no_tail_copy(cfg: Config, start: int) -> int:
     return 0
 
 
+def copies_at_tail(cfg: Config, start: int, tail: int) -> bool:
+    """KV2 rule 2b: whether the chunk starting at ``start`` copies the state of the prompt's
+    tail ``tail``: it starts there, off the Mamba grid, and not at an external hit (rule 2e:
+    the connector loaded that state into a block of the request's own; nothing cached is
+    copied)."""
+    return start == tail and start % cfg.block != 0 and not at_external_hit(cfg, start)
+
+
 def tail_copy_v26(cfg: Config, start: int) -> int:
-    """KV2 rule 2b, 0.26-0.30: a chunk starting at the tail T (0.26-0.30's) off the Mamba grid
-    asks 2 blocks for the copy of the tail state (and takes 1, returned at the step's end)."""
-    if start % cfg.block != 0 and start == tail_position_v26(cfg):
+    """KV2 rule 2b, 0.26-0.30: a chunk starting at the tail T (0.26-0.30's) that copies its
+    state (:func:`copies_at_tail`) asks 2 blocks for the copy (and takes 1, returned at the
+    step's end)."""
+    if copies_at_tail(cfg, start, tail_position_v26(cfg)):
         return 2
     return 0
 
 
 def tail_copy_v31(cfg: Config, start: int) -> int:
-    """KV2 rule 2b, 0.31: 1 block at 0.31's tail T off the Mamba grid."""
-    if start % cfg.block != 0 and start == tail_position_v31(cfg):
+    """KV2 rule 2b, 0.31: 1 block at 0.31's tail T (:func:`copies_at_tail`)."""
+    if copies_at_tail(cfg, start, tail_position_v31(cfg)):
         return 1
     return 0
 
 
 def tail_copy_v32(cfg: Config, start: int) -> int:
-    """KV2 rule 2b, 0.32 on: 1 block at the tail T of 0.32 on off the Mamba grid."""
-    if start % cfg.block != 0 and start == tail_position(cfg):
+    """KV2 rule 2b, 0.32 on: 1 block at the tail T of 0.32 on (:func:`copies_at_tail`)."""
+    if copies_at_tail(cfg, start, tail_position(cfg)):
         return 1
     return 0
 
@@ -333,6 +366,19 @@ def startup_pool_v29(cfg: Config) -> int:
     return startup_pool_v23(cfg) + checkpoint + 1
 
 
+def admitted_external(cfg: Config) -> bool:
+    """KV2 rule 2e's request: admitted at a hit c0 > 0 that a KV connector loads whole (x =
+    c0, no local part), T = P, no junction, no internal checkpoints."""
+    if cfg.external == 0 or cfg.external != cfg.start or cfg.tokens > cfg.prompt:
+        return False
+    return cfg.junction == 0 and not cfg.checkpoints
+
+
+def with_external_hit(cfg: Config) -> bool:
+    """Rule 5's scope: an external hit (a KV connector's)."""
+    return cfg.external > 0
+
+
 def admitted_fresh(cfg: Config) -> bool:
     """The request of KV2's rules: admitted at c = 0 with no hit (local or external), T = P,
     no junction."""
@@ -369,13 +415,14 @@ def seed_fits(cfg: Config, pool: int, copy: int) -> bool:
 
 
 def fresh_or_seeded(cfg: Config, fresh: bool, seeded: bool, pool: int, copy: int) -> bool:
-    """SPEC P8's scope from 0.23: a fresh admission the release's rules cover (``fresh``), or
-    KV2 rule 2d's request: admitted at a local hit c0 that an identical request's prefill left
-    (``seeded``: :func:`~chunkproof.spec.slots.lands_at_start` under the release's cache rules,
-    which also needs R* to be checked there) in the release's start-up minimum ``pool``, which
-    held that request (:func:`seed_fits`, ``copy`` its tail copy); T = P, no junction, no
-    internal checkpoints."""
-    if fresh:
+    """SPEC P8's scope from 0.23: a fresh admission the release's rules cover (``fresh``), KV2
+    rule 2e's request (:func:`admitted_external`: an external hit, x = c0), or rule 2d's:
+    admitted at a local hit c0 that an identical request's prefill left (``seeded``:
+    :func:`~chunkproof.spec.slots.lands_at_start` under the release's cache rules, which also
+    needs R* to be checked there) in the release's start-up minimum ``pool``, which held that
+    request (:func:`seed_fits`, ``copy`` its tail copy); T = P, no junction, no internal
+    checkpoints."""
+    if fresh or admitted_external(cfg):
         return True
     if not seeded or cfg.tokens > cfg.prompt or cfg.junction > 0 or cfg.checkpoints:
         return False
@@ -451,12 +498,16 @@ def scope_v33(cfg: Config) -> bool:
 
 def pool_refuses(cfg: Config, start: int, end: int, pool: int, mamba: int) -> bool:
     """SPEC P8 for the chunk [start, end) in a pool of ``pool`` blocks, max_model_len = P + 1:
-    the chunk asks more blocks than are free (KV2 rule 3), ``mamba`` what it asks of the Mamba
-    group (rules 2-2c). Each release's predicate judges it within its scope only."""
+    the chunk needs more blocks than are free (KV2 rule 3), ``mamba`` what it asks of the
+    Mamba group (rules 2-2c). It needs what it asks, and at an external hit
+    :func:`external_miscount` more (rule 2e): the release refuses it when it asks more, and
+    raises when only the miscount is short. Each release's predicate judges it within its
+    scope only."""
     if end <= start:
         return False
     asked = asked_blocks(cfg, start, end, longest_model_len(cfg), mamba)
-    return asked > free_blocks(cfg, start, pool, longest_model_len(cfg))
+    needed = asked + external_miscount(cfg, start, end)
+    return needed > free_blocks(cfg, start, pool, longest_model_len(cfg))
 
 
 def refused_v15(cfg: Config, c: int, e: int) -> bool:
@@ -619,8 +670,8 @@ class PoolRules:
         """:attr:`in_scope` in words."""
         fresh = "c0 = 0 with no hit, T = P, no junction"
         if self.first_minor >= 23:
-            fresh = "c0 = 0 with no hit, or a local hit an identical prompt's prefill left"
-            fresh += " (T = P, no junction)"
+            fresh = "c0 = 0 with no hit, a local hit an identical prompt's prefill left, or"
+            fresh += " an external hit x = c0 a connector loads (T = P, no junction)"
         if self.checkpoints:
             return f"{fresh}, internal checkpoints only at c0 = 0 without partial hits"
         speculative = "" if self.speculative else ", L = 0"
@@ -773,8 +824,9 @@ def pool_rules(version: str | None) -> PoolRules:
 
 
 def in_scope_possible(grid: Grid) -> bool:
-    """Whether ``grid`` may hold a configuration in P8's scope: an admission at c0 = 0 or at a
-    local hit (:func:`admitted_fresh`, :func:`fresh_or_seeded`), T = P, no junction.
+    """Whether ``grid`` may hold a configuration in P8's scope: an admission at c0 = 0, at a
+    local hit or at an external one (:func:`admitted_fresh`, :func:`fresh_or_seeded`), T = P,
+    no junction.
     Read from its value sets; a set this cannot read is taken to allow it. A range of no such
     grid gets no P8 verdict (a range with nothing in scope is never PROVED); the engines count
     each release's own scope (internal checkpoints and seeded hits included) and give EMPTY
@@ -786,7 +838,7 @@ def in_scope_possible(grid: Grid) -> bool:
         return "0" in getattr(values, "kinds", ("0",)) or (numbers is not None and numbers.low == 0)
 
     starts = sets["start"]
-    local = {"block", "hash"} & set(getattr(starts, "kinds", ()))
+    local = {"block", "hash", "external"} & set(getattr(starts, "kinds", ()))
     admits = allows_zero(starts) or bool(local) or getattr(starts, "numbers", None) is not None
     tokens = sets["tokens"]
     prompt_itself = any(
@@ -842,12 +894,13 @@ def shared_pool_exclusions(rules: PoolRules) -> list[Exclusion]:
     """KV2 rule 5's scope under ``rules``, as what it leaves out besides encoder items (a
     request's item pattern, which the prover's cells fix), so the explorer
     (:func:`outside_shared_pool`) and the prover (its constraint) read one definition. Rule 5
-    holds for a request without internal checkpoints whose pool the rules model
-    (:func:`pool_modelled`), admitted fresh or at the local hit an identical request's prefill
-    left in the least pool (P8's scope, :attr:`PoolRules.in_scope`, rule 2d: no external hit
-    or junction, T = P; 0.15-0.22 hold no seed), that caches its whole prompt and none of
+    holds for a request without internal checkpoints or an external hit whose pool the rules
+    model (:func:`pool_modelled`), admitted fresh or at the local hit an identical request's
+    prefill left in the least pool (P8's scope, :attr:`PoolRules.in_scope`, rule 2d: no
+    junction, T = P; 0.15-0.22 hold no seed), that caches its whole prompt and none of
     whose chunks asks a tail copy (rule 2b: the copy's block is back at the step's end)."""
     found = [Exclusion("internal prefill checkpoints", with_checkpoints)]
+    found.append(Exclusion("an external hit (a KV connector's)", with_external_hit))
     if not rules.speculative:
         reason = f"L >= 1 under {rules.releases} (its Mamba group frees on c - S tokens)"
         found.append(Exclusion(reason, with_speculative_blocks))

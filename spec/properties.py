@@ -113,9 +113,10 @@ PROPERTIES: dict[str, Property] = {
             "POOL",
             "no chunk of the longest prompt a max_model_len admits (max_model_len - 1 tokens) "
             "asks more KV blocks than are free in the smallest pool the release starts with",
-            "P8's request is alone in its pool, admitted at c = 0 without a hit or at a local "
-            "hit an identical prompt's prefill left in that pool, with T = P, no junction and "
-            "internal checkpoints only at c = 0 without partial hits (KV2)",
+            "P8's request is alone in its pool, admitted at c = 0 without a hit, at a local "
+            "hit an identical prompt's prefill left in that pool, or at an external hit x = c0 "
+            "a KV connector loads with the first chunk, with T = P, no junction and internal "
+            "checkpoints only at c = 0 without partial hits (KV2)",
             pool="min",
         ),
     )

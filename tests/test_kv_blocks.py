@@ -11,11 +11,13 @@ from chunkproof.model.config import Config
 from chunkproof.spec.kv_blocks import (
     POOL_RULES,
     asked_blocks,
+    external_miscount,
     free_blocks,
     lone_allocations,
     longest_model_len,
     outside_shared_pool,
     pool_modelled,
+    pool_refuses,
     pool_rules,
     seed_fits,
 )
@@ -352,3 +354,34 @@ def test_a_seeded_hit_is_judged_only_as_rule_2d_has_it(changes: dict[str, object
     changed = cfg.replace(**changes)
     assert seed_fits(changed, rules.startup_pool(changed), 0)
     assert not rules.in_scope(changed) and outside_shared_pool(rules, changed) is not None
+
+
+EXTERNAL = Config(block=4, prompt=13, max_sched=16, start=8, external=8)
+"""B = G = 4, S = 0, admitted at a connector's external hit x = c0 = 8 (KV2 rule 2e)."""
+
+
+def test_an_external_hit_takes_a_block_more_than_it_counts() -> None:
+    """Rule 2e: the chunk [8, 12) counts its 3 attention blocks and S + 1 = 1 Mamba block, and
+    takes one more for the state the connector loaded at 8; in a pool of 5 (4 free) the count
+    passes and the take does not, so P8's rule judges it broken; with 5 free it holds, as in
+    0.33's least pool (7). A chunk [9, 12) from x = 9 ends in x's Mamba block and takes what
+    it counts; a local hit at 8 (rule 2d) counts its hit's cached state block and takes no
+    more."""
+    mamba = LATEST.mamba_asked(EXTERNAL, 8, 12)
+    assert (asked_blocks(EXTERNAL, 8, 12, 14, mamba), external_miscount(EXTERNAL, 8, 12)) == (4, 1)
+    assert pool_refuses(EXTERNAL, 8, 12, 5, mamba) and not pool_refuses(EXTERNAL, 8, 12, 6, mamba)
+    assert LATEST.in_scope(EXTERNAL) and not LATEST.refused(EXTERNAL, 8, 12)
+    within = EXTERNAL.replace(start=9, external=9)
+    assert external_miscount(within, 9, 12) == 0
+    local = EXTERNAL.replace(external=0)
+    assert external_miscount(local, 8, 12) == 0
+    assert asked_blocks(local, 8, 12, 14, LATEST.mamba_asked(local, 8, 12)) == 5
+
+
+def test_the_least_pool_of_0_28_raises_at_an_external_hit() -> None:
+    """0.23-0.28's least pool counts the null block among the request's (rule 4): at x = 4,
+    T = 5, B = 4 the chunk [4, 5) counts 3 of the 3 free and takes 4, so P8 judges it broken
+    there and not from 0.29, whose least pool has a block more."""
+    cfg = Config(block=4, prompt=5, max_sched=1, start=4, external=4)
+    assert pool_rules("0.28.0").in_scope(cfg) and pool_rules("0.28.0").refused(cfg, 4, 5)
+    assert pool_rules("0.29.0").in_scope(cfg) and not pool_rules("0.29.0").refused(cfg, 4, 5)

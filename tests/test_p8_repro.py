@@ -63,14 +63,24 @@ MISSES = [
         "refuses its KV blocks with 4 of 9 blocks free",
         id="0.31-checkpoint-in-place",
     ),
+    pytest.param(
+        "vllm-0.28",
+        "--block 4 --lookahead 0 --drop off --start external --prompt 1-8 --max-sched 1-2",
+        ("0.23.0", "0.28.0"),
+        (),
+        "then takes more and the pool raises (Cannot get 1 free blocks from the pool)",
+        id="0.28-external-hit-miscount",
+    ),
 ]
 """The P8 classes: the tail copy 0.26 on asks beyond the start-up minimum, also at the first
 chunk of a resend admitted at the tail's hit (KV2 rule 2d: the repro seeds the hit through the
 tree's own lookup, then fails from 0.31, where the seed's own tail copy fits); the minimum of
 0.23-0.28 counts the null block among the request's blocks; a chunk that writes a prefill
 checkpoint asks every Mamba block it spans (0.30) or keeps its speculative blocks in place and
-takes S + 2 (0.30-0.31), beyond the minimum's 2 + S + K Mamba blocks (KV2 rule 2c). The last
-two pass, unchanged, on the releases that fixed them."""
+takes S + 2 (0.30-0.31), beyond the minimum's 2 + S + K Mamba blocks (KV2 rule 2c); at a KV
+connector's external hit the Mamba group counts one block fewer than it takes, and the least
+pool of 0.23-0.28 has none to spare, so the pool raises (KV2 rule 2e). The checkpoint classes
+pass, unchanged, on the releases that fixed them."""
 
 
 @pytest.mark.parametrize(("policy", "ranges", "trees", "fixed", "words"), MISSES)
@@ -84,7 +94,8 @@ def test_a_p8_repro_fails_on_the_release_and_passes_with_one_block_more(
     words: str,
 ) -> None:
     """``explore --property P8``, then the repro of its counterexample on each real tree: the
-    tree's ``allocate_slots`` refuses the last chunk, and the trees of the releases that
+    tree's ``allocate_slots`` refuses the last chunk (or takes more than it counted, and the
+    pool raises), and the trees of the releases that
     ``fixed`` it grant it; with POOL_BLOCKS one larger every tree grants every chunk and the
     file passes."""
     out = tmp_path / "explore"

@@ -200,14 +200,15 @@ def test_p8_where_the_rules_stop_is_one_line(cli: Cli, tmp_path: Path) -> None:
     assert "P8 POOL" not in run.out.split("not judged:")[1].split("\n", 1)[1]
 
 
-@pytest.mark.parametrize("ranges", ["--tokens P+1-2", "--start external", "--junction 1-2"])
+@pytest.mark.parametrize("ranges", ["--tokens P+1-2", "--junction 1-2"])
 def test_a_range_with_nothing_in_p8_scope_gets_no_verdict(cli: Cli, ranges: str) -> None:
-    """Resumed requests, external hits and a junction are outside P8's scope in every
-    release: a range of only those is never PROVED; asked for, P8 is one line and exit 2."""
+    """Resumed requests and a junction are outside P8's scope in every release: a range of
+    only those is never PROVED; asked for, P8 is one line and exit 2."""
     flags = ["--block", "8", "--prompt", "1-8", "--max-sched", "1-4", *ranges.split()]
     run = cli("explore", "vllm-0.33", "--property", "P8", *flags)
     assert run.code == 2 and run.out == "", run.out
-    assert run.err.strip().endswith("(c0 = 0 or a local hit, T = P, no junction; SPEC P8)"), run.err
+    scope = "(c0 = 0, a local hit or an external one, T = P, no junction; SPEC P8)"
+    assert run.err.strip().endswith(scope), run.err
 
 
 def test_checkpoints_with_partial_hits_are_empty(cli: Cli) -> None:
@@ -224,12 +225,12 @@ def test_checkpoints_with_partial_hits_are_empty(cli: Cli) -> None:
 def test_p8_counts_and_names_only_the_configurations_in_its_scope(
     cli: Cli, tmp_path: Path, command: str
 ) -> None:
-    """A range mixing admissions at c0 = 0, at a local hit and with an external part: P8 judges
-    the first two only, so its PROVED counts them and names the others as not judged (the
-    explorer), or says what it was judged on (the prover); it never reads as holding on the
-    whole range."""
+    """A range mixing admissions at c0 = 0, at a local hit and at an external one, each with
+    T = P or a resumed T = P + 1: P8 judges T = P only, so its PROVED counts those and names
+    the others as not judged (the explorer), or says what it was judged on (the prover); it
+    never reads as holding on the whole range."""
     ranges = ["--block", "16", "--lookahead", "0", "--drop", "off"]
-    ranges += ["--start", "0,block,external"]
+    ranges += ["--start", "0,block,external", "--tokens", "P,P+1"]
     if command == "explore":
         ranges += ["--prompt", "1-20", "--max-sched", "1-8"]
     flags = [*ranges, *solver_args(command), "--json", "--out", str(tmp_path)]
@@ -237,8 +238,9 @@ def test_p8_counts_and_names_only_the_configurations_in_its_scope(
     (verdict,) = run.json()["verdicts"]
     assert (run.code, verdict["status"]) == (0, "PROVED"), run.out
     scope = (
-        "in its scope (c0 = 0 with no hit, or a local hit an identical prompt's prefill left "
-        "(T = P, no junction), internal checkpoints only at c0 = 0 without partial hits)"
+        "in its scope (c0 = 0 with no hit, a local hit an identical prompt's prefill left, or "
+        "an external hit x = c0 a connector loads (T = P, no junction), internal checkpoints "
+        "only at c0 = 0 without partial hits)"
     )
     if command == "explore":
         everything = run.json()["explored"]["configs"]["main"]

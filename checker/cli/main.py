@@ -675,8 +675,8 @@ def _judged(
     why = ""
     if not any(in_scope_possible(g) for g in space.grids):
         why = (
-            "P8 POOL: no configuration of the range is in its scope (c0 = 0 or a local hit, "
-            "T = P, no junction; SPEC P8)"
+            "P8 POOL: no configuration of the range is in its scope (c0 = 0, a local hit or "
+            "an external one, T = P, no junction; SPEC P8)"
         )
     elif uncovered and speculative:
         why = (

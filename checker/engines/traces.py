@@ -13,6 +13,7 @@ from chunkproof.model.step import Step, step
 from chunkproof.spec import properties as props
 from chunkproof.spec.kv_blocks import (
     asked_blocks,
+    external_miscount,
     free_blocks,
     longest_model_len,
     pool_rules,
@@ -201,8 +202,18 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
             then = "the waiting loop cannot admit the request"
         if last.c == cfg.start > 0:
             then += f" at the local hit c0={cfg.start} an identical prompt's prefill left"
+        asks = f"asks {details['asked']} KV blocks{tail}"
+        if last.c == cfg.start == cfg.external > 0:
+            then = f"the waiting loop cannot admit the request at the external hit x={cfg.start}"
+            taken = details.get("taken", details["asked"])
+            if taken > details["asked"]:
+                asks += f" and takes {taken} (a block for the loaded state at x)"
+                then = (
+                    f"it counts {details['asked']} and is admitted, and the pool's "
+                    "get_new_blocks raises (the engine core is down)"
+                )
         return (
-            f"chunk [{last.c}, {e}) asks {details['asked']} KV blocks{tail} with "
+            f"chunk [{last.c}, {e}) {asks} with "
             f"{details['free']} free, in a pool of {details['pool']} blocks, the fewest "
             f"{details['pool_rules']}'s start-up check accepts for max_model_len="
             f"{longest_model_len(cfg)}: "
@@ -249,16 +260,20 @@ def spare_details(rules: KvRules, cfg: Config, last: Step) -> dict[str, Any]:
 def pool_details(policy: Policy, cfg: Config, last: Step) -> dict[str, Any]:
     """What P8's verdict names (SPEC KV2): the release's smallest pool for max_model_len = P + 1,
     the blocks the last chunk asks (how many of them copy the tail, rule 2b, and how many the
-    Mamba group asks when the chunk writes a prefill checkpoint, rule 2c) and the free ones."""
+    Mamba group asks when the chunk writes a prefill checkpoint, rule 2c), the blocks it takes
+    (one more at an external hit whose chunk ends past x's Mamba block: rule 2e's miscount)
+    and the free ones."""
     rules = pool_rules(policy.kv_release)
     pool = rules.startup_pool(cfg)
     copy = rules.tail_copy(cfg, last.c)
     mamba = rules.mamba_asked(cfg, last.c, last.end)
     checkpoint = mamba if rules.checkpoint(cfg, last.c, last.end) else 0
+    asked = asked_blocks(cfg, last.c, last.end, longest_model_len(cfg), mamba + copy)
     return {
         "pool_rules": rules.releases,
         "pool": pool,
-        "asked": asked_blocks(cfg, last.c, last.end, longest_model_len(cfg), mamba + copy),
+        "asked": asked,
+        "taken": asked + external_miscount(cfg, last.c, last.end),
         "tail_copy": copy,
         "checkpoint_blocks": checkpoint,
         "free": free_blocks(cfg, last.c, pool, longest_model_len(cfg)),

@@ -317,6 +317,14 @@ nothing)."""
 _POOL_CHECK = """\
     if step.chunk > 0:
         got = pool.allocate(step.chunk)
+        if got.raised:
+            return (
+                f"P8: chunk [{step.c}, {step.end}) breaks P8 POOL: the tree's allocate_slots "
+                f"counts enough free blocks, then takes more and the pool raises "
+                f"({got.raised}), in a pool of {POOL_BLOCKS} blocks, the fewest "
+                f"{POOL_RELEASES}'s start-up check accepts for max_model_len={MAX_MODEL_LEN}: "
+                f"{step}"
+            )
         if not got.granted:
             return (
                 f"P8: chunk [{step.c}, {step.end}) breaks P8 POOL: the tree's allocate_slots "
@@ -326,7 +334,8 @@ _POOL_CHECK = """\
             )
     return None
 """
-"""SPEC P8 of a step under the tree's own ``allocate_slots`` (the ``pool`` fixture)."""
+"""SPEC P8 of a step under the tree's own ``allocate_slots`` (the ``pool`` fixture): a refusal,
+or the pool's error where the manager counted fewer blocks than it takes (KV2 rule 2e)."""
 
 
 _SLOTS_CHECK = """\
@@ -541,7 +550,8 @@ MAX_MODEL_LEN = $max_model_len
 
 @pytest.fixture
 def pool() -> TreeAllocator:
-    """The request's KV blocks under the tree's own manager, from c = 0."""
+    """The request's KV blocks under the tree's own manager, from c0 (a local hit seeded by
+    an identical request's prefill, an external one loaded with the first chunk)."""
     root = vllm_source_root()
     try:
         return TreeAllocator(root, CONFIG, KV_USE_EAGLE, POOL_BLOCKS, MAX_MODEL_LEN)

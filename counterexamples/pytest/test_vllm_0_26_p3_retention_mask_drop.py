@@ -1102,11 +1102,14 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None), S, J and
-    c0."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None), S, J, c0 and
+    its external part x."""
 
     @property
     def start(self) -> int: ...
+
+    @property
+    def external(self) -> int: ...
 
     @property
     def block(self) -> int: ...
@@ -1736,6 +1739,11 @@ def tree_resend(root: Path, cfg: KvConfig, use_eagle: bool) -> TreeResend:
 MANAGER_FILE = "vllm/v1/core/kv_cache_manager.py"
 
 
+class PoolExhausted(ValueError):
+    """``BlockPool.get_new_blocks``'s ``ValueError`` when fewer blocks are free than asked
+    (the stub pools raise this subclass, so that a caller tells it from other errors)."""
+
+
 class PoolBlock(CachedBlock):
     """A block of :class:`CountingPool`: block 0 is the null block."""
 
@@ -1763,8 +1771,10 @@ class CountingPool(RecordingPool):
         return self.free
 
     def get_new_blocks(self, num_blocks: int) -> list[PoolBlock]:
+        """vLLM's ``BlockPool.get_new_blocks``: ``num_blocks`` fresh blocks, or its
+        ``ValueError`` when fewer are free."""
         if num_blocks > self.free:
-            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+            raise PoolExhausted(f"Cannot get {num_blocks} free blocks from the pool")
         self.free -= num_blocks
         first = self.issued + 1
         self.issued += num_blocks
@@ -1828,7 +1838,7 @@ class CachingPool(CountingPool):
 
     def get_new_blocks(self, num_blocks: int) -> list[PoolBlock]:
         if num_blocks > len(self.queue):
-            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+            raise PoolExhausted(f"Cannot get {num_blocks} free blocks from the pool")
         taken, self.queue = self.queue[:num_blocks], self.queue[num_blocks:]
         for block in taken:
             self._maybe_evict_cached_block(block)
@@ -1923,12 +1933,15 @@ class RequestStatus:
 
 @dataclass(frozen=True)
 class TreeAllocation:
-    """One ``allocate_slots`` call: whether the pool granted it, the free blocks after it, and
-    the blocks (not null) the request holds per group after it (attention, Mamba)."""
+    """One ``allocate_slots`` call: whether the pool granted it, the free blocks after it, the
+    blocks (not null) the request holds per group after it (attention, Mamba), and the pool's
+    error where the manager counted enough free blocks and then took more than there were
+    (``BlockPool.get_new_blocks`` raises; ``""``: it did not)."""
 
     granted: bool
     free: int
     held: tuple[int, ...]
+    raised: str = ""
 
 
 def allocation_tree(root: Path, pool: type = CountingPool) -> KvTree:
@@ -2006,31 +2019,59 @@ def fresh_request(
 
 
 def schedule_chunk(
-    manager: Any, request: Any, chunk: int, lookahead: int, hit: int = 0, hit_blocks: Any = None
+    manager: Any,
+    request: Any,
+    chunk: int,
+    lookahead: int,
+    hit: int = 0,
+    hit_blocks: Any = None,
+    external: int = 0,
 ) -> bool:
     """One step that schedules ``chunk`` tokens of a request: ``allocate_slots`` between the
-    step's start and end (:func:`end_step`), given the local hit and its blocks at admission
-    as the waiting loop gives them; a granted chunk is computed, and the request is running
-    from then on. Whether the pool granted it."""
+    step's start and end (:func:`end_step`), given the local hit and its blocks and the
+    external hit (a connector's, loaded synchronously) at admission as the waiting loop gives
+    them; a granted chunk is computed, and the request is running from then on. Whether the
+    pool granted it."""
     if hasattr(manager, "new_step_starts"):
         manager.new_step_starts()
-    if hit_blocks is None:
-        granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=lookahead)
-    else:
-        granted = manager.allocate_slots(
-            request,
-            chunk,
-            num_new_computed_tokens=hit,
-            new_computed_blocks=hit_blocks,
-            num_lookahead_tokens=lookahead,
-        )
+    admission: dict[str, Any] = {}
+    if hit_blocks is not None:
+        admission.update(num_new_computed_tokens=hit, new_computed_blocks=hit_blocks)
+    if external:
+        admission.update(num_external_computed_tokens=external)
+    granted = manager.allocate_slots(request, chunk, num_lookahead_tokens=lookahead, **admission)
     end_step(manager)
     if granted is not None:
         request.__dict__.update(
-            num_computed_tokens=request.num_computed_tokens + hit + chunk,
+            num_computed_tokens=request.num_computed_tokens + hit + external + chunk,
             status=RequestStatus.RUNNING,
         )
     return granted is not None
+
+
+def park_for_load(manager: Any, request: Any, external: int) -> bool:
+    """The step that starts an asynchronous load of a connector's external hit of ``external``
+    tokens (SPEC KV3, KV2 rule 2e), as the waiting loop of 0.23 on asks it: ``allocate_slots`` with
+    no new tokens, no lookahead slots (``limit_lookahead_tokens``) and the cache keys delayed
+    (``delay_cache_blocks``); granted, the request holds its blocks while the load runs. Then
+    the load completes as ``_update_waiting_for_remote_kv`` has it: the blocks are cached and
+    ``num_computed_tokens`` is the hit, the request waiting again. Whether the pool granted
+    the blocks."""
+    if hasattr(manager, "new_step_starts"):
+        manager.new_step_starts()
+    granted = manager.allocate_slots(
+        request,
+        0,
+        num_lookahead_tokens=0,
+        num_external_computed_tokens=external,
+        delay_cache_blocks=True,
+    )
+    end_step(manager)
+    if granted is None:
+        return False
+    request.num_computed_tokens = external
+    manager.cache_blocks(request, external)
+    return True
 
 
 NO_STATE = -1
@@ -2231,9 +2272,12 @@ class TreeAllocator:
     :func:`~chunkproof.source.kv_run.kv_coordinator` is given it); the lookahead slots are the
     scheduler's ``num_lookahead_tokens``, the k = L draft tokens (0 without a drafter).
 
-    At c0 > 0 the hit is seeded as SPEC KV2 rule 2d has it: over a :class:`CachingPool`, an
-    identical request computes [0, c0) and [c0, P) and finishes, and the request is admitted
-    with the hit the tree's ``get_computed_blocks`` then gives it, which must be c0."""
+    At c0 > 0 without an external hit the hit is seeded as SPEC KV2 rule 2d has it: over a
+    :class:`CachingPool`, an identical request computes [0, c0) and [c0, P) and finishes, and
+    the request is admitted with the hit the tree's ``get_computed_blocks`` then gives it,
+    which must be c0. An external hit x = c0 (rule 2e) is a connector's: the first chunk is
+    admitted with it (a synchronous load), or :meth:`park` loads it first (an asynchronous
+    one)."""
 
     def __init__(
         self,
@@ -2243,11 +2287,13 @@ class TreeAllocator:
         num_blocks: int,
         max_model_len: int = 1 << 20,
     ) -> None:
-        start = cfg.start
+        if 0 < cfg.external < cfg.start:
+            raise ValueError("a hit partly local and partly external is not modelled (rule 2e)")
+        start = 0 if cfg.external else cfg.start
         tree = allocation_tree(root, CachingPool if start > 0 else CountingPool)
         self.cfg = cfg
         self.manager = kv_manager(tree, cfg, use_eagle, num_blocks, max_model_len)
-        self.hit, self.hit_blocks = 0, None
+        self.hit, self.hit_blocks, self.external = 0, None, cfg.external
         if start > 0:
             seed_hit(self.manager, tree, cfg, "seed")
         self.request = fresh_request(cfg, "r", tree)
@@ -2263,9 +2309,29 @@ class TreeAllocator:
         """One step that schedules ``chunk`` tokens of the request (:func:`schedule_chunk`,
         with the hit at its first)."""
         manager = self.manager
-        hit, blocks = self.hit, self.hit_blocks
-        self.hit, self.hit_blocks = 0, None
-        granted = schedule_chunk(manager, self.request, chunk, self.cfg.lookahead, hit, blocks)
+        hit, blocks, external = self.hit, self.hit_blocks, self.external
+        self.hit, self.hit_blocks, self.external = 0, None, 0
+        try:
+            granted = schedule_chunk(
+                manager, self.request, chunk, self.cfg.lookahead, hit, blocks, external
+            )
+        except PoolExhausted as exc:
+            return TreeAllocation(False, manager.block_pool.free, (), str(exc))
+        return self._allocation(granted)
+
+    def park(self) -> TreeAllocation:
+        """The step that starts the asynchronous load of the external hit (:func:`park_for_load`);
+        granted, the load completes and the next :meth:`allocate` is the request's first chunk
+        from c0."""
+        if self.hit_blocks is not None or not self.external:
+            raise ValueError("only a request whose whole hit is external is parked for a load")
+        granted = park_for_load(self.manager, self.request, self.external)
+        if granted:
+            self.external = 0
+        return self._allocation(granted)
+
+    def _allocation(self, granted: bool) -> TreeAllocation:
+        manager = self.manager
         held = tuple(
             sum(1 for block in group.req_to_blocks.get("r", ()) if not block.is_null)
             for group in manager.coordinator.single_type_managers

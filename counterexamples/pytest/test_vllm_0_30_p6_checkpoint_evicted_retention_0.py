@@ -1236,11 +1236,14 @@ MAMBA_GROUP = 1
 
 class KvConfig(Protocol):
     """What the cache side reads of a configuration (chunkproof's ``Config``, or a repro's
-    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None), S, J and
-    c0."""
+    ``CONFIG``): B, G, H, B_s, P, D, L_h, L, R (-1: None), K, alpha (0: None), S, J, c0 and
+    its external part x."""
 
     @property
     def start(self) -> int: ...
+
+    @property
+    def external(self) -> int: ...
 
     @property
     def block(self) -> int: ...

@@ -1,0 +1,143 @@
+"""Fidelity of KV2 rule 2e: a lone request admitted at a KV connector's external hit x = c0,
+against each release's own ``KVCacheManager`` (0.23 on; before, any external hit trips the
+split's assert, SPEC KV3).
+
+A synchronous load passes x to ``allocate_slots`` with the request's first chunk
+(:class:`chunkproof.source.kv_alloc_run.TreeAllocator`; release code is trusted in tests). At
+every chunk the blocks the release counts and the free blocks when it counts must be the
+model's (:func:`~chunkproof.spec.kv_blocks.asked_blocks`,
+:func:`~chunkproof.spec.kv_blocks.free_blocks`), and the outcome must be the model's: refused
+where it counts more than are free, and where it counts enough but takes the model's
+:func:`~chunkproof.spec.kv_blocks.external_miscount` more than are free, the pool's
+``get_new_blocks`` raises. Every release raises on some drawn case. An asynchronous load
+(:meth:`~chunkproof.source.kv_alloc_run.TreeAllocator.park`) takes the same blocks in two
+calls, each counted exactly: it never raises (the miscount is the synchronous load's).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_kv_alloc_fidelity import scheduled_chunks
+from test_kv_hit_fidelity import asks
+from test_kv_lookup_fidelity import RELEASES, draw_config, minor_of
+
+from chunkproof.model.arith import cdiv
+from chunkproof.model.builtin import policy_for_release
+from chunkproof.model.config import Config
+from chunkproof.source.kv_alloc_run import TreeAllocator
+from chunkproof.source.releases import release_root
+from chunkproof.spec.kv_blocks import (
+    asked_blocks,
+    external_miscount,
+    free_blocks,
+    pool_rules,
+)
+from chunkproof.spec.slots import eagle_drop
+
+pytestmark = pytest.mark.fidelity
+
+SEED = 20_261_208
+CASES = 100
+LOADING = [v for v in RELEASES if minor_of(v) >= 23]
+"""The releases whose split takes an external hit (SPEC KV3)."""
+
+
+def external_config(rng: random.Random, version: str) -> Config:
+    """A configuration the release accepts in P8's scope, admitted at an external hit x = c0:
+    half of them on the Mamba block grid (where a connector's hit lands), the rest anywhere in
+    (0, P)."""
+    policy, rules = policy_for_release(version), pool_rules(version)
+    while True:
+        cfg = draw_config(rng, version)
+        cfg = cfg.replace(max_sched=rng.randint(1, 3 * cfg.block), checkpoints=False)
+        if cfg.prompt < 2:
+            continue
+        x = rng.randint(1, cfg.prompt - 1)
+        if rng.random() < 0.5 and cfg.prompt > cfg.block:
+            x = cfg.block * rng.randint(1, (cfg.prompt - 1) // cfg.block)
+        cfg = cfg.replace(start=x, external=x)
+        if policy.accepts(cfg) is None and rules.in_scope(cfg):
+            return cfg
+
+
+def least_whole(cfg: Config, max_model_len: int) -> int:
+    """A pool that holds the whole request with room to spare: its attention blocks, S + 2
+    Mamba blocks and the null block."""
+    return cdiv(max_model_len + cfg.lookahead, cfg.split_block) + cfg.lookahead + 3
+
+
+@pytest.mark.parametrize("version", LOADING)
+def test_an_external_hit_asks_and_takes_what_rule_2e_says(version: str) -> None:
+    """Chunk by chunk from a synchronous external hit the release counts, finds free and
+    grants, refuses or raises as rule 2e says; some drawn case raises on every release (the
+    count misses the loaded state's block)."""
+    rng = random.Random(f"{SEED}-external-{version}")
+    policy, root, rules = policy_for_release(version), release_root(version), pool_rules(version)
+    wrong: list[str] = []
+    raised = refused = checked = 0
+    while checked < CASES:
+        cfg = external_config(rng, version)
+        chunks = scheduled_chunks(policy, cfg, rng)
+        if chunks is None:
+            continue
+        checked += 1
+        max_model_len = cfg.prompt + 1
+        pool = rng.randint(2, least_whole(cfg, max_model_len))
+        allocator = TreeAllocator(root, cfg, eagle_drop(cfg), pool, max_model_len)
+        seen = asks(allocator)
+        start = cfg.start
+        for chunk in chunks:
+            end = start + chunk
+            mamba = rules.mamba_asked(cfg, start, end) + rules.tail_copy(cfg, start)
+            asked = asked_blocks(cfg, start, end, max_model_len, mamba)
+            free = free_blocks(cfg, start, pool, max_model_len)
+            taken = asked + external_miscount(cfg, start, end)
+            got = allocator.allocate(chunk)
+            outcome = "raised" if got.raised else "granted" if got.granted else "refused"
+            want = "refused" if asked > free else "raised" if taken > free else "granted"
+            if seen[-1] != (asked, free) or outcome != want:
+                wrong.append(
+                    f"{cfg.describe()} N={pool} chunk [{start}, {end}): real count/free "
+                    f"{seen[-1]} {outcome}, model {(asked, free)} {want}"
+                )
+                break
+            if outcome != "granted":
+                raised += outcome == "raised"
+                refused += outcome == "refused"
+                break
+            start = end
+    assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
+    assert raised > 0 and refused > 0, (raised, refused)
+
+
+@pytest.mark.parametrize("version", LOADING)
+def test_an_asynchronous_load_takes_the_same_blocks_without_raising(version: str) -> None:
+    """Parked for an asynchronous load (no new tokens, no lookahead slots, the keys delayed),
+    then given its first chunk once the load is done, a request never makes the pool raise:
+    each call counts what it takes. Where both are granted it then holds what a synchronous
+    load of the same hit holds after that chunk. (The first chunk after the load may be
+    refused where the synchronous one is not: at the prompt's tail it asks rule 2b's copy of
+    the state the load cached.)"""
+    rng = random.Random(f"{SEED}-async-{version}")
+    policy, root = policy_for_release(version), release_root(version)
+    wrong: list[str] = []
+    checked = 0
+    while checked < CASES:
+        cfg = external_config(rng, version)
+        chunks = scheduled_chunks(policy, cfg, rng)
+        if chunks is None:
+            continue
+        checked += 1
+        max_model_len = cfg.prompt + 1
+        pool = least_whole(cfg, max_model_len)
+        loaded = TreeAllocator(root, cfg, eagle_drop(cfg), pool, max_model_len)
+        parked, first = loaded.park(), loaded.allocate(chunks[0])
+        synchronous = TreeAllocator(root, cfg, eagle_drop(cfg), pool, max_model_len)
+        at_once = synchronous.allocate(chunks[0])
+        if parked.raised or first.raised or not parked.granted:
+            wrong.append(f"{cfg.describe()} N={pool}: the load {parked}, then {first}")
+        elif at_once.granted and first.granted and first.held != at_once.held:
+            wrong.append(f"{cfg.describe()} N={pool}: {first.held} held, {at_once.held} at once")
+    assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
