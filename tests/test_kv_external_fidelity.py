@@ -113,17 +113,18 @@ def test_an_external_hit_asks_and_takes_what_rule_2e_says(version: str) -> None:
 
 
 @pytest.mark.parametrize("version", LOADING)
-def test_an_asynchronous_load_takes_the_same_blocks_without_raising(version: str) -> None:
+def test_an_asynchronous_load_counts_every_block_it_takes(version: str) -> None:
     """Parked for an asynchronous load (no new tokens, no lookahead slots, the keys delayed),
-    then given its first chunk once the load is done, a request never makes the pool raise:
-    each call counts what it takes. Where both are granted it then holds what a synchronous
-    load of the same hit holds after that chunk. (The first chunk after the load may be
-    refused where the synchronous one is not: at the prompt's tail it asks rule 2b's copy of
-    the state the load cached.)"""
+    then given its first chunk once the load is done, a request takes no block either call
+    did not count, so neither can make the pool raise; where both are granted it then holds
+    what a synchronous load of the same hit holds after that chunk. (The first chunk after the
+    load may be refused where the synchronous one is not: at the prompt's tail it asks rule
+    2b's copy of the state the load cached.) The synchronous load, in the same draws, takes
+    more than it counts on some."""
     rng = random.Random(f"{SEED}-async-{version}")
     policy, root = policy_for_release(version), release_root(version)
     wrong: list[str] = []
-    checked = 0
+    checked = miscounted = 0
     while checked < CASES:
         cfg = external_config(rng, version)
         chunks = scheduled_chunks(policy, cfg, rng)
@@ -133,11 +134,20 @@ def test_an_asynchronous_load_takes_the_same_blocks_without_raising(version: str
         max_model_len = cfg.prompt + 1
         pool = least_whole(cfg, max_model_len)
         loaded = TreeAllocator(root, cfg, eagle_drop(cfg), pool, max_model_len)
-        parked, first = loaded.park(), loaded.allocate(chunks[0])
+        seen = asks(loaded)
+        parked = loaded.park()
+        first = loaded.allocate(chunks[0]) if parked.granted else parked
+        counted = [count for count, _ in seen]
+        taken = [pool - 1 - parked.free, parked.free - first.free]
+        if parked.raised or first.raised or not parked.granted or counted[:1] < taken[:1]:
+            wrong.append(f"{cfg.describe()} N={pool}: the load {parked}, counted {counted}")
+        elif first.granted and counted[1] < taken[1]:
+            wrong.append(f"{cfg.describe()} N={pool}: the first chunk counted {counted[1]}")
         synchronous = TreeAllocator(root, cfg, eagle_drop(cfg), pool, max_model_len)
+        seen_at_once = asks(synchronous)
         at_once = synchronous.allocate(chunks[0])
-        if parked.raised or first.raised or not parked.granted:
-            wrong.append(f"{cfg.describe()} N={pool}: the load {parked}, then {first}")
-        elif at_once.granted and first.granted and first.held != at_once.held:
+        miscounted += at_once.granted and pool - 1 - at_once.free > seen_at_once[-1][0]
+        if at_once.granted and first.granted and first.held != at_once.held:
             wrong.append(f"{cfg.describe()} N={pool}: {first.held} held, {at_once.held} at once")
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
+    assert miscounted > 0, miscounted
