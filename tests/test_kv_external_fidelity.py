@@ -9,7 +9,8 @@ model's (:func:`~chunkproof.spec.kv_blocks.asked_blocks`,
 :func:`~chunkproof.spec.kv_blocks.free_blocks`), and the outcome must be the model's: refused
 where it counts more than are free, and where it counts enough but takes the model's
 :func:`~chunkproof.spec.kv_blocks.external_miscount` more than are free, the pool's
-``get_new_blocks`` raises. Every release raises on some drawn case. An asynchronous load
+``get_new_blocks`` raises. Every release raises on some drawn case, and, beside a running
+request, in the least pool it starts with. An asynchronous load
 (:meth:`~chunkproof.source.kv_alloc_run.TreeAllocator.park`) takes the same blocks in two
 calls, each counted exactly: it never raises (the miscount is the synchronous load's).
 """
@@ -26,12 +27,20 @@ from test_kv_lookup_fidelity import RELEASES, draw_config, minor_of
 from chunkproof.model.arith import cdiv
 from chunkproof.model.builtin import policy_for_release
 from chunkproof.model.config import Config
-from chunkproof.source.kv_alloc_run import TreeAllocator
+from chunkproof.source.kv_alloc_run import (
+    PoolExhausted,
+    TreeAllocator,
+    allocation_tree,
+    fresh_request,
+    kv_manager,
+    schedule_chunk,
+)
 from chunkproof.source.releases import release_root
 from chunkproof.spec.kv_blocks import (
     asked_blocks,
     external_miscount,
     free_blocks,
+    held_in_list,
     pool_rules,
 )
 from chunkproof.spec.slots import eagle_drop
@@ -151,3 +160,33 @@ def test_an_asynchronous_load_counts_every_block_it_takes(version: str) -> None:
             wrong.append(f"{cfg.describe()} N={pool}: {first.held} held, {at_once.held} at once")
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:6])
     assert miscounted > 0, miscounted
+
+
+@pytest.mark.parametrize("version", LOADING)
+def test_beside_a_running_request_the_least_pool_raises_at_an_external_hit(version: str) -> None:
+    """Rule 2e in a shared pool: in the least pool the release starts with for max_model_len =
+    17 (B = G = 4, L = 0), a fresh request A of 16 tokens runs a first chunk that leaves as many
+    blocks free as a request B of 5 tokens at the external hit x = 4 counts for its chunk
+    [4, 5) (rules 1-2e); B's admission passes the whole-sequence test and the count, then
+    takes one more block, and the pool raises, on every release 0.23-0.34. With one block more
+    it is granted."""
+    rules = pool_rules(version)
+    a_cfg = Config(block=4, prompt=16, max_sched=16)
+    b_cfg = Config(block=4, prompt=5, max_sched=16, start=4, external=4)
+    asked = asked_blocks(b_cfg, 4, 5, 17, rules.mamba_asked(b_cfg, 4, 5))
+    assert external_miscount(b_cfg, 4, 5) == 1
+    least = rules.startup_pool(a_cfg)
+    chunk = next(c for c in range(4, 17, 4) if least - 1 - held_in_list(a_cfg, c, 0, 17) == asked)
+    tree = allocation_tree(release_root(version))
+    for pool, want in ((least, "raised"), (least + 1, "granted")):
+        manager = kv_manager(tree, a_cfg, False, pool, 17)
+        assert schedule_chunk(manager, fresh_request(a_cfg, "a", tree), chunk, 0)
+        b = fresh_request(b_cfg, "b", tree)
+        try:
+            granted = manager.allocate_slots(
+                b, 1, num_external_computed_tokens=4, full_sequence_must_fit=True
+            )
+            outcome = "granted" if granted is not None else "refused"
+        except PoolExhausted:
+            outcome = "raised"
+        assert outcome == want, (version, pool, chunk, outcome)
