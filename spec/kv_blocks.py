@@ -414,7 +414,7 @@ def seed_fits(cfg: Config, pool: int, copy: int) -> bool:
     return first <= pool - 1 and later <= pool - 1 - held - cfg.lookahead - 1
 
 
-def fresh_or_seeded(cfg: Config, fresh: bool, seeded: bool, pool: int, copy: int) -> bool:
+def admission_in_scope(cfg: Config, fresh: bool, seeded: bool, pool: int, copy: int) -> bool:
     """SPEC P8's scope from 0.23: a fresh admission the release's rules cover (``fresh``), KV2
     rule 2e's request (:func:`admitted_external`: an external hit, x = c0), or rule 2d's:
     admitted at a local hit c0 that an identical request's prefill left (``seeded``:
@@ -437,17 +437,19 @@ def pool_in_scope_without_speculative(cfg: Config) -> bool:
 
 
 def scope_v23(cfg: Config) -> bool:
-    """P8's scope under 0.23-0.25 (:func:`fresh_or_seeded`), with L = 0 (S >= 1 is not
+    """P8's scope under 0.23-0.25 (:func:`admission_in_scope`), with L = 0 (S >= 1 is not
     modelled there, :func:`pool_modelled`)."""
-    judged = fresh_or_seeded(cfg, pool_in_scope(cfg), seeded_hit_v15(cfg), startup_pool_v23(cfg), 0)
+    judged = admission_in_scope(
+        cfg, pool_in_scope(cfg), seeded_hit_v15(cfg), startup_pool_v23(cfg), 0
+    )
     return cfg.lookahead == 0 and judged
 
 
 def scope_tail_copy(cfg: Config, seeded: bool) -> bool:
-    """P8's scope under 0.26-0.28 (:func:`fresh_or_seeded`), 0.26's tail copy, ``seeded`` the
+    """P8's scope under 0.26-0.28 (:func:`admission_in_scope`), 0.26's tail copy, ``seeded`` the
     release's seeded hit."""
     copy = tail_copy_v26(cfg, cfg.start)
-    return fresh_or_seeded(cfg, pool_in_scope(cfg), seeded, startup_pool_v23(cfg), copy)
+    return admission_in_scope(cfg, pool_in_scope(cfg), seeded, startup_pool_v23(cfg), copy)
 
 
 def scope_v26(cfg: Config) -> bool:
@@ -462,38 +464,38 @@ def scope_v28(cfg: Config) -> bool:
 
 
 def scope_v29(cfg: Config) -> bool:
-    """P8's scope under 0.29 (:func:`fresh_or_seeded`), checkpoints at c0 = 0."""
+    """P8's scope under 0.29 (:func:`admission_in_scope`), checkpoints at c0 = 0."""
     fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v26(cfg, cfg.start)
-    return fresh_or_seeded(cfg, fresh, seeded_hit_v28(cfg), startup_pool_v29(cfg), copy)
+    return admission_in_scope(cfg, fresh, seeded_hit_v28(cfg), startup_pool_v29(cfg), copy)
 
 
 def scope_v30(cfg: Config) -> bool:
     """P8's scope under 0.30: as 0.29, the hit seeded under 0.30's cache rules."""
     fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v26(cfg, cfg.start)
-    return fresh_or_seeded(cfg, fresh, seeded_hit_v30(cfg), startup_pool_v29(cfg), copy)
+    return admission_in_scope(cfg, fresh, seeded_hit_v30(cfg), startup_pool_v29(cfg), copy)
 
 
 def scope_v31(cfg: Config) -> bool:
     """P8's scope under 0.31: as 0.29, 0.31's cache rules and tail copy."""
     fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v31(cfg, cfg.start)
-    return fresh_or_seeded(cfg, fresh, seeded_hit_v31(cfg), startup_pool_v29(cfg), copy)
+    return admission_in_scope(cfg, fresh, seeded_hit_v31(cfg), startup_pool_v29(cfg), copy)
 
 
 def scope_v32(cfg: Config) -> bool:
     """P8's scope under 0.32: as 0.29, 0.32's cache rules and tail copy."""
     fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v32(cfg, cfg.start)
-    return fresh_or_seeded(cfg, fresh, seeded_hit_v32(cfg), startup_pool_v29(cfg), copy)
+    return admission_in_scope(cfg, fresh, seeded_hit_v32(cfg), startup_pool_v29(cfg), copy)
 
 
 def scope_v33(cfg: Config) -> bool:
     """P8's scope under 0.33 on: as 0.32, 0.33's cache rules."""
     fresh = pool_in_scope_with_checkpoints(cfg)
     copy = tail_copy_v32(cfg, cfg.start)
-    return fresh_or_seeded(cfg, fresh, seeded_hit_v33(cfg), startup_pool_v29(cfg), copy)
+    return admission_in_scope(cfg, fresh, seeded_hit_v33(cfg), startup_pool_v29(cfg), copy)
 
 
 def pool_refuses(cfg: Config, start: int, end: int, pool: int, mamba: int) -> bool:
@@ -825,7 +827,7 @@ def pool_rules(version: str | None) -> PoolRules:
 
 def in_scope_possible(grid: Grid) -> bool:
     """Whether ``grid`` may hold a configuration in P8's scope: an admission at c0 = 0, at a
-    local hit or at an external one (:func:`admitted_fresh`, :func:`fresh_or_seeded`), T = P,
+    local hit or at an external one (:func:`admitted_fresh`, :func:`admission_in_scope`), T = P,
     no junction.
     Read from its value sets; a set this cannot read is taken to allow it. A range of no such
     grid gets no P8 verdict (a range with nothing in scope is never PROVED); the engines count
