@@ -250,12 +250,18 @@ def asked_blocks(cfg: Config, start: int, end: int, max_model_len: int, mamba: i
     when the hit ends inside a block of G (its partial block is copied); at an external hit
     (rule 2e) every one, new, with no partial block to copy."""
     if at_hit(cfg, start):
-        partial = 1 if start % cfg.split_block != 0 and cfg.external == 0 else 0
+        partial = 1 if start % cfg.split_block != 0 and not at_external_hit(cfg, start) else 0
         return attention_blocks(cfg, end, max_model_len) + partial + mamba
     held = 0
     if start > 0:
         held = attention_blocks(cfg, start, max_model_len)
     return attention_blocks(cfg, end, max_model_len) - held + mamba
+
+
+def taken_blocks(cfg: Config, start: int, end: int, max_model_len: int, mamba: int) -> int:
+    """KV2 rules 1-2e: the blocks the chunk [start, end) takes, what it asks
+    (:func:`asked_blocks`) and at an external hit :func:`external_miscount` more."""
+    return asked_blocks(cfg, start, end, max_model_len, mamba) + external_miscount(cfg, start, end)
 
 
 def held_in_list(cfg: Config, c: int, stale: int, max_model_len: int) -> int:
@@ -507,9 +513,8 @@ def pool_refuses(cfg: Config, start: int, end: int, pool: int, mamba: int) -> bo
     scope only."""
     if end <= start:
         return False
-    asked = asked_blocks(cfg, start, end, longest_model_len(cfg), mamba)
-    needed = asked + external_miscount(cfg, start, end)
-    return needed > free_blocks(cfg, start, pool, longest_model_len(cfg))
+    taken = taken_blocks(cfg, start, end, longest_model_len(cfg), mamba)
+    return taken > free_blocks(cfg, start, pool, longest_model_len(cfg))
 
 
 def refused_v15(cfg: Config, c: int, e: int) -> bool:

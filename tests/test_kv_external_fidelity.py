@@ -42,6 +42,7 @@ from chunkproof.spec.kv_blocks import (
     free_blocks,
     held_in_list,
     pool_rules,
+    taken_blocks,
 )
 from chunkproof.spec.slots import eagle_drop
 
@@ -102,7 +103,7 @@ def test_an_external_hit_asks_and_takes_what_rule_2e_says(version: str) -> None:
             mamba = rules.mamba_asked(cfg, start, end) + rules.tail_copy(cfg, start)
             asked = asked_blocks(cfg, start, end, max_model_len, mamba)
             free = free_blocks(cfg, start, pool, max_model_len)
-            taken = asked + external_miscount(cfg, start, end)
+            taken = taken_blocks(cfg, start, end, max_model_len, mamba)
             got = allocator.allocate(chunk)
             outcome = "raised" if got.raised else "granted" if got.granted else "refused"
             want = "refused" if asked > free else "raised" if taken > free else "granted"

@@ -13,10 +13,11 @@ from chunkproof.model.step import Step, step
 from chunkproof.spec import properties as props
 from chunkproof.spec.kv_blocks import (
     asked_blocks,
-    external_miscount,
+    at_external_hit,
     free_blocks,
     longest_model_len,
     pool_rules,
+    taken_blocks,
 )
 from chunkproof.spec.request import budget_bounds, encoder_forced
 from chunkproof.spec.slots import (
@@ -203,7 +204,7 @@ def describe(pid: str, cfg: Config, last: Step, details: dict[str, Any]) -> str:
         if last.c == cfg.start > 0:
             then += f" at the local hit c0={cfg.start} an identical prompt's prefill left"
         asks = f"asks {details['asked']} KV blocks{tail}"
-        if last.c == cfg.start == cfg.external > 0:
+        if at_external_hit(cfg, last.c):
             then = f"the waiting loop cannot admit the request at the external hit x={cfg.start}"
             taken = details.get("taken", details["asked"])
             if taken > details["asked"]:
@@ -268,15 +269,15 @@ def pool_details(policy: Policy, cfg: Config, last: Step) -> dict[str, Any]:
     copy = rules.tail_copy(cfg, last.c)
     mamba = rules.mamba_asked(cfg, last.c, last.end)
     checkpoint = mamba if rules.checkpoint(cfg, last.c, last.end) else 0
-    asked = asked_blocks(cfg, last.c, last.end, longest_model_len(cfg), mamba + copy)
+    mml = longest_model_len(cfg)
     return {
         "pool_rules": rules.releases,
         "pool": pool,
-        "asked": asked,
-        "taken": asked + external_miscount(cfg, last.c, last.end),
+        "asked": asked_blocks(cfg, last.c, last.end, mml, mamba + copy),
+        "taken": taken_blocks(cfg, last.c, last.end, mml, mamba + copy),
         "tail_copy": copy,
         "checkpoint_blocks": checkpoint,
-        "free": free_blocks(cfg, last.c, pool, longest_model_len(cfg)),
+        "free": free_blocks(cfg, last.c, pool, mml),
     }
 
 
