@@ -160,3 +160,9 @@ pick_system system-slive-resume-at-hit vllm-0.28 S-LIVE --block 8 --lookahead 0 
 # preempts itself and resumes at hit 0, to c=4, for ever (S-POOL, a lasso). Of the pools 2-32 only
 # 11 does it: below, T=6 is not admitted beside T=5; above, its last chunk fits.
 pick_system system-s-pool-stuck-holder vllm-0.33 S-POOL --block 4 --lookahead 2 --drop off --prompt 5,6 --max-sched 8 --pool 2-32
+# vllm-0.34, a KV connector's hit in a shared pool (SPEC KV2 rules 2e and 5g): T=1 takes 2 of
+# the 5 free blocks of a pool of 6; T=5, admitted at the connector's hit x=4, passes the
+# admission test and its chunk's count (3 of 3 free), and the Mamba group takes one block more
+# for the state loaded at x: the pool's get_new_blocks raises (P0, the engine core is down).
+# A lone request never raises in 0.29-0.34's least pool; beside another it does.
+pick_system system-p0-connector-hit-raises vllm-0.34 P0 --block 4 --lookahead 0 --drop off --start 0,external --prompt 1-8 --max-sched 4 --pool 2-12

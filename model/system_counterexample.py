@@ -34,7 +34,7 @@ from chunkproof.model.trace_file import (
     recorded_verdict,
 )
 
-SYSTEM_SCHEMA = "chunkproof.system-counterexample/5"
+SYSTEM_SCHEMA = "chunkproof.system-counterexample/6"
 """Version 2 adds the adaptive floor: the engine's ``long_prefill_token_threshold_adaptive``
 and each step's eligible count; a file of version 1 reads as one with the floor off. Version 3
 adds decoding requests (list ``decoding``: the prefill done, an encoder entry still
@@ -44,12 +44,15 @@ version has none. Version 4 adds the KV block pool the requests share (the engin
 and, for a run that goes on for ever (S-POOL), the step its loop starts at (``loop``).
 Version 5 (SPEC KV2 rule 5e): a preempted request keeps its c, and a waiting request with
 c > 0 records it (``computed``) and the hit it resumed at in the step (``hit``), its stages'
-c; a pooled file of version 4 resumed every preempted request at c = 0."""
+c; a pooled file of version 4 resumed every preempted request at c = 0. Version 6 (SPEC KV2
+rule 5g): a request admitted at a KV connector's hit records ``connector`` with its hit, and one
+whose admission made the pool raise records ``pool_raised``; a file of version 5 has neither."""
 SYSTEM_SCHEMAS = (
     "chunkproof.system-counterexample/1",
     "chunkproof.system-counterexample/2",
     "chunkproof.system-counterexample/3",
     "chunkproof.system-counterexample/4",
+    "chunkproof.system-counterexample/5",
     SYSTEM_SCHEMA,
 )
 """The versions a reader accepts."""
@@ -67,7 +70,9 @@ class RequestStep:
     so it got nothing), for a decoding request the tokens its decode step advanced c (0:
     the running loop did not reach it), and for a waiting request with c > 0 in a pool (one
     a step preempted) the hit it resumed at in this step (SPEC KV2 rule 5e: its stages run
-    from there; ``None`` for every other request)."""
+    from there; ``None`` for every other request), whether that hit is a KV connector's
+    (``connector``, rule 5g) and whether its admission made the pool raise (``pool_raised``,
+    rules 2e and 5g: the engine core is down)."""
 
     queue: str
     place: int
@@ -77,11 +82,19 @@ class RequestStep:
     decoded: int = 0
     preempted: bool = False
     hit: int | None = None
+    connector: bool = False
+    pool_raised: bool = False
 
     @property
     def resumed(self) -> int:
         """The c the request's step ran from: its resume hit, else its c."""
         return self.c if self.hit is None else self.hit
+
+    @property
+    def hit_words(self) -> str:
+        """The hit it resumed at in words: ``hit h``, or ``the connector's hit x`` (SPEC KV2
+        rule 5g)."""
+        return f"the connector's hit {self.hit}" if self.connector else f"hit {self.hit}"
 
     @property
     def chunk(self) -> int:
@@ -94,7 +107,8 @@ class RequestStep:
         preempted = {"preempted": True} if self.preempted else {}
         stages = self.stages.to_dict() if self.stages is not None else {"c": self.resumed}
         hit = {"computed": self.c, "hit": self.hit} if self.hit is not None else {}
-        return head | stages | decoded | preempted | hit
+        flags = {name: True for name in ("connector", "pool_raised") if getattr(self, name)}
+        return head | stages | decoded | preempted | hit | flags
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestStep:
@@ -104,7 +118,19 @@ class RequestStep:
         decoded = int(data.get("decoded", 0))
         preempted = bool(data.get("preempted", False))
         hit = int(data["hit"]) if "hit" in data else None
-        return cls(str(data["list"]), place, c, scheduled, stages, decoded, preempted, hit)
+        connector, raised = (bool(data.get(name, False)) for name in ("connector", "pool_raised"))
+        return cls(
+            str(data["list"]),
+            place,
+            c,
+            scheduled,
+            stages,
+            decoded,
+            preempted,
+            hit,
+            connector,
+            raised,
+        )
 
 
 @dataclass(frozen=True)

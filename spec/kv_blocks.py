@@ -88,6 +88,15 @@ def external_miscount(cfg: Config, start: int, end: int) -> int:
     return 0
 
 
+def connector_hit(cfg: Config, c: int) -> int:
+    """KV2 rule 5g: the hit a KV connector offers a waiting request at c, loaded synchronously
+    with its first chunk: x = c0 for :func:`admitted_external`'s request not yet admitted (c =
+    c0; a request that ran has c > c0), else 0. A resumed request is offered none."""
+    if c == cfg.start and admitted_external(cfg):
+        return cfg.external
+    return 0
+
+
 def resume_grid(cfg: Config) -> int:
     """KV2 rule 5e: the grid a resume hit lies on, where a lookup can land (its alignment A:
     h with fine hits, else B_s, slot note 6 rule 1) and, in rule 5's scope, the Mamba group
@@ -380,11 +389,6 @@ def admitted_external(cfg: Config) -> bool:
     return cfg.junction == 0 and not cfg.checkpoints
 
 
-def with_external_hit(cfg: Config) -> bool:
-    """Rule 5's scope: an external hit (a KV connector's)."""
-    return cfg.external > 0
-
-
 def admitted_fresh(cfg: Config) -> bool:
     """The request of KV2's rules: admitted at c = 0 with no hit (local or external), T = P,
     no junction."""
@@ -608,9 +612,13 @@ def leaves_stale(cfg: Config, start: int, end: int) -> int:
     """KV2 rule 5a: 1 when the chunk [start, end) leaves a stale state block, that is a later
     chunk that ends in a later Mamba block than the chunk before it (rule 2's new state
     block), else 0. The first chunk at a hit on the Mamba grid (rule 5e's resume) leaves the
-    hit's state block stale: it ends in a later block."""
+    hit's state block stale: it ends in a later block. At a connector's hit (rule 5g) the
+    block loaded at x is stale when the chunk ends past x's Mamba block, the block rule 2e's
+    miscount takes (:func:`external_miscount`)."""
     if start == 0:
         return 0
+    if at_external_hit(cfg, start):
+        return external_miscount(cfg, start, end)
     if at_hit(cfg, start):
         return 1
     return mamba_new_blocks(cfg, start, end)
@@ -625,10 +633,11 @@ def admission_gate(cfg: Config, max_model_len: int) -> int:
     """KV2 rule 5b, 0.23 on: the waiting loop admits a request only if the whole sequence
     fits (``full_sequence_must_fit``, on by default: ``scheduler_reserve_full_isl``): every
     attention block of its min(T, max_model_len) tokens, no lookahead slots, and S + 1 Mamba
-    blocks (the Mamba manager caps a first allocation there). Admitted at a hit (c0 > 0, rule
-    5e) it counts the hit's state block too: cached and free, so the test counts it, on top of
-    the S + 1 cap (read from each release's manager, 0.23 on)."""
-    hit = 1 if cfg.start > 0 else 0
+    blocks (the Mamba manager caps a first allocation there). Admitted at a local hit (c0 > 0,
+    rule 5e) it counts the hit's state block too: cached and free, so the test counts it, on
+    top of the S + 1 cap (read from each release's manager, 0.23 on); at a connector's hit
+    (rule 5g: x = c0, no local part) there is no cached block to count."""
+    hit = 1 if cfg.start > cfg.external else 0
     return cdiv(min(cfg.prompt, max_model_len), cfg.split_block) + cfg.lookahead + 1 + hit
 
 
@@ -901,17 +910,20 @@ def shared_pool_exclusions(rules: PoolRules) -> list[Exclusion]:
     """KV2 rule 5's scope under ``rules``, as what it leaves out besides encoder items (a
     request's item pattern, which the prover's cells fix), so the explorer
     (:func:`outside_shared_pool`) and the prover (its constraint) read one definition. Rule 5
-    holds for a request without internal checkpoints or an external hit whose pool the rules
-    model (:func:`pool_modelled`), admitted fresh or at the local hit an identical request's
-    prefill left in the least pool (P8's scope, :attr:`PoolRules.in_scope`, rule 2d: no
-    junction, T = P; 0.15-0.22 hold no seed), that caches its whole prompt and none of
-    whose chunks asks a tail copy (rule 2b: the copy's block is back at the step's end)."""
+    holds for a request without internal checkpoints whose pool the rules model
+    (:func:`pool_modelled`), admitted fresh, at the local hit an identical request's prefill
+    left in the least pool or, from 0.23, at a connector's hit x = c0 (P8's scope,
+    :attr:`PoolRules.in_scope`, rules 2d and 2e: no junction, T = P; 0.15-0.22 hold no seed
+    and admit no external hit), that caches its whole prompt and none of whose chunks asks a
+    tail copy (rule 2b: the copy's block is back at the step's end)."""
     found = [Exclusion("internal prefill checkpoints", with_checkpoints)]
-    found.append(Exclusion("an external hit (a KV connector's)", with_external_hit))
     if not rules.speculative:
         reason = f"L >= 1 under {rules.releases} (its Mamba group frees on c - S tokens)"
         found.append(Exclusion(reason, with_speculative_blocks))
-    admitted = "a request admitted otherwise than fresh or at the hit an identical request left"
+    admitted = (
+        "a request admitted otherwise than fresh, at the hit an identical request left or at a "
+        "connector's hit x = c0"
+    )
     found.append(Exclusion(admitted, rules.in_scope, excluded=False))
     found.append(Exclusion("an uncached prefix", with_uncached_prefix))
     found.append(Exclusion("a chunk start that copies the prompt's tail state", rules.copies_tail))

@@ -69,9 +69,10 @@ class Pool:
     when the request next calls ``allocate_slots``); and, per position p, the blocks a request
     in the running list holds at (c, stale) (``held(p, c, stale)``), the blocks a chunk
     [c, e) asks once its stale block is freed (``asked(p, c, e)``), whether that chunk leaves
-    a stale block (``leaves_stale(p, c, e)``), and what the waiting loop's admission test asks
+    a stale block (``leaves_stale(p, c, e)``), what the waiting loop's admission test asks
     for the whole sequence (``gate(p)``: ``full_sequence_must_fit``, 0 where the release has
-    none). The requests are fresh (c0 = 0) and carry no encoder items."""
+    none) and the blocks an admission takes beyond its ask (``miscount(p, c, e)``: rule 2e's
+    at a connector's hit, rule 5g). The requests carry no encoder items."""
 
     blocks: Any
     stale: Sequence[Any]
@@ -79,6 +80,7 @@ class Pool:
     asked: Callable[[int, Any, Any], Any]
     leaves_stale: Callable[[int, Any, Any], Any]
     gate: Callable[[int], Any]
+    miscount: Callable[[int, Any, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,8 @@ def theta_cap(
 class Ledger:
     """What a step's allocations do to its :class:`Pool` (SPEC KV2 rule 5), position by
     position as the loops visit them: the blocks each request holds (``holding``), its stale
-    flag, and whether the step preempted it (``out``)."""
+    flag, whether the step preempted it (``out``) and whether its admission made the pool
+    raise (``raised``, rule 5g)."""
 
     def __init__(self, ops: Ops, pool: Pool, phase: Sequence[Any], c: Sequence[Any]) -> None:
         self.ops, self.pool = ops, pool
@@ -197,6 +200,7 @@ class Ledger:
         ]
         self.stale = list(pool.stale)
         self.out = [ops.false] * len(phase)
+        self.raised = [ops.false] * len(phase)
 
     def free(self) -> Any:
         """The free blocks: all but the null block and those the requests hold (a cached
@@ -230,13 +234,17 @@ class Ledger:
         """Rule 5b: the waiting request at ``p`` is admitted when the admission test's blocks
         for its whole sequence and its chunk's blocks are each at most the free blocks; a
         refusal ends the waiting loop. An admission at a hit (rule 5e, ``c`` the hit) leaves
-        the hit's state block stale. (granted, refused)."""
+        the hit's state block stale. Rule 5g: an admission at a connector's hit takes its ask
+        and rule 2e's miscount; where the free blocks cover the ask and not the miscount the
+        pool raises (``raised``: the engine core is down). (granted, refused)."""
         ops = self.ops
         free = self.free()
         ask = self._asked(p, c, chunk)
         refused = ops.all_(taken, ops.any_(self.pool.gate(p) > free, ask > free))
-        granted = ops.all_(taken, ops.not_(refused))
-        self.holding[p] = ops.where(granted, ask, self.holding[p])
+        took = ask + ops.where(chunk > 0, self.pool.miscount(p, c, c + chunk), 0)
+        self.raised[p] = ops.all_(taken, ops.not_(refused), took > free)
+        granted = ops.all_(taken, ops.not_(refused), ops.not_(self.raised[p]))
+        self.holding[p] = ops.where(granted, took, self.holding[p])
         leaves = self.pool.leaves_stale(p, c, c + chunk)
         self.stale[p] = ops.where(granted, leaves, self.stale[p])
         return granted, refused
@@ -286,7 +294,8 @@ def schedule_step(
     its blocks (:class:`Ledger`): a running request the pool refuses preempts the last of the
     running list until it fits, or itself, which ends the running loop; the waiting loop runs
     only when the step preempted nothing, and a refusal there ends it (read from the FCFS
-    ``schedule()``: ``running.pop()``, ``if not preempted_reqs``, ``break``)."""
+    ``schedule()``: ``running.pop()``, ``if not preempted_reqs``, ``break``). An admission
+    the pool raises at (rule 5g) breaks P0 and ends the step, as a request whose code raises."""
     phase, c, held = at.phase, at.c, at.held
     k = len(phase)
     ledger = None if at.pool is None else Ledger(ops, at.pool, phase, c)
@@ -352,6 +361,8 @@ def schedule_step(
         if ledger is not None:
             taken, refused = ledger.waiting(p, c[p], got.chunk, taken)
             full = ops.any_(full, refused)
+            unsafe = ops.any_(unsafe, ledger.raised[p])
+            crashed = ops.any_(crashed, ledger.raised[p])
         admitted.append(taken)
         seated = seated + ops.where(taken, 1, 0)
         got_chunk = ops.where(taken, got.chunk, 0)

@@ -79,7 +79,9 @@ history note sections 6 and 10). The second model behind
   pool refuses preempts the last of the running list, or itself, which waits again keeping its
   c; each time the waiting loop reaches it, it resumes at a hit the environment picks (rule
   5e: any on its resume grid up to min(c, T - 1), 0 included; an action carries the choice), as
-  a request admitted at that hit (rule 2d), so a cycle of states need not be a self-loop; the
+  a request admitted at that hit (rule 2d), so a cycle of states need not be a self-loop; a
+  request whose c0 is a KV connector's, not yet admitted, at x or 0 (rule 5g: at x its
+  admission takes rule 2e's miscount, and where only that is short the pool raises: P0); the
   waiting loop runs only in a step that preempted nothing and admits behind the release's
   test for the whole sequence
   (:class:`~chunkproof.spec.scheduler_loops.Ledger`). A row then carries each request's stale
@@ -101,7 +103,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -121,6 +123,8 @@ from chunkproof.model.vectorised import evaluate
 from chunkproof.spec import system_properties as sysprops
 from chunkproof.spec.interface import Transitions
 from chunkproof.spec.kv_blocks import (
+    connector_hit,
+    external_miscount,
     held_in_list,
     leaves_stale,
     longest_model_len,
@@ -337,6 +341,28 @@ def request_sets(policy: Policy, configs: Sequence[Config], k: int) -> list[tupl
         for group in itertools.combinations_with_replacement(accepted, k)
         if len({engine_settings(cfg) for cfg in group}) == 1 and encoder_exact(group)
     ]
+
+
+class Admitted(NamedTuple):
+    """What a pooled step's views of the requests see in place of their inputs c0 and x (SPEC
+    KV2 rules 5e-5g), per lane (and position): a waiting request's resume hit and, where that
+    is a connector's hit, x = the hit; a request past its admission 0 and 0 (neither the
+    split nor the manager reads a running request's)."""
+
+    start: np.ndarray
+    external: np.ndarray
+
+    def at(self, p: int) -> Admitted:
+        """Position ``p``'s entries."""
+        return Admitted(self.start[:, p], self.external[:, p])
+
+    def lanes(self, sel: np.ndarray) -> Admitted:
+        """The entries of the lanes ``sel``."""
+        return Admitted(self.start[sel], self.external[sel])
+
+    def put(self, view: Any) -> None:
+        """Set ``view``'s c0 and x (a view of the same lanes)."""
+        view.start, view.external = self.start, self.external
 
 
 @dataclass
@@ -634,24 +660,28 @@ class SchedulerStepModel:
         return hit_lanes(self.hit_counts(batch, rows))
 
     def hit_counts(self, batch: SchedulerBatch, rows: np.ndarray) -> np.ndarray:
-        """SPEC KV2 rule 5e: per state of ``rows`` and position, how many hits its request can
-        resume at: a waiting request at c > 0 (preempted, or not yet admitted at its c0, rule
-        5f) at any point of its resume grid (B, or B_s without fine hits) from 0 (its blocks
-        evicted) to
-        :func:`~chunkproof.spec.kv_blocks.resume_hit_top`; every other request only at its c
-        (1)."""
+        """SPEC KV2 rules 5e-5g: per state of ``rows`` and position, how many hits its request
+        can resume at: a waiting request at c > 0 (preempted, or not yet admitted at its c0,
+        rule 5f) at any point of its resume grid (B, or B_s without fine hits) from 0 (its
+        blocks evicted) to :func:`~chunkproof.spec.kv_blocks.resume_hit_top`, one not yet
+        admitted at a connector's hit x (rule 5g) at x or 0 (the connector finds nothing:
+        index 0 and 1); every other request only at its c (1)."""
         label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(3))
         request_rows = batch.rows(rows[:, 0], label)
-        top = np.stack(
-            [
-                self._per_part(batch, request_rows[:, p], resume_hit_top, c[:, p])
-                for p in range(batch.k)
-            ],
-            axis=1,
-        )
+        top = self._each(batch, request_rows, resume_hit_top, c)
         top //= batch.requests.grid[request_rows]
+        top = np.where(self._each(batch, request_rows, connector_hit, c) > 0, 1, top)
         counts: np.ndarray = np.where((phase == WAITING) & (c > 0), top + 1, 1)
         return counts
+
+    def _each(
+        self, batch: SchedulerBatch, rows: np.ndarray, function: Callable[..., Any], c: np.ndarray
+    ) -> np.ndarray:
+        """``function(cfg, c)`` of the request at each position (lanes by positions)."""
+        return np.stack(
+            [self._per_part(batch, rows[:, p], function, c[:, p]) for p in range(batch.k)],
+            axis=1,
+        )
 
     def stages(
         self,
@@ -660,15 +690,16 @@ class SchedulerStepModel:
         c: np.ndarray,
         budget: np.ndarray,
         shared: np.ndarray,
-        start: np.ndarray | None = None,
+        admitted: Admitted | None = None,
     ) -> Got:
         """The policy's stages for the requests ``rows`` at (c, budget) (SPEC S3), ``budget``
         the budget left capped by theta_eff (the cap stage is then min(T - c, theta_eff,
         left), history note 6). A request with encoder items sees the engine's (C, b0)
         (:func:`shared_encoder`) less the ``shared`` embeddings the other requests' entries
         reference, and gives the items its call encodes through
-        (:mod:`chunkproof.model.encoder_items`). ``start`` (per lane) replaces the requests'
-        c0: a pooled request resumed at a hit is admitted there (rule 5e)."""
+        (:mod:`chunkproof.model.encoder_items`). ``admitted`` (per lane) replaces the
+        requests' c0 and x: a pooled request resumed at a hit is admitted there (rules
+        5e-5g)."""
         requests = batch.requests
         kinds = (np.int64, np.int64, bool, bool, np.int64)
         got = Got(*(np.zeros(len(rows), dtype=t) for t in kinds))
@@ -678,8 +709,8 @@ class SchedulerStepModel:
             if not len(mine):
                 continue
             view = part.view(requests.local[rows[mine]])
-            if start is not None:
-                view.start = start[mine]
+            if admitted is not None:
+                admitted.lanes(mine).put(view)
             if part.items:
                 view.encoder_cache, view.encoder_budget = batch.encoder[rows[mine] // batch.k].T
                 view.encoder_shared = shared[mine]
@@ -721,10 +752,11 @@ class SchedulerStepModel:
         """The transitions (states[source], budget, eligible, hits): Next (:func:`~chunkproof.
         spec.scheduler_loops.schedule_step` over lanes) and every property; ``eligible`` is the
         environment's count under the adaptive floor, ``None`` without it; ``hits`` (with a
-        pool) each waiting request's resume hit as its index on its grid (rule 5e,
-        :meth:`resume_choices`): the loops see it at that c, admitted at that hit, and a running
-        request past its admission (c0 = 0: it may have been admitted at a hit other than its
-        own c0, and neither the split nor the manager reads a running request's). Each decoding
+        pool) each waiting request's resume hit as its index on its grid, or on {0, x} at a
+        connector's hit x (rules 5e-5g, :meth:`resume_choices`): the loops see it at that c,
+        admitted at that hit (:class:`Admitted`), and a running request past its admission (c0
+        = x = 0: it may have been admitted at a hit other than its own c0, and neither the
+        split nor the manager reads a running request's). Each decoding
         request the running loop reached advances its c by any of 1..its free margin (the
         accepted tokens its decode step computed, the environment's choice; more is what the
         margin gives, all its items freed), one the loop did not reach by 0: one transition per
@@ -739,8 +771,10 @@ class SchedulerStepModel:
         begin, resumed = None, c
         if hits is not None:
             waiting = phase == WAITING
-            resumed = np.where(waiting, hits * batch.requests.grid[request_rows], c)
-            begin = np.where(waiting, resumed, 0)
+            connector = np.where(waiting, self._each(batch, request_rows, connector_hit, c), 0)
+            unit = np.where(connector > 0, connector, batch.requests.grid[request_rows])
+            resumed = np.where(waiting, hits * unit, c)
+            begin = Admitted(np.where(waiting, resumed, 0), np.where(connector > 0, resumed, 0))
         pool = self._pool(batch, request_rows, inst, stale, begin) if self.pooled else None
         stages = self._at(batch, request_rows, begin)
         at = Positions(phases, list(resumed.T), list(e.T), stages, held, pool)
@@ -774,11 +808,15 @@ class SchedulerStepModel:
             out = [np.asarray(o, dtype=bool) for o in done.ledger.out]
             stale_after = [np.asarray(v, dtype=np.int64) for v in done.ledger.stale]
             record |= {f"preempted{p}": out[p] for p in range(batch.k)}
-        if hits is not None:
+            record |= {
+                f"raised{p}": np.asarray(done.ledger.raised[p], dtype=bool) for p in range(batch.k)
+            }
+        if begin is not None:
             record |= {
                 f"hit{p}": np.where(phase[:, p] == WAITING, resumed[:, p], 0)
                 for p in range(batch.k)
             }
+            record |= {f"connector{p}": begin.external[:, p] > 0 for p in range(batch.k)}
         record["left"] = np.asarray(done.left)
         lane, advance = self._advances(batch, request_rows, c, decoded)
         encoded = np.stack(done.encoded, axis=1)[lane]
@@ -843,7 +881,7 @@ class SchedulerStepModel:
         advance = np.where(decoded[lane], advance + 1, 0)
         return lane, advance
 
-    def _at(self, batch: SchedulerBatch, rows: np.ndarray, begin: np.ndarray | None) -> Stages:
+    def _at(self, batch: SchedulerBatch, rows: np.ndarray, begin: Admitted | None) -> Stages:
         """The policy's step of the request at a position, over the lanes ``where`` marks
         (zeros elsewhere), each request admitted at its entry of ``begin`` (per lane and
         position; ``None``: its c0): :data:`~chunkproof.spec.scheduler_loops.Stages` over
@@ -852,8 +890,8 @@ class SchedulerStepModel:
         def at(p: int, c: np.ndarray, offer: np.ndarray, where: np.ndarray, shared: Any) -> Got:
             sel = np.flatnonzero(where)
             others = np.broadcast_to(np.asarray(shared, dtype=np.int64), where.shape)[sel]
-            start = None if begin is None else begin[sel, p]
-            got = self.stages(batch, rows[sel, p], c[sel], offer[sel], others, start)
+            admitted = None if begin is None else begin.at(p).lanes(sel)
+            got = self.stages(batch, rows[sel, p], c[sel], offer[sel], others, admitted)
             full = [np.zeros(len(where), dtype=a.dtype) for a in got]
             for whole, part in zip(full, got, strict=True):
                 whole[sel] = part
@@ -888,7 +926,7 @@ class SchedulerStepModel:
         rows: np.ndarray,
         inst: np.ndarray,
         stale: np.ndarray,
-        begin: np.ndarray | None,
+        begin: Admitted | None,
     ) -> Pool:
         """The KV block pool of the lanes' instances (SPEC KV2 rule 5), the release's rules
         (:func:`~chunkproof.spec.kv_blocks.pool_rules`) evaluated per position over the lanes'
@@ -899,8 +937,8 @@ class SchedulerStepModel:
         model_len = batch.model_len[inst]
 
         def per(function: Callable[..., Any], p: int, *args: np.ndarray) -> np.ndarray:
-            start = None if begin is None else begin[:, p]
-            return self._per_part(batch, rows[:, p], function, *args, start=start)
+            admitted = None if begin is None else begin.at(p)
+            return self._per_part(batch, rows[:, p], function, *args, admitted=admitted)
 
         return Pool(
             batch.blocks[inst],
@@ -909,6 +947,7 @@ class SchedulerStepModel:
             lambda p, c, end: per(shared_asked, p, c, end, model_len),
             lambda p, c, end: per(leaves_stale, p, c, end),
             lambda p: per(rules.admission, p, model_len),
+            lambda p, c, end: per(external_miscount, p, c, end),
         )
 
     def _per_part(
@@ -917,19 +956,19 @@ class SchedulerStepModel:
         rows: np.ndarray,
         function: Callable[..., Any],
         *args: np.ndarray,
-        start: np.ndarray | None = None,
+        admitted: Admitted | None = None,
     ) -> np.ndarray:
         """One of chunkproof's own subset functions of a request's configuration (and
         ``args``, per lane) over the requests ``rows``, each part's view evaluated once; the
-        views' c0 replaced by ``start`` where given (a resume hit, rule 5e)."""
+        views' c0 and x replaced by ``admitted`` where given (a resume hit, rules 5e-5g)."""
         requests = batch.requests
         out = np.zeros(len(rows), dtype=np.int64)
         for index, part in enumerate(requests.parts):
             mine = np.flatnonzero(requests.part[rows] == index)
             if len(mine):
                 view = part.view(requests.local[rows[mine]])
-                if start is not None:
-                    view.start = start[mine]
+                if admitted is not None:
+                    admitted.lanes(mine).put(view)
                 lanes = [np.broadcast_to(a, out.shape)[mine] for a in args]
                 out[mine] = _subset(function, [view, *lanes])
         return out
@@ -990,10 +1029,14 @@ def numpy_ops(lanes: int) -> Ops:
 
 
 POOL_FIXED = (
-    "the KV block pool: every request fresh (c0 = 0) or admitted at the local hit c0 an "
-    "identical request's prefill left in the least pool (SPEC P8's scope, KV2 rule 2d), no "
-    "external hit, junction or encoder items, no internal checkpoints, no tail copies; "
-    "max_model_len the instance's longest prompt + 1; watermark 0; no KV connector; FCFS",
+    "the KV block pool: every request fresh (c0 = 0), admitted at the local hit c0 an "
+    "identical request's prefill left in the least pool or at a KV connector's hit x = c0 "
+    "(SPEC P8's scope, KV2 rules 2d and 2e), no junction or encoder items, no internal "
+    "checkpoints, no tail copies; max_model_len the instance's longest prompt + 1; watermark "
+    "0; FCFS",
+    "a KV connector offers its hit x, loaded synchronously with the first chunk, at a "
+    "request's first admission only: a resumed request is offered none, and no load is "
+    "asynchronous (SPEC KV2 rule 5g)",
     "a preempted request keeps its c; each time the waiting loop reaches it, it resumes at "
     "any hit on its resume grid (B with fine hits, else B_s) up to min(c, T - 1), or at 0 "
     "(its blocks evicted), whether or not the release's lookup would find that one (SPEC KV2 "

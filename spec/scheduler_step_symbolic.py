@@ -55,8 +55,9 @@ K = 2 or 3 requests and one proof cell (SPEC N1). The third model behind
   the same :class:`~chunkproof.spec.scheduler_loops.Ledger` over Z3 terms; a preempted
   request waits again keeping its c (group 2 of ``settle``), and the action sets each
   request's resume hit (rule 5e: on its resume grid up to min(c, T - 1) for a waiting request at
-  c > 0, else 0), at which the loops see it and the rules ask it as at a hit (c0 stays a
-  symbol of the translation for that). Cells with encoder items are outside it.
+  c > 0, x or 0 for one not yet admitted at a connector's hit x (rule 5g), else 0), at which
+  the loops see it and the rules ask it as at a hit, at x as at an external one (c0 and x stay
+  symbols of the translation for that). Cells with encoder items are outside it.
 * Properties: P0, S-LIVE, HOL, STARVE on a transition, with the predicates of
   :mod:`chunkproof.spec.system_properties` (S-LIVE and STARVE are about a self-loop, which that
   module shows is every cycle of this model without a pool, so they too are transition
@@ -82,6 +83,8 @@ from chunkproof.model.policy import Policy
 from chunkproof.model.step import stage_order
 from chunkproof.spec.interface import as_term
 from chunkproof.spec.kv_blocks import (
+    connector_hit,
+    external_miscount,
     held_in_list,
     leaves_stale,
     longest_model_len,
@@ -125,6 +128,11 @@ from chunkproof.spec.system_properties import POOL_PROPERTIES
 SYMBOLIC_REQUESTS = (2, 3)
 """The numbers of requests the symbolic form covers (SPEC N1): each loop evaluates the
 policy once per position and item pattern, on inputs chosen among the requests' by rank."""
+
+
+Begin = dict[str, list[Any]] | None
+"""Per request, the c0 (``start``) and x (``external``) a pooled step's views see in place of
+its inputs (SPEC KV2 rules 5e-5g; ``None``: its own)."""
 
 
 class RequestVars(NamedTuple):
@@ -248,7 +256,7 @@ class SymbolicSchedulerStep:
         some request carries items and the encoder call has a free margin rule (a margin
         that is 0 keeps every advance 0)."""
         patterns = list(dict.fromkeys(cell.layouts))
-        kept = ("start",) if self.pooled else ()
+        kept = ("start", "external") if self.pooled else ()
         self.templates = [
             SymbolicRequest(
                 policy,
@@ -279,6 +287,7 @@ class SymbolicSchedulerStep:
         view = self.templates[0].view
         self.whole = as_term(view.max_sched)
         self.starts = [self.of(i, self._template(i).view.start) for i in range(k)]
+        self.externals = [self.of(i, self._template(i).view.external) for i in range(k)]
         self.ends = [self.of(i, self._template(i).end) for i in range(k)]
         self.grids = [
             as_term(self.of(i, self._template(i).call(resume_grid, [self._template(i).view])))
@@ -366,14 +375,11 @@ class SymbolicSchedulerStep:
 
     # -- the policy at one position -------------------------------------------------------------
 
-    def _at(
-        self, here: Sequence[Any], c: Any, budget: Any, shared: Any, begin: Sequence[Any] | None
-    ) -> Got:
+    def _at(self, here: Sequence[Any], c: Any, budget: Any, shared: Any, begin: Begin) -> Got:
         """The stages of the request at a position (``here[i]``: request i is there) at
         (c, budget) with ``shared`` embeddings of the others' entries referenced: each
         pattern's translation with each request constant chosen by ``here``, then the
-        pattern of the request there; request i admitted at ``begin[i]`` (``None``: its
-        c0)."""
+        pattern of the request there; request i admitted at ``begin`` (``None``: its c0)."""
         return Got(
             *_choose(
                 self._by_pattern(here, begin),
@@ -387,11 +393,12 @@ class SymbolicSchedulerStep:
         return _choose(self._by_pattern(here), [[v] for v in values])[0]
 
     def _by_pattern(
-        self, here: Sequence[Any], begin: Sequence[Any] | None = None
+        self, here: Sequence[Any], begin: Begin = None
     ) -> list[tuple[Any, list[tuple[Any, Any]]]]:
         """Per pattern: whether the request at the position carries it, and its template's own
-        constants chosen among its requests' by ``here``; c0 (``start``) replaced by request
-        i's ``begin[i]`` where given (a resume hit, SPEC KV2 rule 5e)."""
+        constants chosen among its requests' by ``here``; c0 and x (``start``, ``external``)
+        replaced by request i's entries of ``begin`` where given (a resume hit, SPEC KV2 rules
+        5e-5g)."""
         out = []
         for index in range(len(self.templates)):
             members = [i for i in range(self.k) if self.pattern[i] == index]
@@ -399,19 +406,23 @@ class SymbolicSchedulerStep:
             chosen = []
             for n, (template, _) in enumerate(self.renaming[members[0]]):
                 own = [self.renaming[i][n][1] for i in members]
-                if begin is not None and str(template) == "start":
-                    own = [begin[i] for i in members]
+                if begin is not None and str(template) in begin:
+                    own = [begin[str(template)][i] for i in members]
                 chosen.append((template, _pick(where, own)))
             out.append((z3.Or(*where), chosen))
         return out
 
-    def _alone(self, i: int, c: Any, budget: Any, shared: Any, begin: Any = None) -> Got:
+    def _alone(self, i: int, c: Any, budget: Any, shared: Any, begin: Begin) -> Got:
         """Request ``i``'s stages at (c, budget) with ``shared`` embeddings referenced,
-        admitted at ``begin`` (``None``: its c0)."""
+        admitted at its entries of ``begin`` (``None``: its c0 and x)."""
         got = self._got(self._template(i), c, budget, shared)
         terms = [self.of(i, term) for term in got]
         if begin is not None:
-            terms = [z3.substitute(as_term(t), (self.starts[i], as_term(begin))) for t in terms]
+            pairs = [
+                (self.starts[i], as_term(begin["start"][i])),
+                (self.externals[i], as_term(begin["external"][i])),
+            ]
+            terms = [z3.substitute(as_term(t), *pairs) for t in terms]
         return Got(*terms)
 
     def _got(self, template: SymbolicRequest, c: Any, budget: Any, shared: Any) -> Got:
@@ -463,14 +474,12 @@ class SymbolicSchedulerStep:
         assert rules is not None, "a free margin is asked only under encoder call rules"
         return template.call(rules.margin, [template.view])
 
-    def _pool_at(
-        self, here: Sequence[Any], stale: Sequence[Any], begin: Sequence[Any] | None
-    ) -> Pool | None:
+    def _pool_at(self, here: Sequence[Any], stale: Sequence[Any], begin: Begin) -> Pool | None:
         """With a KV block pool, the pool the positions share (``here[p][i]``: request i is at
         position p): each rule of rule 5 (:func:`~chunkproof.spec.kv_blocks.held_in_list`,
-        ``shared_asked``, ``leaves_stale`` and the release's admission test) translated once
-        per template and chosen as :meth:`_at` chooses the stages, request i admitted at
-        ``begin[i]`` (rule 5e)."""
+        ``shared_asked``, ``leaves_stale``, the release's admission test and rule 2e's
+        ``external_miscount``) translated once per template and chosen as :meth:`_at` chooses
+        the stages, request i admitted at its entries of ``begin`` (rules 5e-5g)."""
         if not self.pooled:
             return None
         rules = self.pool_rules
@@ -486,6 +495,7 @@ class SymbolicSchedulerStep:
             lambda p, c, end: value(p, shared_asked, c, end, self.model_len),
             lambda p, c, end: value(p, leaves_stale, c, end),
             lambda p: value(p, rules.admission, self.model_len),
+            lambda p, c, end: value(p, external_miscount, c, end),
         )
 
     def fields(self, state: Sequence[Any]) -> RequestVars:
@@ -509,8 +519,8 @@ class SymbolicSchedulerStep:
     def _step(self, state: list[Any], action: list[Any]) -> StepTerms:
         """The loop rules (:func:`~chunkproof.spec.scheduler_loops.schedule_step`) over the
         positions: the request at position p is the one of rank p. With a pool a waiting
-        request is seen at its resume hit and admitted there, a running one past its admission
-        (c0 = 0), as the explicit step has them."""
+        request is seen at its resume hit and admitted there (at a connector's hit with x the
+        hit), a running one past its admission (c0 = x = 0), as the explicit step has them."""
         k = self.k
         phase, c, rank, e, stale = self.fields(state)
         here = [[rank[i] == p for i in range(k)] for p in range(k)]
@@ -518,7 +528,13 @@ class SymbolicSchedulerStep:
         if self.pooled:
             hits = self._hits(action)
             resumed = [z3.If(phase[i] == WAITING, hits[i], c[i]) for i in range(k)]
-            begin = [z3.If(phase[i] == WAITING, hits[i], 0) for i in range(k)]
+            connected = [
+                z3.And(phase[i] == WAITING, self._connector(i, c[i]) > 0) for i in range(k)
+            ]
+            begin = {
+                "start": [z3.If(phase[i] == WAITING, hits[i], 0) for i in range(k)],
+                "external": [z3.If(connected[i], hits[i], 0) for i in range(k)],
+            }
         at = Positions(
             [_pick(here[p], phase) for p in range(k)],
             [_pick(here[p], resumed) for p in range(k)],
@@ -547,9 +563,7 @@ class SymbolicSchedulerStep:
             phase,
             resumed,
             e,
-            lambda i, c_i, offer, where, shared: self._alone(
-                i, c_i, offer, shared, None if begin is None else begin[i]
-            ),
+            lambda i, c_i, offer, where, shared: self._alone(i, c_i, offer, shared, begin),
             lambda i, c_i, e_i: self.of(i, self._held(self._template(i), c_i, e_i)),
         )
         alone = alone_fit(Z3_OPS, each, cap(b), z3.BoolVal(True))
@@ -568,6 +582,12 @@ class SymbolicSchedulerStep:
     def _eligible(self, action: list[Any]) -> Any | None:
         """The eligible count the action sets with the adaptive floor, else ``None``."""
         return action[1] if self.adaptive else None
+
+    def _connector(self, i: int, c: Any) -> Any:
+        """SPEC KV2 rule 5g: the connector's hit request ``i`` is offered waiting at ``c``
+        (:func:`~chunkproof.spec.kv_blocks.connector_hit`; 0: none)."""
+        template = self._template(i)
+        return self.of(i, as_term(template.call(connector_hit, [template.view, c])))
 
     def _hits(self, action: list[Any]) -> list[Any]:
         """Each request's resume hit the action sets (with a pool, rule 5e)."""
@@ -663,10 +683,10 @@ class SymbolicSchedulerStep:
         return z3.And(budget, action[1] >= least)
 
     def _hit_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
-        """SPEC KV2 rules 5e-5f (``SchedulerStepModel.resume_choices``): with a pool, a waiting
+        """SPEC KV2 rules 5e-5g (``SchedulerStepModel.resume_choices``): with a pool, a waiting
         request at c > 0 (preempted, or not yet admitted at its c0) resumes at any point of its
-        resume grid from 0 to
-        :func:`~chunkproof.spec.kv_blocks.resume_hit_top`; every other request's hit is 0."""
+        resume grid from 0 to :func:`~chunkproof.spec.kv_blocks.resume_hit_top`, one not yet
+        admitted at a connector's hit x at x or 0; every other request's hit is 0."""
         if not self.pooled:
             return []
         phase, c = self.fields(state).phase, self.fields(state).c
@@ -675,8 +695,10 @@ class SymbolicSchedulerStep:
             template = self._template(i)
             top = self.of(i, as_term(template.call(resume_hit_top, [template.view, c[i]])))
             on_grid = z3.And(hit >= 0, hit <= top, hit % self.grids[i] == 0)
+            x = self._connector(i, c[i])
+            choices = z3.If(x > 0, z3.Or(hit == 0, hit == x), on_grid)
             at_hit = z3.And(phase[i] == WAITING, c[i] > 0)
-            guards.append(z3.If(at_hit, on_grid, hit == 0))
+            guards.append(z3.If(at_hit, choices, hit == 0))
         return guards
 
     def _decode_guard(self, state: list[Any], action: list[Any]) -> list[Any]:

@@ -162,10 +162,10 @@ def _requests(
         offered = int(record[f"offered{p}"])
         cfg = engine_encoder(instance[label], encoder)
         shared = int(record[f"shared{p}"])
-        hit = None
+        hit, connector = None, bool(record.get(f"connector{p}", False))
         if f"hit{p}" in record and phase == WAITING and c > 0:  # rule 5e: it resumes at a hit
             hit = int(record[f"hit{p}"])
-            cfg = replace(cfg, start=hit)
+            cfg = replace(cfg, start=hit, external=hit if connector else 0)  # rule 5g
         at = c if hit is None else hit
         stages = step(policy, cfg, at, offered, shared) if offered > 0 else None
         scheduled = int(record[f"chunk{p}"]) != 0  # SPEC Q3: below 0 where no clamp caught it
@@ -173,8 +173,9 @@ def _requests(
         decoded = int(record[f"decoded{p}"])
         queue = PHASE_NAMES[phase]
         preempted = bool(record.get(f"preempted{p}", False))  # only a pooled step preempts
+        raised = bool(record.get(f"raised{p}", False))
         parts[label] = RequestStep(
-            queue, places[listed], c, scheduled, stages, decoded, preempted, hit
+            queue, places[listed], c, scheduled, stages, decoded, preempted, hit, connector, raised
         )
         places[listed] += 1
     return tuple(parts[label] for label in range(len(instance)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from test_kv_lookup_fidelity import RELEASES, minor_of
@@ -29,6 +29,9 @@ from chunkproof.source.kv_alloc_run import TreePool
 from chunkproof.source.releases import release_root
 from chunkproof.spec.kv_blocks import (
     PoolRules,
+    admitted_external,
+    connector_hit,
+    external_miscount,
     held_in_list,
     leaves_stale,
     outside_shared_pool,
@@ -56,14 +59,17 @@ CASES = 60
 STEPS = 40
 
 
-def draw_instance(rng: random.Random, version: str, seeded: bool = False) -> tuple[Config, ...]:
+def draw_instance(
+    rng: random.Random, version: str, seeded: bool = False, connected: bool = False
+) -> tuple[Config, ...]:
     """Two or three fresh requests of different prompts on one engine the pool rules cover
     (:func:`~chunkproof.spec.kv_blocks.pool_modelled`): B in 4, 8; G in B/2, B, 2B; H in G,
     G/2, G/4 where it divides B (fine hits from 0.26 where H < B); a lookahead L (0 where the
     release does not cover S >= 1) and the EAGLE drop, each the engine's (one for every
     request); no chunk start that asks a tail copy (rule 2b) and no internal checkpoints.
     ``seeded``: about half the requests are admitted at a local hit c0 > 0 inside rule 5's
-    scope (the hit an identical request's prefill leaves, rule 2d), where the release has one."""
+    scope (the hit an identical request's prefill leaves, rule 2d), where the release has one;
+    ``connected``: about half at a connector's hit x = c0 (rules 2e and 5g, from 0.23)."""
     rules = pool_rules(version)
     while True:
         block = rng.choice((4, 8))
@@ -92,6 +98,8 @@ def draw_instance(rng: random.Random, version: str, seeded: bool = False) -> tup
             continue
         if seeded:
             group = tuple(seed_some(rng, rules, cfg) for cfg in group)
+        if connected:
+            group = tuple(connect_some(rng, cfg) for cfg in group)
         if all(covered(rules, cfg) for cfg in group):
             return group
 
@@ -110,11 +118,41 @@ def seed_some(rng: random.Random, rules: PoolRules, cfg: Config) -> Config:
     return cfg.replace(start=rng.choice(starts))
 
 
+def connect_some(rng: random.Random, cfg: Config) -> Config:
+    """``cfg`` admitted, one time in two, at a connector's hit x = c0 in [1, P - 1] (KV2 rule
+    2e's request, :func:`~chunkproof.spec.kv_blocks.admitted_external`)."""
+    if cfg.prompt < 2 or rng.random() < 0.5:
+        return cfg
+    x = rng.randint(1, cfg.prompt - 1)
+    connected = cfg.replace(start=x, external=x)
+    assert admitted_external(connected)
+    return connected
+
+
 def covered(rules: PoolRules, cfg: Config) -> bool:
     """Rule 5's scope: the pool rules model the request, no chunk start asks a tail copy and
     :func:`~chunkproof.spec.kv_blocks.outside_shared_pool` leaves nothing out."""
     copies = any(rules.tail_copy(cfg, start) for start in range(cfg.prompt))
     return pool_modelled(rules, cfg) and not copies and outside_shared_pool(rules, cfg) is None
+
+
+class Seen(NamedTuple):
+    """What one step did, on either side: the tokens it scheduled per request, the requests it
+    preempted, the blocks each holds after it and the free blocks; or only the request whose
+    admission made the pool raise (SPEC KV2 rule 5g: the engine core is down)."""
+
+    scheduled: dict[int, int]
+    preempted: set[int]
+    held: list[int]
+    free: int
+    raised: int | None = None
+
+    @classmethod
+    def of(cls, got: Any) -> Seen:
+        """The tree's step (:class:`~chunkproof.source.kv_alloc_run.PoolStepResult`)."""
+        if got.raised is not None:
+            return cls({}, set(), [], 0, got.raised)
+        return cls(got.scheduled, set(got.preempted), got.held, got.free)
 
 
 class ModelPool:
@@ -128,12 +166,10 @@ class ModelPool:
         self.c = [cfg.start for cfg in group]
         self.stale = [0] * len(group)
 
-    def step(
-        self, chunks: Sequence[int], hits: dict[int, int] | None = None
-    ) -> tuple[dict[int, int], set[int], list[int], int]:
+    def step(self, chunks: Sequence[int], hits: dict[int, int] | None = None) -> Seen:
         """One step giving request r ``chunks[r]`` (at most its prompt less its c), a waiting
         one resuming at its entry of ``hits`` (0 where none): (scheduled, preempted, held,
-        free)."""
+        free, the request whose admission raised)."""
 
         def takes(p: int, label: int, c: int, offer: int) -> Got:
             n = min(chunks[label], self.group[label].prompt - c)
@@ -147,18 +183,21 @@ class ModelPool:
         budget: int,
         rules: LoopRules,
         hits: dict[int, int] | None = None,
-    ) -> tuple[dict[int, int], set[int], list[int], int]:
+    ) -> Seen:
         """One step at ``budget`` under the loop ``rules``, the request ``label`` at position p
         taking ``stages(p, label, c, offer)``, a waiting request resuming at its entry of
-        ``hits`` (SPEC KV2 rule 5e; 0 where none), as at a hit (rule 2d): (scheduled,
-        preempted, held, free)."""
+        ``hits`` (SPEC KV2 rule 5e; 0 where none), as at a hit (rule 2d), or at the
+        connector's x where that is its hit (rule 5g): (scheduled, preempted, held, free, the
+        request whose admission raised)."""
         order, group, mml = self.order, self.group, self.mml
         hits = hits or {}
         resumed = [hits.get(r, 0) if self.phase[r] == WAITING else self.c[r] for r in self.order]
-        cfgs = [
-            group[r].replace(start=resumed[p] if self.phase[r] == WAITING else 0)
-            for p, r in enumerate(order)
-        ]
+        cfgs = []
+        for p, r in enumerate(order):
+            waiting = self.phase[r] == WAITING
+            connected = waiting and 0 < connector_hit(group[r], self.c[r]) == resumed[p]
+            start = resumed[p] if waiting else 0
+            cfgs.append(group[r].replace(start=start, external=start if connected else 0))
         pool = Pool(
             self.blocks,
             [self.stale[r] for r in order],
@@ -166,6 +205,7 @@ class ModelPool:
             lambda p, c, e: shared_asked(cfgs[p], c, e, mml),
             lambda p, c, e: leaves_stale(cfgs[p], c, e),
             lambda p: self.rules.admission(cfgs[p], mml),
+            lambda p, c, e: external_miscount(cfgs[p], c, e),
         )
         at = Positions(
             [self.phase[r] for r in order],
@@ -178,6 +218,9 @@ class ModelPool:
         done = schedule_step(PLAIN, at, budget, lambda left: left, 256, rules)
         ledger = done.ledger
         assert ledger is not None
+        raised = [r for p, r in enumerate(order) if ledger.raised[p]]
+        if raised:  # the engine core is down: nothing after the raise is compared
+            return Seen({}, set(), [], 0, raised[0])
         places: list[tuple[Any, int, int]] = []
         for p, r in enumerate(order):
             place = settle(
@@ -201,7 +244,7 @@ class ModelPool:
             held_in_list(group[r], self.c[r], self.stale[r], mml) if self.phase[r] == RUNNING else 0
             for r in range(len(group))
         ]
-        return scheduled, preempted, held, self.blocks - 1 - sum(held)
+        return Seen(scheduled, preempted, held, self.blocks - 1 - sum(held))
 
     def done(self) -> bool:
         return all(phase == FINISHED for phase in self.phase)
@@ -221,14 +264,46 @@ def test_several_requests_share_the_pool_as_the_release_does(version: str, cachi
     0.23, some are admitted at such a hit. ``evicted``: nothing stays cached, every resume is
     at 0."""
     rng = random.Random(f"{SEED}-pool-{version}-{caching}")
+    counts = run_against_the_tree(rng, version, caching, caching, False)
+    assert counts["preempted"] > 0
+    assert counts["resumed"] > 0 or not caching
+    assert counts["seeded"] > 0 or not caching or minor_of(version) < 23
+
+
+@pytest.mark.parametrize("version", [v for v in RELEASES if minor_of(v) >= 23])
+def test_connector_hits_share_the_pool_as_the_release_does(version: str) -> None:
+    """SPEC KV2 rule 5g: about half the requests are admitted at a connector's hit x = c0,
+    which the tree passes to its manager with the first chunk (``num_external_computed_tokens``);
+    step after step the model schedules, preempts, leaves holding and raises where the
+    release's own manager does. Some of those admissions are granted, and on every release
+    some make the pool raise (rule 2e's miscount beside other requests)."""
+    rng = random.Random(f"{SEED}-connector-{version}")
+    counts = run_against_the_tree(rng, version, True, False, True, spare=2)
+    assert counts["connected"] > 0 and counts["raised"] > 0 and counts["preempted"] > 0
+
+
+def run_against_the_tree(
+    rng: random.Random,
+    version: str,
+    caching: bool,
+    seeded: bool,
+    connected: bool,
+    spare: int = 6,
+) -> dict[str, int]:
+    """:data:`CASES` drawn instances (:func:`draw_instance`) in pools from the least the
+    start-up check accepts to ``spare`` blocks more, each run for up to
+    :data:`STEPS` steps of random chunks on the tree's :class:`TreePool` and on
+    :class:`ModelPool`, which must agree at every step; the preemptions, resumes at a hit >
+    0, first admissions at a seeded hit, admissions granted at a connector's hit and pool
+    raises seen."""
     rules = pool_rules(version)
     wrong: list[str] = []
-    preemptions = resumes = seeded = 0
+    counts = dict.fromkeys(("preempted", "resumed", "seeded", "connected", "raised"), 0)
     for _ in range(CASES):
-        group = draw_instance(rng, version, caching)
+        group = draw_instance(rng, version, seeded, connected)
         mml = max(cfg.prompt for cfg in group) + 1
-        least = rules.startup_pool(group[0].replace(prompt=mml - 1))
-        blocks = rng.randint(max(least, 2), max(least, 2) + 6)
+        least = rules.startup_pool(group[0].replace(prompt=mml - 1, start=0, external=0))
+        blocks = rng.randint(max(least, 2), max(least, 2) + spare)
         real = TreePool(
             release_root(version), group, eagle_drop(group[0]), blocks, mml, caching, caching
         )
@@ -242,13 +317,17 @@ def test_several_requests_share_the_pool_as_the_release_does(version: str, cachi
             got = real.step(chunks)
             for r, hit in got.hits.items():
                 cfg = group[r]
+                if 0 < connector_hit(cfg, before[r]) == hit:
+                    counts["connected"] += r in got.scheduled
+                    continue
                 top = min(before[r], cfg.prompt - 1)
                 assert hit % resume_grid(cfg) == 0 and hit <= top, (group, blocks, r, hit, before)
-                resumes += hit > 0
-                seeded += hit > 0 and hit == cfg.start and index == 0
+                counts["resumed"] += hit > 0
+                counts["seeded"] += hit > 0 and hit == cfg.start and index == 0
             want = model.step(chunks, got.hits)
-            seen = (got.scheduled, set(got.preempted), got.held, got.free)
-            preemptions += bool(got.preempted)
+            seen = Seen.of(got)
+            counts["preempted"] += bool(got.preempted)
+            counts["raised"] += got.raised is not None
             if seen != want:
                 prompts = [cfg.prompt for cfg in group]
                 wrong.append(
@@ -256,10 +335,10 @@ def test_several_requests_share_the_pool_as_the_release_does(version: str, cachi
                     f"chunks={chunks} hits={got.hits}: real {seen}, model {want}"
                 )
                 break
+            if got.raised is not None:
+                break
     assert not wrong, f"{len(wrong)} of {CASES}: " + "; ".join(wrong[:4])
-    assert preemptions > 0
-    assert resumes > 0 or not caching
-    assert seeded > 0 or not caching or minor_of(version) < 23
+    return counts
 
 
 @pytest.mark.parametrize("version", [v for v in RELEASES if minor_of(v) >= 26])
@@ -278,11 +357,6 @@ def test_a_fine_hit_resumes_off_the_scheduler_grid(version: str) -> None:
     for chunks in ([3, 4], [2, 1], [1, 5]):
         before = list(model.c)
         got = real.step(chunks)
-        assert model.step(chunks, got.hits) == (
-            got.scheduled,
-            set(got.preempted),
-            got.held,
-            got.free,
-        )
+        assert model.step(chunks, got.hits) == Seen.of(got)
         hits.update({r: (hit, before[r]) for r, hit in got.hits.items() if hit > 0})
     assert hits == {1: (4, 4)}

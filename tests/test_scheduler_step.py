@@ -324,7 +324,7 @@ def test_system_command_finds_hol_with_its_trace(cli: Cli) -> None:
     assert "L=2" in verdicts["S-LIVE"]["example"]
     pool = verdicts["S-POOL"]
     assert pool["range"]["pool"] == "min,2-32"
-    assert pool["range"]["connector"] == "none"
+    assert pool["range"]["connector"] == "synchronous at a first admission only"
     assert pool["example"] == "#0: T=5 B=4 L=2 M=8; #1: T=6 B=4 L=2 M=8; a pool of 11 KV blocks"
     assert any("preempts #1" in line for line in pool["trace"])
     explored = document["explored"]

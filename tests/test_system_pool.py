@@ -26,7 +26,7 @@ import z3
 from cli_helpers import Cli
 from repro_helpers import blocking_packages, generate_repro, run_repro
 from solver_limits import GUARD_MS, RLIMIT
-from test_kv_pool_fidelity import ModelPool, covered
+from test_kv_pool_fidelity import ModelPool, connect_some, covered
 from test_system_prove import _pinned, _places, _symbolic_state, agree, space_of
 
 from chunkproof.checker.cli.defaults import system_space
@@ -49,7 +49,7 @@ from chunkproof.model.step import step
 from chunkproof.model.system_counterexample import SystemCounterexample
 from chunkproof.source.kv_alloc_run import TreePool
 from chunkproof.source.releases import release_root
-from chunkproof.spec.kv_blocks import outside_shared_pool, pool_rules
+from chunkproof.spec.kv_blocks import connector_hit, outside_shared_pool, pool_rules
 from chunkproof.spec.scheduler_loops import FINISHED, WAITING, Got
 from chunkproof.spec.scheduler_step import (
     ACTION_STRIDE,
@@ -150,8 +150,8 @@ def test_pools_are_a_range_input() -> None:
     assert pool_text(("8", "9", "10", "12", "min")) == "min,8-10,12"
     assert pool_text(()) == "none"
     assert connector_text(("none",)) == "synchronous"
-    assert connector_text(("min", 8)) == "none"
-    assert connector_text(("none", 8)) == "synchronous without a pool, none in a pool"
+    assert connector_text(("min", 8)) == "synchronous at a first admission only"
+    assert connector_text(("none", 8)) == "synchronous (in a pool at a first admission only)"
 
 
 def test_a_range_given_fixes_the_pool_at_none(cli: Cli) -> None:
@@ -213,9 +213,10 @@ def test_bad_pool_input_is_one_line_and_exit_2(cli: Cli, argv: list[str], words:
 def test_the_lanes_step_is_the_plain_one(version: str) -> None:
     """The explicit model's step over NumPy lanes (the pool rules evaluated per request from
     each part's fields, its rows and their stale column) schedules the same chunks, preempts
-    the same requests and leaves them in the same places as the loop rules on plain integers
-    with the policy's concrete stages, along random budgets and resume hits (rule 5e: one of
-    the step's choices, drawn) of random instances."""
+    the same requests, leaves them in the same places and raises where the loop rules on plain
+    integers with the policy's concrete stages do, along random budgets and resume hits (rules
+    5e-5g: one of the step's choices, drawn) of random instances, from 0.23 some of whose
+    requests are admitted at a connector's hit x = c0."""
     policy = get_builtin(version)
     rules = pool_rules(policy.kv_release)
     loop_rules = policy.rules()
@@ -226,11 +227,14 @@ def test_the_lanes_step_is_the_plain_one(version: str) -> None:
         block = rng.choice((4, 8))
         lookahead = rng.choice((0, 1)) if rules.speculative else 0
         group = tuple(
-            Config(
-                block=block,
-                prompt=rng.randint(1, 3 * block),
-                max_sched=4 * block,
-                lookahead=lookahead,
+            connect_some(
+                rng,
+                Config(
+                    block=block,
+                    prompt=rng.randint(1, 3 * block),
+                    max_sched=4 * block,
+                    lookahead=lookahead,
+                ),
             )
             for _ in range(rng.choice((2, 3)))
         )
@@ -251,7 +255,8 @@ def test_the_lanes_step_is_the_plain_one(version: str) -> None:
         ) -> Got:
             cfg = group[label]
             if plain.phase[label] == WAITING and c > 0:  # admitted at its resume hit
-                cfg = cfg.replace(start=c)
+                connected = connector_hit(cfg, plain.c[label]) == c
+                cfg = cfg.replace(start=c, external=c if connected else 0)
             got = step(policy, cfg, c, offer)
             return Got(got.chunk, got.split, got.unsafe is not None, got.crash is not None, 0)
 
@@ -273,7 +278,12 @@ def test_the_lanes_step_is_the_plain_one(version: str) -> None:
             lanes = {label: int(moved.record[f"chunk{p}"][0]) for p, label in enumerate(labels)}
             out = {label for p, label in enumerate(labels) if moved.record[f"preempted{p}"][0]}
             hits = {label: int(moved.record[f"hit{p}"][0]) for p, label in enumerate(labels)}
-            scheduled, preempted, _, _ = plain.advance(stages, budget, loop_rules, hits)
+            raised = [label for p, label in enumerate(labels) if moved.record[f"raised{p}"][0]]
+            scheduled, preempted, _, _, raise_at = plain.advance(stages, budget, loop_rules, hits)
+            assert raised == ([] if raise_at is None else [raise_at]), (group, blocks)
+            if raised:  # the engine core is down: P0, and the step does not lead on
+                assert moved.bad["P0"][0] and not moved.follow[0]
+                break
             assert {r: n for r, n in lanes.items() if n > 0} == scheduled, (group, blocks)
             assert out == preempted, (group, blocks)
             assert _placed(moved.target[0]) == _placed(_row(plain)), (group, blocks)
@@ -477,6 +487,43 @@ def test_the_pool_repro_fails_on_the_real_0_28_tree(cli: Cli, tmp_path: Path) ->
     assert status == 0 and "1 passed" in output, output
 
 
+CONNECTOR_RANGE = ["--block", "4", "--lookahead", "0", "--drop", "off", "--start", "0,external"]
+CONNECTOR_RANGE += ["--prompt", "1-8", "--max-sched", "4", "--pool", "2-12"]
+"""Requests admitted fresh or at a connector's hit x = c0 (SPEC KV2 rule 5g) in pools of up to
+12 blocks."""
+
+
+@pytest.mark.parametrize("version", ["0.34.0", pytest.param("0.29.0", marks=pytest.mark.fidelity)])
+def test_a_connector_admission_makes_the_real_pool_raise(
+    cli: Cli, tmp_path: Path, version: str
+) -> None:
+    """SPEC KV2 rule 5g in a shared pool, where 0.29-0.34 never raise for a lone request: beside
+    T = 1, T = 5 admitted at the connector's hit x = 4 in a pool of 6 passes the admission test
+    and its count and takes one block more. The explorer gives P0, which replays with those
+    words; the repro passes x to the tree's own manager and fails with the pool's ValueError
+    on the real tree, and passes with one block more."""
+    done = cli("system", "vllm-0.34", *CONNECTOR_RANGE, "--json", "--out", str(tmp_path))
+    assert done.code == 1
+    (p0,) = [v for v in done.json()["verdicts"] if v["property"] == "P0"]
+    assert p0["status"] == VIOLATED and p0["range"]["connector"].startswith("synchronous")
+    assert (
+        p0["example"] == "#0: T=1 B=4 L=0 M=4; #1: T=5 B=4 L=0 M=4 c0=4 x=4; a pool of 6 KV blocks"
+    )
+    assert "resumes at the connector's hit 4" in p0["trace"][0]
+    found = tmp_path / "vllm-0.34" / "system-P0.json"
+    replayed = cli("replay", str(found))
+    assert replayed.code == 0 and "get_new_blocks raises on the block loaded at x" in replayed.out
+    test_file = generate_repro(cli, found, tmp_path)
+    blockers = blocking_packages(tmp_path / "blockers")
+    status, output = run_repro(test_file, release_root(version), blockers)
+    assert status == 1 and "Cannot get 1 free blocks from the pool" in output, output
+    source = test_file.read_text()
+    larger = tmp_path / "test_larger_pool.py"
+    larger.write_text(source.replace("POOL_BLOCKS = 6\n", "POOL_BLOCKS = 7\n"))
+    status, output = run_repro(larger, release_root(version), blockers)
+    assert status == 0 and "1 passed" in output, output
+
+
 @pytest.mark.fidelity
 def test_the_stall_at_a_resume_hit_fails_on_the_real_0_28_tree(cli: Cli, tmp_path: Path) -> None:
     """S-LIVE in the same pool: preempted at c = 8, T = 9 resumes at hit 8 (rule 5e, nothing
@@ -594,6 +641,14 @@ SEEDED = (
 """0.23 with T = 8 admitted at c0 = 0 or at the hit c0 = 4 an identical request left (SPEC KV2
 rule 2d, inside rule 5's scope), beside T = 3."""
 
+CONNECTED = (
+    "vllm-0.34",
+    {"block": "4", "lookahead": "0", "drop": "off", "prompt": "1,5", "start": "0,external"},
+)
+"""0.34 with T = 5 admitted at c0 = 0 or at a connector's hit x = c0 in 1-4 (SPEC KV2 rules 2e
+and 5g), beside T = 1: in a pool of 6 the admission at x = 4 after T = 1's makes the pool
+raise."""
+
 POOL_SAMPLE = [
     (*LEAST_0_28, ("min", 5)),
     slow_pool("vllm-0.33", {"block": "4", "lookahead": "1", "drop": "off", "prompt": "2,7"}, (9,)),
@@ -621,7 +676,9 @@ def test_a_pool_with_every_cell_outside_its_model_is_empty(cli: Cli) -> None:
     assert document["searched"]["cells_left_out"] == 1
 
 
-@pytest.mark.parametrize(("name", "texts", "pools"), [*POOL_SAMPLE, (*SEEDED, ("min", 6))])
+@pytest.mark.parametrize(
+    ("name", "texts", "pools"), [*POOL_SAMPLE, (*SEEDED, ("min", 6)), (*CONNECTED, (6,))]
+)
 def test_the_symbolic_pool_step_is_the_explicit_one(
     name: str, texts: dict[str, str], pools: tuple[int | str, ...]
 ) -> None:
@@ -636,7 +693,7 @@ def test_the_symbolic_pool_step_is_the_explicit_one(
     (cell,) = system_cells(space, 2)
     symbolic = SymbolicSchedulerStep(policy, cell, pools=pools)
     pool = next(p for p in symbolic.parameters if str(p) == "pool_blocks")
-    checked = preempting = resuming = 0
+    checked = preempting = resuming = raising = 0
     for instance, size in zip(instances, blocks, strict=True):
         explicit = SchedulerStepModel(policy, [instance], symmetry=False, blocks=[size])
         (batch,) = explicit.batches()
@@ -663,10 +720,16 @@ def test_the_symbolic_pool_step_is_the_explicit_one(
             checked += 1
             preempting += any(steps.record[f"preempted{p}"][t] for p in range(2))
             resuming += any(hits)
-    assert checked > 0 and preempting > 0 and resuming > 0
+            raising += any(steps.record[f"raised{p}"][t] for p in range(2))
+    assert checked > 0 and resuming > 0
+    assert preempting > 0 or name == CONNECTED[0]
+    assert raising > 0 or name != CONNECTED[0]
 
 
-@pytest.mark.parametrize(("name", "texts", "pools"), [*POOL_SAMPLE, slow_pool(*SEEDED, ("min", 6))])
+@pytest.mark.parametrize(
+    ("name", "texts", "pools"),
+    [*POOL_SAMPLE, slow_pool(*SEEDED, ("min", 6)), (*CONNECTED, (6,))],
+)
 def test_the_engines_agree_on_a_pool(
     name: str, texts: dict[str, str], pools: tuple[int | str, ...]
 ) -> None:

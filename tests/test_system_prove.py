@@ -396,12 +396,12 @@ def test_the_symbolic_step_is_the_explicit_one_on_every_transition(
 
 
 def _pinned(model: SymbolicSchedulerStep, requests: list[Config]) -> z3.BoolRef:
-    """The cell's constraint with each request's prompt and items those of ``requests``, where
-    they are symbolic (the range fixes every other input)."""
+    """The cell's constraint with each request's prompt, c0, x and items those of
+    ``requests``, where they are symbolic (the range fixes every other input)."""
     named = {str(p): p for p in model.parameters}
     equal = [model.constraint]
     for i, cfg in enumerate(requests):
-        values = {"prompt": cfg.prompt}
+        values = {"prompt": cfg.prompt, "start": cfg.start, "external": cfg.external}
         for j, (start, length) in enumerate(cfg.items):
             values |= {f"item{j}_start": start, f"item{j}_length": length}
         equal += [named[f"{k}#{i}"] == v for k, v in values.items() if f"{k}#{i}" in named]

@@ -133,30 +133,41 @@ def loop_words(
 
 def verdict_words(policy: Policy, instance: tuple[Config, ...], last: SystemStep, pid: str) -> str:
     """What the last step shows, by property: P0 the request whose stages raise or leave
-    [0, its input]; S-LIVE the whole budget M making no progress with work left; STARVE a step
-    that makes no progress while a request alone would get a chunk from the same budget; HOL
-    the waiting request the loop breaks at and one behind it the budget left would serve
+    [0, its input], or whose admission makes the pool raise (SPEC KV2 rule 5g); S-LIVE the
+    whole budget M making no progress with work left; STARVE a step that makes no progress
+    while a request alone would get a chunk from the same budget; HOL the waiting request the
+    loop breaks at and one behind it the budget left would serve
     (:mod:`chunkproof.spec.system_properties`). A system property on a step that also breaks
     P0 says so (SPEC Q3: the step is judged on the chunks the release schedules)."""
     parts = last.requests
 
     def name(label: int) -> str:
-        hit = parts[label].hit
-        resumes = f", resuming at hit {hit}" if hit is not None else ""
-        return f"#{label} (T={instance[label].T}, c={parts[label].c}{resumes})"
+        part = parts[label]
+        resumes = f", resuming at {part.hit_words}" if part.hit is not None else ""
+        return f"#{label} (T={instance[label].T}, c={part.c}{resumes})"
 
     def alone(label: int, budget: int) -> int:
-        cfg, hit = instance[label], parts[label].hit
-        if hit is not None:  # SPEC KV2 rule 5e: admitted at its resume hit
-            cfg = replace(cfg, start=hit)
-        got = step(policy, cfg, parts[label].resumed, budget)
+        cfg, part = instance[label], parts[label]
+        if part.hit is not None:  # SPEC KV2 rules 5e-5g: admitted at its resume hit
+            cfg = replace(cfg, start=part.hit, external=part.hit if part.connector else 0)
+        got = step(policy, cfg, part.resumed, budget)
         return got.chunk if got.crash is None else 0
 
     def breach() -> str:
-        label, stages = next(
+        raised = [i for i, part in enumerate(parts) if part.pool_raised]
+        if raised:  # SPEC KV2 rules 2e and 5g
+            label = raised[0]
+            stages = parts[label].stages
+            assert stages is not None
+            return (
+                f"{name(label)}, offered {stages.budget} tokens, passes the admission test and "
+                f"its chunk's count, and the pool's get_new_blocks raises on the block loaded "
+                f"at x that the count left out (the engine core is down)"
+            )
+        label, found = next(
             (i, r.stages) for i, r in enumerate(parts) if r.stages and r.stages.unsafe
         )
-        return f"{name(label)}, offered {stages.budget} tokens: {stages.unsafe}"
+        return f"{name(label)}, offered {found.budget} tokens: {found.unsafe}"
 
     if pid == "P0":
         return breach()

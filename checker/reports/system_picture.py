@@ -49,7 +49,8 @@ class Cell:
     """Request ``lane`` in step ``step``: its list, c before and after out of T (after a
     decoding request's decode advance too; before is the hit a resumed request was admitted
     at), whether a loop reached it (``offered`` tokens; 0: not reached), whether the step
-    preempted it, and the hit a preempted waiting request resumed at (SPEC KV2 rule 5e)."""
+    preempted it, the hit a waiting request at c > 0 resumed at in words (SPEC KV2 rules
+    5e-5g) and whether its admission made the pool raise (rule 5g)."""
 
     lane: int
     step: int
@@ -59,7 +60,8 @@ class Cell:
     total: int
     offered: int
     preempted: bool = False
-    hit: int | None = None
+    hit: str | None = None
+    raised: bool = False
 
     @property
     def zero(self) -> bool:
@@ -77,6 +79,8 @@ class Cell:
             )
         if self.preempted:
             return f"{self.queue}: preempted"
+        if self.raised:
+            return f"{self.queue}: the pool raises"
         if self.zero:
             return f"{self.queue}: 0 of {self.offered}"
         if self.after > self.before:
@@ -85,7 +89,7 @@ class Cell:
 
     @property
     def progress(self) -> str:
-        resumes = f"hit {self.hit}, " if self.hit is not None else ""
+        resumes = f"{self.hit}, " if self.hit is not None else ""
         return f"{resumes}c {self.before}→{self.after} / T={self.total}"
 
 
@@ -116,7 +120,8 @@ def system_marks(cx: SystemCounterexample) -> SystemMarks:
             cx.requests[lane].T,
             0 if part.stages is None else part.stages.budget,
             part.preempted,
-            part.hit,
+            None if part.hit is None else part.hit_words,
+            part.pool_raised,
         )
         for index, s in enumerate(cx.steps)
         for lane, part in enumerate(s.requests)

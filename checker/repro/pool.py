@@ -11,16 +11,19 @@ preempts ``running.pop()`` while the pool refuses a chunk, or the request itself
 the loop; the waiting loop runs only when nothing was preempted and admits through the
 manager's test for the whole sequence, at the hit the manager's own prefix lookup finds (the
 prompts are distinct and the pool keeps what the manager caches, evicting in vLLM's order:
-SPEC KV2 rule 5e). Where the counterexample resumes a preempted request at hit 0, the
-request is admitted without the blocks the lookup found (taken as evicted: a run whose other
-requests evicted them); a recorded hit the lookup does not find fails the test with both
-values, a trace the tree cannot follow. The test offers the recorded budgets (for S-POOL the
-whole budget M from the loop's first step on) and checks SPEC P0 on every request a loop
-reached. An S-POOL file fails when the run comes back to the lists and computed tokens it had
-before the loop's first step: from there it repeats for ever; on a tree whose pool serves the
-requests it does not come back, and the file passes. An S-LIVE, HOL or STARVE file judges each
-step as the file without a pool does (:data:`~chunkproof.checker.repro.system.CHECKS`), a
-preemption counting as a change of state (no stall).
+SPEC KV2 rule 5e; a request whose c0 is a KV connector's is admitted first at x, passed to
+``allocate_slots`` with its first chunk, rule 5g). Where the counterexample resumes a
+preempted request at hit 0, the request is admitted without the blocks the lookup found
+(taken as evicted: a run whose other requests evicted them; or the connector finding
+nothing); a recorded hit the lookup does not find fails the test with both values, a trace
+the tree cannot follow. The test offers the recorded budgets (for S-POOL the whole budget M
+from the loop's first step on) and checks SPEC P0 on every request a loop reached, and that
+no admission makes the manager's pool raise (rule 5g). An S-POOL file fails when the run
+comes back to the lists and computed tokens it had before the loop's first step: from there
+it repeats for ever; on a tree whose pool serves the requests it does not come back, and the
+file passes. An S-LIVE, HOL or STARVE file judges each step as the file without a pool does
+(:data:`~chunkproof.checker.repro.system.CHECKS`), a preemption counting as a change of state
+(no stall).
 """
 
 from __future__ import annotations
@@ -113,9 +116,11 @@ _POOL = '''
 # The KV block pool the requests share (SPEC KV2 rule 5): the tree's own KVCacheManager (at the
 # end of the file: chunkproof.source.kv_alloc_run.TreePool, over chunkproof.source.kv_run's
 # compiler), built by its __init__ from the source text over POOL_BLOCKS blocks, the null
-# block among them. Every request is of its own tokens; one admitted at c0 > 0 is seeded first
-# (an identical request computes [0, c0) and [c0, P) and finishes); the pool keeps what the
-# manager caches, so a request is admitted at the hit its lookup finds.
+# block among them. Every request is of its own tokens; one admitted at a local c0 > 0 is seeded
+# first (an identical request computes [0, c0) and [c0, P) and finishes); the pool keeps what
+# the manager caches, so a request is admitted at the hit its lookup finds. One whose c0 is a
+# KV connector's (x = c0) is offered x at its first admission, loaded synchronously: passed to
+# allocate_slots with its first chunk (SPEC KV2 rule 5g).
 KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = $pool_blocks
 MAX_MODEL_LEN = $max_model_len  # the longest prompt + 1
@@ -141,15 +146,16 @@ def at_hit(config: SimpleNamespace, hit: int) -> SimpleNamespace:
 
 
 def resume(pool: TreePool, label: int, recorded: dict[int, int] | None) -> int:
-    """The hit waiting request ``label`` is admitted at (SPEC KV2 rule 5e): the one the tree's
-    lookup finds; where the counterexample resumes it at 0, none (the blocks found taken as
-    evicted); a recorded hit the lookup does not find fails the test."""
+    """The hit waiting request ``label`` is admitted at (SPEC KV2 rules 5e-5g): the one the
+    tree's lookup finds, before a first admission at a connector's hit x that one; where the
+    counterexample resumes it at 0, none (the blocks found taken as evicted, or the connector
+    finding nothing); a recorded hit the lookup does not find fails the test."""
     found = pool.lookup(label)
     wanted = (recorded or {}).get(label, found)
     if wanted == found:
         return found
     if wanted == 0:
-        pool.found.pop(label)
+        pool.forget(label)
         return 0
     pytest.fail(
         f"#{label}: the counterexample resumes it at hit {wanted}, where the tree's lookup "
@@ -283,7 +289,15 @@ _SCHEDULE = '''def schedule(
             if unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
                 broke_at = label
             continue
-        if not pool.allocate(label, step.chunk, admission=True):
+        try:
+            granted = pool.allocate(label, step.chunk, admission=True)
+        except PoolExhausted as exc:
+            raise AssertionError(
+                f"P0: #{label}, admitted at hit {c} with {step.chunk} tokens, passes the "
+                f"admission test and its count, and the pool raises: {exc} (the engine core "
+                "is down)"
+            ) from None
+        if not granted:
             break
         pool.waiting.remove(label)
         pool.running.append(label)

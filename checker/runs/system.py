@@ -129,18 +129,18 @@ def action_words(
     row: np.ndarray,
     decodes: Sequence[int],
     preempted: Sequence[int] = (),
-    resumed: dict[int, int] | None = None,
+    resumed: dict[int, str] | None = None,
 ) -> str:
     """An action of the model as the trace line's arrow: the budget, the eligible count the
     adaptive floor's environment set, the decode advances it chose (by the label at each
-    position of the state ``row``), the hit each preempted waiting request resumes at (by
-    label, SPEC KV2 rule 5e) and the requests the step preempted (by label)."""
+    position of the state ``row``), the hit each waiting request at c > 0 resumes at (by
+    label, in words: SPEC KV2 rules 5e-5g) and the requests the step preempted (by label)."""
     words = f"--budget {budget}{f', eligible {eligible}' if eligible else ''}"
     for p, advance in enumerate(decodes):
         if advance:
             words += f", #{int(row[1 + FIELDS * p])} decodes {advance}"
     for label, hit in (resumed or {}).items():
-        words += f", #{label} resumes at hit {hit}"
+        words += f", #{label} resumes at {hit}"
     if preempted:
         words += f", preempts {', '.join(f'#{label}' for label in preempted)}"
     return words + "-->"
@@ -164,7 +164,9 @@ def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
     ):
         parts = run.steps[index].requests
         out = [label for label, part in enumerate(parts) if part.preempted]
-        resumed = {label: part.hit for label, part in enumerate(parts) if part.hit is not None}
+        resumed = {
+            label: part.hit_words for label, part in enumerate(parts) if part.hit is not None
+        }
         action = action_words(budget, count, row, decodes, out, resumed)
         mark = "(loop) " if index == witness.loop else ""
         lines.append(f"{mark}{describe_state(run.batch, row)}  {action}")
@@ -291,13 +293,16 @@ def pool_text(pools: Sequence[int | str]) -> str:
 
 
 def connector_text(pools: Sequence[int | str]) -> str:
-    """The KV connector mode of a run on ``pools``, a range input every verdict names: without a
-    pool an external hit (a request's ``start``) is loaded synchronously before its first
-    chunk; the pooled step has no connector (SPEC KV2 rule 5)."""
+    """The KV connector mode of a run on ``pools``, a range input every verdict names: an
+    external hit (a request's ``start``) is loaded synchronously with its first chunk; the
+    pooled step offers it at a request's first admission only, not on a resume (SPEC KV2 rule
+    5g)."""
     unpooled, sizes = pool_scopes(pools)
     if not sizes:
         return CONNECTOR
-    return f"{CONNECTOR} without a pool, none in a pool" if unpooled else "none"
+    if unpooled:
+        return f"{CONNECTOR} (in a pool at a first admission only)"
+    return f"{CONNECTOR} at a first admission only"
 
 
 @dataclass

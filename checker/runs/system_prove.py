@@ -518,9 +518,9 @@ def report_lines(proofs: list[SystemProof], info: dict[str, Any]) -> list[str]:
         lines.append(
             f"KV block pool: N in {', '.join(info['pools'])} (min: the least the release's "
             "start-up check accepts; a pool below it is not run), max_model_len the longest "
-            "prompt + 1; each request inside the pool model (fresh, or at an identical "
-            "request's hit; no external hit, junction or uncached prefix; no internal "
-            "checkpoints or tail copy); "
+            "prompt + 1; each request inside the pool model (fresh, at an identical "
+            "request's hit or at a connector's hit x = c0; no junction or uncached prefix; no "
+            "internal checkpoints or tail copy); "
             f"{info['cells_left_out']} cell(s) with encoder items left out"
         )
     lines.append("")

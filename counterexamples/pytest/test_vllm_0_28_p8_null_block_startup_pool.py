@@ -2385,6 +2385,9 @@ class PoolStepResult:
     held: list[int]
     hits: dict[int, int]
     """The hit each waiting request the waiting loop reached was admitted or refused at."""
+    raised: int | None = None
+    """The request whose admission made the pool raise (:class:`PoolExhausted`: the engine
+    core is down, and the step ends there), if any."""
 
 
 class TreePool:
@@ -2405,8 +2408,12 @@ class TreePool:
     takes (the pool's free queue evicts in vLLM's order, so the hit is what is left after the
     blocks handed out since; :attr:`CountingPool.issued` counts those). A request admitted at
     c0 > 0 (its ``start``) is seeded before the first step (:func:`seed_hit`, caching only), so its
-    lookup finds c0 unless the blocks handed out since evicted it. The requests share their
-    prompts' prefix, unless ``distinct``: then no token of one is another's."""
+    lookup finds c0 unless the blocks handed out since evicted it. A request whose whole c0 is
+    external (x = c0, SPEC KV2 rule 5g) is not seeded: until its first admission
+    :meth:`lookup` gives it the connector's hit x, which the admission passes to
+    ``allocate_slots`` (a synchronous load); it is looked up locally once it has run. The
+    requests share their prompts' prefix, unless ``distinct``: then no token of one is
+    another's."""
 
     def __init__(
         self,
@@ -2424,8 +2431,12 @@ class TreePool:
         self.manager = kv_manager(tree, cfgs[0], use_eagle, num_blocks, max_model_len)
         self.found: dict[int, tuple[int, Any]] = {}
         prefixes = [(0, i + 1) if distinct else None for i in range(len(cfgs))]
+        self.loads: dict[int, int] = {}
+        self.connector = {i: cfg.external for i, cfg in enumerate(cfgs) if cfg.external > 0}
         for i, cfg in enumerate(cfgs):
-            if cfg.start > 0:
+            if 0 < cfg.external < cfg.start:
+                raise SourceError("a hit partly local and partly external is not modelled")
+            if cfg.start > cfg.external:
                 if not caching:
                     raise SourceError(
                         f"a request admitted at c0 = {cfg.start} needs a caching pool"
@@ -2468,10 +2479,14 @@ class TreePool:
         hits: dict[int, int] = {}
         while not preempted and self.waiting:
             r = self.waiting[0]
-            hits[r] = self.lookup(r) if self.caching else 0
+            hits[r] = self.lookup(r) if self.caching or r in self.connector else 0
             chunk = min(chunks[r], self.prompts[r] - hits[r])
-            if chunk <= 0 or not self.allocate(r, chunk, admission=True):
-                break
+            try:
+                if chunk <= 0 or not self.allocate(r, chunk, admission=True):
+                    break
+            except PoolExhausted:
+                free = self.manager.block_pool.free
+                return PoolStepResult(scheduled, preempted, free, self.held(), hits, r)
             self.running.append(self.waiting.pop(0))
             scheduled[r] = chunk
         for r in self.end(scheduled):
@@ -2486,26 +2501,41 @@ class TreePool:
 
     def lookup(self, r: int) -> int:
         """:func:`tree_lookup` of waiting request ``r``, whose next admission
-        (:meth:`allocate`) takes that hit."""
+        (:meth:`allocate`) takes that hit; before its first admission, a request whose c0 is
+        a connector's gets the connector's hit x instead (rule 5g)."""
+        if r in self.connector:
+            self.loads[r] = self.connector[r]
+            return self.loads[r]
         self.found[r] = tree_lookup(self.manager, self.requests[r])
         return self.found[r][0]
+
+    def forget(self, r: int) -> None:
+        """Waiting request ``r`` is admitted without the hit :meth:`lookup` found (its blocks
+        taken as evicted, or the connector finding nothing)."""
+        self.found.pop(r, None)
+        self.loads.pop(r, None)
 
     def allocate(self, r: int, chunk: int, admission: bool = False) -> bool:
         """``allocate_slots`` for ``chunk`` tokens of request ``r``, as the running loop asks
         it, or with ``admission`` as the waiting loop does (``full_sequence_must_fit`` where the
-        release has it, and the hit :meth:`lookup` found; the request then runs, its computed
-        tokens the hit). Whether the pool granted it."""
+        release has it, and the hit :meth:`lookup` found, local or the connector's; the request
+        then runs, its computed tokens the hit). Whether the pool granted it; an admission the
+        pool raises at (:class:`PoolExhausted`, rule 5g) raises."""
         request = self.requests[r]
         extra: dict[str, Any] = {"full_sequence_must_fit": True} if admission and self.gated else {}
         hit, blocks = self.found.pop(r, (0, None)) if admission else (0, None)
+        external = self.loads.pop(r, 0) if admission else 0
         if blocks is not None:
             extra.update(num_new_computed_tokens=hit, new_computed_blocks=blocks)
+        if external:
+            extra.update(num_external_computed_tokens=external)
         granted = self.manager.allocate_slots(
             request, chunk, num_lookahead_tokens=self.lookahead, **extra
         )
         if granted is not None and admission:
             request.status = RequestStatus.RUNNING
-            request.num_computed_tokens = hit
+            request.num_computed_tokens = hit + external
+            self.connector.pop(r, None)
         return granted is not None
 
     def preempt(self, r: int) -> None:
