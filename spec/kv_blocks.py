@@ -91,7 +91,8 @@ def external_miscount(cfg: Config, start: int, end: int) -> int:
 def connector_hit(cfg: Config, c: int) -> int:
     """KV2 rule 5g: the hit a KV connector offers a waiting request at c, loaded synchronously
     with its first chunk: x = c0 for :func:`admitted_external`'s request not yet admitted (c =
-    c0; a request that ran has c > c0), else 0. A resumed request is offered none."""
+    c0, taken so whether or not it ran: one admitted at 0 and preempted at exactly x is taken
+    to be new), else 0. A resumed request is offered none."""
     if c == cfg.start and admitted_external(cfg):
         return cfg.external
     return 0

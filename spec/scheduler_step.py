@@ -1036,7 +1036,9 @@ POOL_FIXED = (
     "0; FCFS",
     "a KV connector offers its hit x, loaded synchronously with the first chunk, at a "
     "request's first admission only: a resumed request is offered none, and no load is "
-    "asynchronous (SPEC KV2 rule 5g)",
+    "asynchronous; a request waiting at c = x is taken as not yet admitted (one preempted at "
+    "exactly x after the connector found nothing is offered x or 0, not its local hits) "
+    "(SPEC KV2 rule 5g)",
     "a preempted request keeps its c; each time the waiting loop reaches it, it resumes at "
     "any hit on its resume grid (B with fine hits, else B_s) up to min(c, T - 1), or at 0 "
     "(its blocks evicted), whether or not the release's lookup would find that one (SPEC KV2 "
