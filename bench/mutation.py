@@ -164,6 +164,12 @@ SWAPS = {
 }
 """The single-token replacements."""
 EQUIVALENT = {
+    "spec/kv_blocks.py: return tail < cfg.prompt and tail_copy_v32(cfg, tail) > 0 "
+    ":: 12 '<' -> '<='": (
+        "0.32's tail, ck33(P, h, D, L_h), is at most P - 1 without the drop and fl(P, h) - h "
+        "with it, never P: the two tests agree (0.26's and 0.31's tail, fl(P, h), can be P: "
+        "test_a_tail_at_the_prompts_end_is_no_chunk_start)"
+    ),
     "spec/properties.py: return r > 0 and (over or dropped) :: 9 '>' -> '>='": (
         "r >= 0 always, and at r = 0 neither branch holds: every engine judges an edge property "
         "only on a chunk that moves (c >= 0, e > c), so c < 0 and e == 0 are both false"

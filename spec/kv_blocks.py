@@ -88,14 +88,21 @@ def external_miscount(cfg: Config, start: int, end: int) -> int:
     return 0
 
 
-def connector_hit(cfg: Config, c: int) -> int:
-    """KV2 rule 5g: the hit a KV connector offers a waiting request at c, loaded synchronously
-    with its first chunk: x = c0 for :func:`admitted_external`'s request not yet admitted (c =
-    c0, taken so whether or not it ran: one admitted at 0 and preempted at exactly x is taken
-    to be new), else 0. A resumed request is offered none."""
-    if c == cfg.start and admitted_external(cfg):
+def connector_hit(cfg: Config) -> int:
+    """KV2 rule 5g: the hit a KV connector offers a waiting request, loaded synchronously with
+    its first chunk: x = c0 for :func:`admitted_external`'s request, at its first admission
+    and again after a preemption (vLLM asks the connector whenever the request has computed
+    nothing), else 0."""
+    if admitted_external(cfg):
         return cfg.external
     return 0
+
+
+def not_yet_admitted(cfg: Config, c: int) -> bool:
+    """KV2 rule 5g: whether a waiting request at c is taken as never admitted, so that nothing
+    of it is cached locally: a connector's request at c = c0 = x (the state does not record
+    it; one admitted at 0 and preempted at exactly x is taken so too)."""
+    return c == cfg.start and connector_hit(cfg) > 0
 
 
 def resume_grid(cfg: Config) -> int:
@@ -110,9 +117,12 @@ def resume_grid(cfg: Config) -> int:
 
 
 def resume_hit_top(cfg: Config, c: int) -> int:
-    """KV2 rule 5e: the largest hit a preempted request that computed c tokens can resume at,
-    the last point of its :func:`resume_grid` at most min(c, T - 1) (the lookup leaves one
-    token to compute); it resumes at any point of the grid from 0 to there."""
+    """KV2 rule 5e: the largest local hit a preempted request that computed c tokens can resume
+    at, the last point of its :func:`resume_grid` at most min(c, T - 1) (the lookup leaves one
+    token to compute); it resumes at any point of the grid from 0 to there. 0 for a request
+    :func:`not_yet_admitted` (rule 5g)."""
+    if not_yet_admitted(cfg, c):
+        return 0
     return fl(min(c, cfg.tokens - 1), resume_grid(cfg))
 
 
@@ -636,10 +646,13 @@ def admission_gate(cfg: Config, max_model_len: int) -> int:
     attention block of its min(T, max_model_len) tokens, no lookahead slots, and S + 1 Mamba
     blocks (the Mamba manager caps a first allocation there). Admitted at a local hit (c0 > 0,
     rule 5e) it counts the hit's state block too: cached and free, so the test counts it, on
-    top of the S + 1 cap (read from each release's manager, 0.23 on); at a connector's hit
+    top of the S + 1 cap (read from each release's manager, 0.23 on), and where the hit ends
+    inside a block of G the copy of that partial block (rule 2d's); at a connector's hit
     (rule 5g: x = c0, no local part) there is no cached block to count."""
     hit = 1 if cfg.start > cfg.external else 0
-    return cdiv(min(cfg.prompt, max_model_len), cfg.split_block) + cfg.lookahead + 1 + hit
+    partial = 1 if hit == 1 and cfg.start % cfg.split_block != 0 else 0
+    whole = cdiv(min(cfg.prompt, max_model_len), cfg.split_block)
+    return whole + cfg.lookahead + 1 + hit + partial
 
 
 # -- the rules per release ------------------------------------------------------------------

@@ -63,8 +63,9 @@ class Property:
 
 
 CONNECTOR = "synchronous"
-"""The KV connector mode of the one-request model: an external hit (the ``start`` input
-``external``) is loaded whole before the request's first chunk (no asynchronous load)."""
+"""The KV connector mode every verdict's range names: an external hit (the ``start`` input
+``external``) is loaded whole with the request's first chunk (no asynchronous load); in a
+shared pool at every admission (SPEC KV2 rule 5g)."""
 
 
 PROPERTIES: dict[str, Property] = {

@@ -80,8 +80,9 @@ history note sections 6 and 10). The second model behind
   c; each time the waiting loop reaches it, it resumes at a hit the environment picks (rule
   5e: any on its resume grid up to min(c, T - 1), 0 included; an action carries the choice), as
   a request admitted at that hit (rule 2d), so a cycle of states need not be a self-loop; a
-  request whose c0 is a KV connector's, not yet admitted, at x or 0 (rule 5g: at x its
-  admission takes rule 2e's miscount, and where only that is short the pool raises: P0); the
+  request whose c0 is a KV connector's at x too, at its first admission x or 0 (rule 5g: at
+  x its admission takes rule 2e's miscount, and where only that is short the pool raises:
+  P0); the
   waiting loop runs only in a step that preempted nothing and admits behind the release's
   test for the whole sequence
   (:class:`~chunkproof.spec.scheduler_loops.Ledger`). A row then carries each request's stale
@@ -464,8 +465,8 @@ def make_scheduler_batch(
     encoder = np.array([shared_encoder(group) for group in instances], dtype=np.int64)
     pool = np.array(blocks if blocks is not None else [0] * len(instances), dtype=np.int64)
     if int(pool.max()) > 0:
-        hits = np.array([resume_hit_top(cfg, cfg.tokens) for cfg in flat]) // requests.grid
-        if k > MAX_HIT_POSITIONS or int(hits.max()) >= 1 << HIT_DIGIT:
+        local = np.array([resume_hit_top(cfg, cfg.tokens) for cfg in flat]) // requests.grid
+        if k > MAX_HIT_POSITIONS or int(local.max()) + 1 >= 1 << HIT_DIGIT:  # + the connector's
             raise ConfigError(
                 f"--pool: the explicit model takes at most {MAX_HIT_POSITIONS} requests with a "
                 f"pool, each with fewer than {1 << HIT_DIGIT} points of its resume grid (SPEC KV2 "
@@ -663,23 +664,56 @@ class SchedulerStepModel:
         """SPEC KV2 rules 5e-5g: per state of ``rows`` and position, how many hits its request
         can resume at: a waiting request at c > 0 (preempted, or not yet admitted at its c0,
         rule 5f) at any point of its resume grid (B, or B_s without fine hits) from 0 (its
-        blocks evicted) to :func:`~chunkproof.spec.kv_blocks.resume_hit_top`, one not yet
-        admitted at a connector's hit x (rule 5g) at x or 0 (the connector finds nothing:
-        index 0 and 1); every other request only at its c (1)."""
+        blocks evicted) to :func:`~chunkproof.spec.kv_blocks.resume_hit_top` (indices 0 to
+        the top's), and a connector's request at the connector's hit x too (rule 5g: the
+        index after those); every other request only at its c (1)."""
         label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(3))
         request_rows = batch.rows(rows[:, 0], label)
-        top = self._each(batch, request_rows, resume_hit_top, c)
-        top //= batch.requests.grid[request_rows]
-        top = np.where(self._each(batch, request_rows, connector_hit, c) > 0, 1, top)
-        counts: np.ndarray = np.where((phase == WAITING) & (c > 0), top + 1, 1)
+        local = self._local_hits(batch, request_rows, c)
+        connector = self._each(batch, request_rows, connector_hit) > 0
+        counts: np.ndarray = np.where((phase == WAITING) & (c > 0), local + connector, 1)
         return counts
 
+    def _local_hits(self, batch: SchedulerBatch, rows: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """How many local hits (rule 5e) the requests ``rows`` at c resume at: their resume
+        grid's points from 0 to :func:`~chunkproof.spec.kv_blocks.resume_hit_top`."""
+        top = self._each(batch, rows, resume_hit_top, c)
+        local: np.ndarray = top // batch.requests.grid[rows] + 1
+        return local
+
+    def admitted_at(
+        self,
+        batch: SchedulerBatch,
+        rows: np.ndarray,
+        phase: np.ndarray,
+        c: np.ndarray,
+        hits: np.ndarray,
+    ) -> Admitted:
+        """SPEC KV2 rules 5e-5g: where the requests ``rows`` (lanes by positions) at (phase, c)
+        are admitted under the hit indices ``hits`` (:meth:`hit_counts`): a waiting request at
+        its index times its resume grid, or at the index after its local hits at the
+        connector's hit x, with x external; every other request at c0 = x = 0 (past its
+        admission)."""
+        waiting = phase == WAITING
+        x = self._each(batch, rows, connector_hit)
+        connected = waiting & (x > 0) & (hits == self._local_hits(batch, rows, c))
+        start = np.where(waiting, np.where(connected, x, hits * batch.requests.grid[rows]), 0)
+        return Admitted(start, np.where(connected, x, 0))
+
     def _each(
-        self, batch: SchedulerBatch, rows: np.ndarray, function: Callable[..., Any], c: np.ndarray
+        self,
+        batch: SchedulerBatch,
+        rows: np.ndarray,
+        function: Callable[..., Any],
+        *args: np.ndarray,
     ) -> np.ndarray:
-        """``function(cfg, c)`` of the request at each position (lanes by positions)."""
+        """``function(cfg, *args)`` of the request at each position (lanes by positions, as
+        ``args``)."""
         return np.stack(
-            [self._per_part(batch, rows[:, p], function, c[:, p]) for p in range(batch.k)],
+            [
+                self._per_part(batch, rows[:, p], function, *(a[:, p] for a in args))
+                for p in range(batch.k)
+            ],
             axis=1,
         )
 
@@ -770,11 +804,8 @@ class SchedulerStepModel:
         held = self._held(batch, request_rows)
         begin, resumed = None, c
         if hits is not None:
-            waiting = phase == WAITING
-            connector = np.where(waiting, self._each(batch, request_rows, connector_hit, c), 0)
-            unit = np.where(connector > 0, connector, batch.requests.grid[request_rows])
-            resumed = np.where(waiting, hits * unit, c)
-            begin = Admitted(np.where(waiting, resumed, 0), np.where(connector > 0, resumed, 0))
+            begin = self.admitted_at(batch, request_rows, phase, c, hits)
+            resumed = np.where(phase == WAITING, begin.start, c)
         pool = self._pool(batch, request_rows, inst, stale, begin) if self.pooled else None
         stages = self._at(batch, request_rows, begin)
         at = Positions(phases, list(resumed.T), list(e.T), stages, held, pool)
@@ -1034,11 +1065,10 @@ POOL_FIXED = (
     "(SPEC P8's scope, KV2 rules 2d and 2e), no junction or encoder items, no internal "
     "checkpoints, no tail copies; max_model_len the instance's longest prompt + 1; watermark "
     "0; FCFS",
-    "a KV connector offers its hit x, loaded synchronously with the first chunk, at a "
-    "request's first admission only: a resumed request is offered none, and no load is "
-    "asynchronous; a request waiting at c = x is taken as not yet admitted (one preempted at "
-    "exactly x after the connector found nothing is offered x or 0, not its local hits) "
-    "(SPEC KV2 rule 5g)",
+    "a KV connector offers its hit x, whole, at every admission (loaded synchronously with the "
+    "first chunk; never a hit partly local and partly external, no asynchronous load); a "
+    "request waiting at c = x is taken as not yet admitted (one preempted at exactly x after "
+    "the connector found nothing is offered x or 0, not its local hits) (SPEC KV2 rule 5g)",
     "a preempted request keeps its c; each time the waiting loop reaches it, it resumes at "
     "any hit on its resume grid (B with fine hits, else B_s) up to min(c, T - 1), or at 0 "
     "(its blocks evicted), whether or not the release's lookup would find that one (SPEC KV2 "

@@ -55,9 +55,9 @@ K = 2 or 3 requests and one proof cell (SPEC N1). The third model behind
   the same :class:`~chunkproof.spec.scheduler_loops.Ledger` over Z3 terms; a preempted
   request waits again keeping its c (group 2 of ``settle``), and the action sets each
   request's resume hit (rule 5e: on its resume grid up to min(c, T - 1) for a waiting request at
-  c > 0, x or 0 for one not yet admitted at a connector's hit x (rule 5g), else 0), at which
-  the loops see it and the rules ask it as at a hit, at x as at an external one (c0 and x stay
-  symbols of the translation for that). Cells with encoder items are outside it.
+  c > 0, or a connector's x with its flag set (rule 5g), else 0), at which the loops see it and
+  the rules ask it as at a hit, at x as at an external one (c0 and x stay symbols of the
+  translation for that). Cells with encoder items are outside it.
 * Properties: P0, S-LIVE, HOL, STARVE on a transition, with the predicates of
   :mod:`chunkproof.spec.system_properties` (S-LIVE and STARVE are about a self-loop, which that
   module shows is every cycle of this model without a pool, so they too are transition
@@ -529,7 +529,8 @@ class SymbolicSchedulerStep:
             hits = self._hits(action)
             resumed = [z3.If(phase[i] == WAITING, hits[i], c[i]) for i in range(k)]
             connected = [
-                z3.And(phase[i] == WAITING, self._connector(i, c[i]) > 0) for i in range(k)
+                z3.And(phase[i] == WAITING, flag == 1)
+                for i, flag in enumerate(self._connectors(action))
             ]
             begin = {
                 "start": [z3.If(phase[i] == WAITING, hits[i], 0) for i in range(k)],
@@ -583,15 +584,20 @@ class SymbolicSchedulerStep:
         """The eligible count the action sets with the adaptive floor, else ``None``."""
         return action[1] if self.adaptive else None
 
-    def _connector(self, i: int, c: Any) -> Any:
-        """SPEC KV2 rule 5g: the connector's hit request ``i`` is offered waiting at ``c``
+    def _connector(self, i: int) -> Any:
+        """SPEC KV2 rule 5g: the connector's hit request ``i`` is offered waiting
         (:func:`~chunkproof.spec.kv_blocks.connector_hit`; 0: none)."""
         template = self._template(i)
-        return self.of(i, as_term(template.call(connector_hit, [template.view, c])))
+        return self.of(i, as_term(template.call(connector_hit, [template.view])))
 
     def _hits(self, action: list[Any]) -> list[Any]:
         """Each request's resume hit the action sets (with a pool, rule 5e)."""
         return action[1 : 1 + self.k]
+
+    def _connectors(self, action: list[Any]) -> list[Any]:
+        """Per request, 1 where the action's hit is the connector's (with a pool, rule 5g),
+        else 0."""
+        return action[1 + self.k : 1 + 2 * self.k]
 
     def _advance(self, action: list[Any], i: int) -> Any:
         """Request ``i``'s decode advance the action sets (0 in a cell whose requests never
@@ -649,10 +655,13 @@ class SymbolicSchedulerStep:
 
     def action(self, name: str) -> list[Any]:
         """The budget b, with the adaptive floor the eligible count n, with a pool each
-        request's resume hit (rule 5e), and where a request can decode (:attr:`decodes`) each
-        request's decode advance (module docstring)."""
+        request's resume hit (rule 5e) and then whether each is the connector's (rule 5g),
+        and where a request can decode (:attr:`decodes`) each request's decode advance
+        (module docstring)."""
         eligible = [z3.Int(f"{name}.eligible")] if self.adaptive else []
         hits = [z3.Int(f"{name}.hit{i}") for i in range(self.k)] if self.pooled else []
+        if self.pooled:
+            hits += [z3.Int(f"{name}.connector{i}") for i in range(self.k)]
         advances = [z3.Int(f"{name}.decode{i}") for i in range(self.k)] if self.decodes else []
         return [z3.Int(name), *eligible, *hits, *advances]
 
@@ -685,20 +694,23 @@ class SymbolicSchedulerStep:
     def _hit_guard(self, state: list[Any], action: list[Any]) -> list[Any]:
         """SPEC KV2 rules 5e-5g (``SchedulerStepModel.resume_choices``): with a pool, a waiting
         request at c > 0 (preempted, or not yet admitted at its c0) resumes at any point of its
-        resume grid from 0 to :func:`~chunkproof.spec.kv_blocks.resume_hit_top`, one not yet
-        admitted at a connector's hit x at x or 0; every other request's hit is 0."""
+        resume grid from 0 to :func:`~chunkproof.spec.kv_blocks.resume_hit_top`, a connector's
+        request at its x too (the action's connector flag 1); every other request's hit is 0
+        (and every flag 0)."""
         if not self.pooled:
             return []
         phase, c = self.fields(state).phase, self.fields(state).c
         guards = []
+        flags = self._connectors(action)
         for i, hit in enumerate(self._hits(action)):
             template = self._template(i)
             top = self.of(i, as_term(template.call(resume_hit_top, [template.view, c[i]])))
             on_grid = z3.And(hit >= 0, hit <= top, hit % self.grids[i] == 0)
-            x = self._connector(i, c[i])
-            choices = z3.If(x > 0, z3.Or(hit == 0, hit == x), on_grid)
+            x = self._connector(i)
+            connected = z3.And(x > 0, hit == x)
+            choices = z3.If(flags[i] == 1, connected, z3.And(flags[i] == 0, on_grid))
             at_hit = z3.And(phase[i] == WAITING, c[i] > 0)
-            guards.append(z3.If(at_hit, choices, hit == 0))
+            guards.append(z3.If(at_hit, choices, z3.And(hit == 0, flags[i] == 0)))
         return guards
 
     def _decode_guard(self, state: list[Any], action: list[Any]) -> list[Any]:

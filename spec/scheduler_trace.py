@@ -83,6 +83,7 @@ def run_instance(
     decodes: Sequence[Sequence[int]] | None = None,
     blocks: int = 0,
     hits: Sequence[Sequence[int]] | None = None,
+    connected: Sequence[Sequence[int]] | None = None,
 ) -> Run:
     """The steps of ``instance`` from Init with the waiting queue ``arrival`` (labels), offered
     ``budgets`` in order, with the adaptive floor at the ``eligible`` counts (``None``: the
@@ -90,7 +91,8 @@ def run_instance(
     ``decodes`` (per step, per position of the state row; ``None``: 1 each) (module
     docstring), the requests sharing a KV block pool of ``blocks`` (0: none), each waiting
     request resuming at its entry of ``hits`` (per step, per position; ``None``: 0 each; SPEC
-    KV2 rule 5e), and the states they pass through. The run ends early where the model's
+    KV2 rule 5e), the connector's where its entry of ``connected`` is 1 (rule 5g; ``None``:
+    none), and the states they pass through. The run ends early where the model's
     search would stop (a step that breaks P0, or after which every request has finished),
     and where the step has no transition with the given advances and hits."""
     pool = [blocks] if blocks else []
@@ -122,13 +124,17 @@ def run_instance(
         advanced = np.stack([moved.record[f"decoded{p}"] for p in range(batch.k)], axis=1)
         wanted = decodes[index] if decodes is not None else None
         resumed = [0] * batch.k if hits is None else list(hits[index])
+        flags = [0] * batch.k if connected is None else list(connected[index])
         chosen = [
             lane
             for lane in range(len(moved.source))
             if (wanted is None or advanced[lane].tolist() == list(wanted))
             and (
                 not blocks
-                or [int(moved.record[f"hit{p}"][lane]) for p in range(batch.k)] == resumed
+                or (
+                    [int(moved.record[f"hit{p}"][lane]) for p in range(batch.k)] == resumed
+                    and [int(moved.record[f"connector{p}"][lane]) for p in range(batch.k)] == flags
+                )
             )
         ]
         if not chosen:
@@ -191,8 +197,18 @@ def replay(policy: Policy, cx: SystemCounterexample) -> str | None:
     eligible = [int(s.eligible or 0) for s in cx.steps] if cx.adaptive else None
     decodes = [recorded_advances(s) for s in cx.steps]
     hits = [recorded_hits(s) for s in cx.steps]
+    connected = [recorded_hits(s, connector=True) for s in cx.steps]
     run = run_instance(
-        policy, cx.requests, cx.arrival, budgets, cx.max_seqs, eligible, decodes, cx.blocks, hits
+        policy,
+        cx.requests,
+        cx.arrival,
+        budgets,
+        cx.max_seqs,
+        eligible,
+        decodes,
+        cx.blocks,
+        hits,
+        connected,
     )
     replayed = run.steps
     for index, (recorded, actual) in enumerate(zip(cx.steps, replayed, strict=False)):
@@ -277,15 +293,16 @@ def recorded_advances(stepped: SystemStep) -> tuple[int, ...]:
     return tuple(advances)
 
 
-def recorded_hits(stepped: SystemStep) -> tuple[int, ...]:
+def recorded_hits(stepped: SystemStep, connector: bool = False) -> tuple[int, ...]:
     """A recorded step's resume hits per position of its state row (rule 5e: the waiting queue
     follows the running list, so a waiting request's position is the running list's length
-    plus its place; 0 where none is recorded)."""
+    plus its place; 0 where none is recorded); with ``connector``, 1 where the hit is a
+    connector's (rule 5g), else 0."""
     listed = sum(1 for part in stepped.requests if part.queue in _IN_RUNNING_LIST)
     hits = [0] * len(stepped.requests)
     for part in stepped.requests:
         if part.hit is not None:
-            hits[listed + part.place] = part.hit
+            hits[listed + part.place] = int(part.connector) if connector else part.hit
     return tuple(hits)
 
 

@@ -11,6 +11,9 @@ from chunkproof.model.config import Config
 from chunkproof.spec.kv_blocks import (
     POOL_RULES,
     asked_blocks,
+    copies_tail_v26,
+    copies_tail_v31,
+    copies_tail_v32,
     external_miscount,
     free_blocks,
     lone_allocations,
@@ -385,3 +388,13 @@ def test_the_least_pool_of_0_28_raises_at_an_external_hit() -> None:
     cfg = Config(block=4, prompt=5, max_sched=1, start=4, external=4)
     assert pool_rules("0.28.0").in_scope(cfg) and pool_rules("0.28.0").refused(cfg, 4, 5)
     assert pool_rules("0.29.0").in_scope(cfg) and not pool_rules("0.29.0").refused(cfg, 4, 5)
+
+
+def test_a_tail_at_the_prompts_end_is_no_chunk_start() -> None:
+    """KV2 rule 2b: with fine hits (h = 2 < B = 4) the tail of P = 6 is 6 itself, off the Mamba
+    grid, where no chunk starts: no release's rules ask a copy there (rule 5 keeps the request);
+    one token more (P = 7, tail 6) and they do."""
+    at_end = Config(block=4, hash_block=2, partial_hits=True, prompt=6, max_sched=8)
+    before = at_end.replace(prompt=7)
+    for copies in (copies_tail_v26, copies_tail_v31, copies_tail_v32):
+        assert (copies(at_end), copies(before)) == (False, True), copies.__name__

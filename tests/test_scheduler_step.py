@@ -324,7 +324,7 @@ def test_system_command_finds_hol_with_its_trace(cli: Cli) -> None:
     assert "L=2" in verdicts["S-LIVE"]["example"]
     pool = verdicts["S-POOL"]
     assert pool["range"]["pool"] == "min,2-32"
-    assert pool["range"]["connector"] == "synchronous at a first admission only"
+    assert pool["range"]["connector"] == "synchronous"
     assert pool["example"] == "#0: T=5 B=4 L=2 M=8; #1: T=6 B=4 L=2 M=8; a pool of 11 KV blocks"
     assert any("preempts #1" in line for line in pool["trace"])
     explored = document["explored"]
@@ -751,3 +751,18 @@ def test_a_pooled_engine_takes_max_model_len_one_past_its_longest_prompt() -> No
     batch = make_scheduler_batch([(short, longest)], None, [20])
     assert batch.model_len.tolist() == [9]
     assert held_in_list(longest, 8, 0, int(batch.model_len[0])) == 3 + 2
+
+
+def test_s_pool_holds_a_run_to_the_steps_offered_the_whole_budget() -> None:
+    """S-POOL judges the runs whose every step is offered M
+    (:meth:`SchedulerStepModel.cycle_edges`): in 0.28's least pool (4 blocks) T = 9 beside
+    T = 3 is preempted for ever by steps offered M = 8, a lasso the explorer finds; in a pool
+    of 5 the request's last chunk fits and there is none."""
+    policy = get_builtin("vllm-0.28")
+    group = tuple(Config(block=8, prompt=prompt, max_sched=8) for prompt in (3, 9))
+    found = []
+    for blocks in (4, 5):
+        model = SchedulerStepModel(policy, [group], blocks=[blocks])
+        (batch,) = model.batches()
+        found.append(int(explore_batch(model, batch).witness["S-POOL"][0]) != NO_WITNESS)
+    assert found == [True, False]

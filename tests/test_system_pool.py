@@ -37,7 +37,6 @@ from chunkproof.checker.kinds import load_counterexample
 from chunkproof.checker.reports.output import run_folder
 from chunkproof.checker.reports.system_picture import system_marks
 from chunkproof.checker.runs.system import (
-    connector_text,
     explore_system,
     pool_text,
     pooled_instances,
@@ -149,9 +148,6 @@ def test_pools_are_a_range_input() -> None:
     assert pool_text(("none", "min", *range(2, 33))) == "none,min,2-32"
     assert pool_text(("8", "9", "10", "12", "min")) == "min,8-10,12"
     assert pool_text(()) == "none"
-    assert connector_text(("none",)) == "synchronous"
-    assert connector_text(("min", 8)) == "synchronous at a first admission only"
-    assert connector_text(("none", 8)) == "synchronous (in a pool at a first admission only)"
 
 
 def test_a_range_given_fixes_the_pool_at_none(cli: Cli) -> None:
@@ -244,6 +240,7 @@ def test_the_lanes_step_is_the_plain_one(version: str) -> None:
         plain = ModelPool(group, rules, blocks, max(cfg.prompt for cfg in group) + 1)
         model = SchedulerStepModel(policy, [group], symmetry=False, blocks=[blocks])
         (batch,) = model.batches()
+        connected: set[int] = set()  # the step's connector hits (rule 5g), as the lanes chose
 
         def stages(
             p: int,
@@ -252,11 +249,11 @@ def test_the_lanes_step_is_the_plain_one(version: str) -> None:
             offer: int,
             group: tuple[Config, ...] = group,
             plain: ModelPool = plain,
+            connected: set[int] = connected,
         ) -> Got:
             cfg = group[label]
             if plain.phase[label] == WAITING and c > 0:  # admitted at its resume hit
-                connected = connector_hit(cfg, plain.c[label]) == c
-                cfg = cfg.replace(start=c, external=c if connected else 0)
+                cfg = cfg.replace(start=c, external=c if label in connected else 0)
             got = step(policy, cfg, c, offer)
             return Got(got.chunk, got.split, got.unsafe is not None, got.crash is not None, 0)
 
@@ -278,8 +275,13 @@ def test_the_lanes_step_is_the_plain_one(version: str) -> None:
             lanes = {label: int(moved.record[f"chunk{p}"][0]) for p, label in enumerate(labels)}
             out = {label for p, label in enumerate(labels) if moved.record[f"preempted{p}"][0]}
             hits = {label: int(moved.record[f"hit{p}"][0]) for p, label in enumerate(labels)}
+            connected.clear()
+            connected.update(r for p, r in enumerate(labels) if moved.record[f"connector{p}"][0])
+            assert all(hits[label] == connector_hit(group[label]) for label in connected)
             raised = [label for p, label in enumerate(labels) if moved.record[f"raised{p}"][0]]
-            scheduled, preempted, _, _, raise_at = plain.advance(stages, budget, loop_rules, hits)
+            scheduled, preempted, _, _, raise_at = plain.advance(
+                stages, budget, loop_rules, hits, tuple(connected)
+            )
             assert raised == ([] if raise_at is None else [raise_at]), (group, blocks)
             if raised:  # the engine core is down: P0, and the step does not lead on
                 assert moved.bad["P0"][0] and not moved.follow[0]
@@ -524,6 +526,19 @@ def test_a_connector_admission_makes_the_real_pool_raise(
     assert status == 0 and "1 passed" in output, output
 
 
+def test_a_witness_at_a_connector_hit_off_the_grid_replays(cli: Cli, tmp_path: Path) -> None:
+    """SPEC KV2 rule 5g's choice is x, not an index on the resume grid: the explorer's witness
+    admits a request at the connector's hit x = 1 (off B = 4), its trace says so and its file
+    replays."""
+    ranges = [*CONNECTOR_RANGE[:6], "--start", "external", "--prompt", "3,4", "--max-sched", "4"]
+    done = cli("system", "vllm-0.34", *ranges, "--pool", "4", "--json", "--out", str(tmp_path))
+    assert done.code == 1
+    (hol,) = [v for v in done.json()["verdicts"] if v["property"] == "HOL"]
+    assert hol["example"].startswith("#0: T=3 B=4 L=0 M=4 c0=1 x=1;")
+    assert "resumes at the connector's hit 1" in hol["trace"][0]
+    assert cli("replay", hol["counterexample"]).code == 0
+
+
 @pytest.mark.fidelity
 def test_the_stall_at_a_resume_hit_fails_on_the_real_0_28_tree(cli: Cli, tmp_path: Path) -> None:
     """S-LIVE in the same pool: preempted at c = 8, T = 9 resumes at hit 8 (rule 5e, nothing
@@ -705,9 +720,11 @@ def test_the_symbolic_pool_step_is_the_explicit_one(
             state = _symbolic_state(explored.states[steps.source[t]], [0, 1], pooled=True)
             rank = state[2::5]
             hits = [int(steps.record[f"hit{rank[i]}"][t]) for i in range(2)]
+            flags = [int(steps.record[f"connector{rank[i]}"][t]) for i in range(2)]
             solver = z3.Solver()
             solver.add(pinned, a[0] == int(steps.action[t]) % ACTION_STRIDE)
             solver.add(*[a[1 + i] == hit for i, hit in enumerate(hits)], symbolic.guard(s_, a))
+            solver.add(*[a[3 + i] == flag for i, flag in enumerate(flags)])
             solver.add(*[v == x for v, x in zip(s_, state, strict=True)])
             assert solver.check() == z3.sat, (instance, size)
             found = solver.model()

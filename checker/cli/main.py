@@ -91,7 +91,6 @@ from chunkproof.checker.runs.synthesis import (
 from chunkproof.checker.runs.system import (
     NO_POOL,
     SystemVerdict,
-    connector_text,
     explore_system,
     pool_scopes,
     pool_text,
@@ -125,7 +124,7 @@ from chunkproof.source.methods import parse_overrides
 from chunkproof.source.policy import names_class, names_source, names_tree
 from chunkproof.source.releases import release_root
 from chunkproof.spec.kv_blocks import in_scope_possible, pool_rules
-from chunkproof.spec.properties import DEFAULT_WINDOW, PROPERTIES, parse_property_ids
+from chunkproof.spec.properties import CONNECTOR, DEFAULT_WINDOW, PROPERTIES, parse_property_ids
 from chunkproof.spec.request_symbolic import cells as proof_cells
 from chunkproof.spec.scheduler_step import (
     MAX_SEQS,
@@ -1204,10 +1203,10 @@ def _system_document(
     inputs, ``extra``, the policy's source and the files written."""
     key, info = searched
     pools = info["pools"]
-    rng = space.describe() | {"pool": pool_text(pools), "connector": connector_text(pools)}
+    rng = space.describe() | {"pool": pool_text(pools), "connector": CONNECTOR}
 
     def judged(v: SystemVerdict | SystemProof) -> dict[str, Any]:
-        return rng | {"pool": pool_text(v.pools), "connector": connector_text(v.pools)}
+        return rng | {"pool": pool_text(v.pools), "connector": CONNECTOR}
 
     return {
         "policy": policy.name,
@@ -1240,7 +1239,7 @@ def _system_header(policy: Policy, mode: str, space: Space, info: dict[str, Any]
     pools = info["pools"]
     print(
         f"range (each configuration one request): {_range_words(space.describe())}; "
-        f"pool={pool_text(pools)}; connector={connector_text(pools)}"
+        f"pool={pool_text(pools)}; connector={CONNECTOR}"
     )
     print(fixed_line(_system_fixed(policy, pools)))
     for line in branch_lines(policy):

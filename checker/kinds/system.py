@@ -38,7 +38,8 @@ class Witness:
     per position of the state row (:func:`~chunkproof.spec.scheduler_trace.run_instance`), the
     KV block pool's N (0: none), for a run that goes on for ever (S-POOL) the step its loop
     starts at (the state after the last step is the one before it), and with a pool per step
-    the resume hit of each position (SPEC KV2 rule 5e; ``None``: 0 each)."""
+    the resume hit of each position (SPEC KV2 rule 5e; ``None``: 0 each) and 1 where that is a
+    connector's (rule 5g; ``None``: none)."""
 
     instance: tuple[Config, ...]
     queue: tuple[int, ...]
@@ -48,6 +49,7 @@ class Witness:
     blocks: int = 0
     loop: int | None = None
     hits: tuple[tuple[int, ...], ...] | None = None
+    connected: tuple[tuple[int, ...], ...] | None = None
 
 
 def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple[int, ...], Run]:
@@ -64,6 +66,7 @@ def labelled_run(policy: Policy, witness: Witness, max_seqs: int) -> tuple[tuple
         witness.decodes,
         witness.blocks,
         witness.hits,
+        witness.connected,
     )
     return arrival, run
 

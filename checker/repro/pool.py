@@ -11,17 +11,17 @@ preempts ``running.pop()`` while the pool refuses a chunk, or the request itself
 the loop; the waiting loop runs only when nothing was preempted and admits through the
 manager's test for the whole sequence, at the hit the manager's own prefix lookup finds (the
 prompts are distinct and the pool keeps what the manager caches, evicting in vLLM's order:
-SPEC KV2 rule 5e; a request whose c0 is a KV connector's is admitted first at x, passed to
-``allocate_slots`` with its first chunk, rule 5g). Where the counterexample resumes a
-preempted request at hit 0, the request is admitted without the blocks the lookup found
-(taken as evicted: a run whose other requests evicted them; or the connector finding
-nothing); a recorded hit the lookup does not find fails the test with both values, a trace
-the tree cannot follow. The test offers the recorded budgets (for S-POOL the whole budget M
-from the loop's first step on) and checks SPEC P0 on every request a loop reached, and that
-no admission makes the manager's pool raise (rule 5g). An S-POOL file fails when the run
-comes back to the lists and computed tokens it had before the loop's first step: from there
-it repeats for ever; on a tree whose pool serves the requests it does not come back, and the
-file passes. An S-LIVE, HOL or STARVE file judges each step as the file without a pool does
+SPEC KV2 rule 5e; a request whose c0 is a KV connector's is admitted at x where the trace says
+so, passed to ``allocate_slots`` with its first chunk, rule 5g). Where the counterexample
+resumes a preempted request at hit 0, the request is admitted without the blocks the lookup
+found (taken as evicted: a run whose other requests evicted them); a recorded hit the lookup
+does not find fails the test with both values, a trace the tree cannot follow. The test
+offers the recorded budgets (for S-POOL the whole budget M from the loop's first step on) and
+checks SPEC P0 on every request a loop reached, and that no admission makes the manager's
+pool raise (rule 5g). An S-POOL file fails when the run comes back to the lists and computed
+tokens it had before the loop's first step: from there it repeats for ever; on a tree whose
+pool serves the requests it does not come back, and the file passes. An S-LIVE, HOL or
+STARVE file judges each step as the file without a pool does
 (:data:`~chunkproof.checker.repro.system.CHECKS`), a preemption counting as a change of state
 (no stall).
 """
@@ -119,8 +119,8 @@ _POOL = '''
 # block among them. Every request is of its own tokens; one admitted at a local c0 > 0 is seeded
 # first (an identical request computes [0, c0) and [c0, P) and finishes); the pool keeps what
 # the manager caches, so a request is admitted at the hit its lookup finds. One whose c0 is a
-# KV connector's (x = c0) is offered x at its first admission, loaded synchronously: passed to
-# allocate_slots with its first chunk (SPEC KV2 rule 5g).
+# KV connector's (x = c0) is admitted at x where the trace says so (CONNECTED), loaded
+# synchronously: passed to allocate_slots with its first chunk (SPEC KV2 rule 5g).
 KV_USE_EAGLE = $kv_use_eagle  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = $pool_blocks
 MAX_MODEL_LEN = $max_model_len  # the longest prompt + 1
@@ -145,11 +145,15 @@ def at_hit(config: SimpleNamespace, hit: int) -> SimpleNamespace:
     return SimpleNamespace(**{**vars(config), "start": hit})
 
 
-def resume(pool: TreePool, label: int, recorded: dict[int, int] | None) -> int:
-    """The hit waiting request ``label`` is admitted at (SPEC KV2 rules 5e-5g): the one the
-    tree's lookup finds, before a first admission at a connector's hit x that one; where the
-    counterexample resumes it at 0, none (the blocks found taken as evicted, or the connector
-    finding nothing); a recorded hit the lookup does not find fails the test."""
+def resume(
+    pool: TreePool, label: int, recorded: dict[int, int] | None, connected: tuple[int, ...]
+) -> int:
+    """The hit waiting request ``label`` is admitted at (SPEC KV2 rules 5e-5g): the KV
+    connector's x where the counterexample admits it there (``connected``), else the one the
+    tree's lookup finds; where the counterexample resumes it at 0, none (the blocks found
+    taken as evicted); a recorded hit the lookup does not find fails the test."""
+    if label in connected:
+        return pool.connect(label)
     found = pool.lookup(label)
     wanted = (recorded or {}).get(label, found)
     if wanted == found:
@@ -174,6 +178,8 @@ _RECORDED = '''class Recorded(NamedTuple):
     stages: dict[int, Step]
     hits: dict[int, int] | None = None
     """The hit each preempted waiting request resumed at (SPEC KV2 rule 5e)."""
+    connected: tuple[int, ...] = ()
+    """The requests whose hit is the KV connector's (SPEC KV2 rule 5g)."""
 
 
 $outcome# The counterexample: what $policy does, step by step.
@@ -188,7 +194,9 @@ _LASSO = '''def test_s_pool_pool_live(vllm: Extracted, pool: TreePool) -> None:
     seen = []
     for index, recorded in enumerate(RECORDED):
         seen.append(state(pool))
-        outcome = schedule(vllm, scheduler, pool, recorded.budget, recorded.hits)
+        outcome = schedule(
+            vllm, scheduler, pool, recorded.budget, recorded.hits, recorded.connected
+        )
         where = f"step {index} (budget {recorded.budget})"
         for label, step in outcome.reached.items():
             problem = unsafe(step)
@@ -216,7 +224,9 @@ _STEPS = '''def $test_name(vllm: Extracted, pool: TreePool) -> None:
     for index, recorded in enumerate(RECORDED):
         if not pool.running and not pool.waiting:
             return
-        outcome = schedule(vllm, scheduler, pool, recorded.budget, recorded.hits)
+        outcome = schedule(
+            vllm, scheduler, pool, recorded.budget, recorded.hits, recorded.connected
+        )
         problem = violation(vllm, scheduler, index, outcome)
         assert problem is None, f"{problem}; recorded: {recorded.stages}"
 
@@ -238,14 +248,16 @@ _SCHEDULE = '''def schedule(
     pool: TreePool,
     budget: int,
     hits: dict[int, int] | None = None,
+    connected: tuple[int, ...] = (),
 ) -> Outcome:
     """One schedule() step over the requests (history note 6; SPEC KV2 rule 5): the running
     loop offers each running request in order the budget left and asks the tree's manager for
     its chunk; while it refuses, the last running request is preempted, until the chunk fits
     or the request preempts itself, which ends the loop (a zero: RUNNING_ZERO). Only when
     nothing was preempted, the waiting loop offers each waiting request in queue order the
-    budget left from its hit (``resume``, the recorded ``hits``) while budget and a seat
-    remain and admits one the manager grants (its test for the whole sequence); a refusal
+    budget left from its hit (``resume``, the recorded ``hits`` and ``connected``) while
+    budget and a seat remain and admits one the manager grants (its test for the whole
+    sequence); a refusal
     ends the loop, and so does a zero where SPLIT_ZERO or LATER_ZERO says break (each waiting
     request behind that break is then run at the budget left: HOL). A request whose step
     breaks P0 gets nothing. Each request is offered the budget left capped by theta_eff
@@ -278,12 +290,12 @@ _SCHEDULE = '''def schedule(
     broke_at, behind = None, {}
     for label in [] if preempted else list(pool.waiting):
         if broke_at is not None:
-            c = resume(pool, label, hits)
+            c = resume(pool, label, hits, connected)
             behind[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label, c)
             continue
         if left == 0 or len(pool.running) >= MAX_NUM_SEQS:
             break
-        c = resume(pool, label, hits)
+        c = resume(pool, label, hits, connected)
         step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label, c)
         if taken(step) == 0:
             if unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":

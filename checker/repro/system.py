@@ -192,6 +192,9 @@ def _recorded_step(
     decodes = f"        decodes={advances!r},\n" if advances else ""
     resumed = {label: part.hit for label, part in enumerate(step.requests) if part.hit is not None}
     hits = f"        hits={resumed!r},\n" if resumed else ""
+    connected = tuple(label for label, part in enumerate(step.requests) if part.connector)
+    if connected:  # SPEC KV2 rule 5g: a pooled file's
+        hits += f"        connected={connected!r},\n"
     return (
         f"    # step {index}: {where}\n"
         + "".join(f"    # {line}\n" for line in note)

@@ -40,7 +40,6 @@ from chunkproof.model.config import Config
 from chunkproof.model.errors import ChunkproofError
 from chunkproof.model.policy import Policy
 from chunkproof.spec.kv_blocks import outside_shared_pool, pool_rules
-from chunkproof.spec.properties import CONNECTOR
 from chunkproof.spec.scheduler_step import (
     ACTION_STRIDE,
     FIELDS,
@@ -177,7 +176,9 @@ def trace_lines(run: Run, witness: Witness) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def _witness(explored: Explored, transition: int, adaptive: bool, pid: str) -> Witness:
+def _witness(
+    model: SchedulerStepModel, explored: Explored, transition: int, adaptive: bool, pid: str
+) -> Witness:
     """The instance of a violating transition, the waiting queue of its path's initial state
     and the actions along the path (budgets, and with the adaptive floor eligible counts),
     that transition's last; for a property of runs that go on for ever (S-POOL), the path to
@@ -197,6 +198,7 @@ def _witness(explored: Explored, transition: int, adaptive: bool, pid: str) -> W
     if pooled:  # a pooled action holds the resume hits where others hold n and decodes
         states = [explored.states[s] for s, _ in path]
         states += [explored.states[int(steps.source[t])] for t in lasso]
+        resumes = [_hits(model, batch, row, a) for row, a in zip(states, taken, strict=True)]
         return Witness(
             batch.instances[inst],
             tuple(int(v) for v in first[1::FIELDS]),
@@ -205,7 +207,8 @@ def _witness(explored: Explored, transition: int, adaptive: bool, pid: str) -> W
             tuple((0,) * batch.k for _ in taken),
             int(batch.blocks[inst]),
             loop,
-            tuple(_hits(batch, row, a) for row, a in zip(states, taken, strict=True)),
+            tuple(hits for hits, _ in resumes),
+            tuple(flags for _, flags in resumes),
         )
     actions = [split_action(a) for a in taken]
     return Witness(
@@ -219,14 +222,19 @@ def _witness(explored: Explored, transition: int, adaptive: bool, pid: str) -> W
     )
 
 
-def _hits(batch: SchedulerBatch, row: np.ndarray, action: int) -> tuple[int, ...]:
-    """The resume hits a pooled action sets, per position of the state ``row``: each index on
-    the grid of the request there (SPEC KV2 rule 5e, :func:`~chunkproof.spec.scheduler_step.
-    hit_indices`)."""
+def _hits(
+    model: SchedulerStepModel, batch: SchedulerBatch, row: np.ndarray, action: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The resume hits a pooled action sets, per position of the state ``row``: where the
+    request there is admitted (SPEC KV2 rules 5e-5g, :meth:`~chunkproof.spec.scheduler_step.
+    SchedulerStepModel.admitted_at` of :func:`~chunkproof.spec.scheduler_step.hit_indices`),
+    0 for a request not waiting; and 1 where that is a connector's hit, else 0."""
     labels = row[1::FIELDS]
-    rows = batch.rows(np.array([row[0]]), labels[None, :])[0]
-    grid = batch.requests.grid[rows]
-    return tuple(int(j * g) for j, g in zip(hit_indices(action, batch.k), grid, strict=True))
+    rows = batch.rows(np.array([row[0]]), labels[None, :])
+    phase, c = row[None, 2::FIELDS], row[None, 3::FIELDS]
+    index = np.array([hit_indices(action, batch.k)], dtype=np.int64)
+    admitted = model.admitted_at(batch, rows, phase, c, index)
+    return tuple(int(h) for h in admitted.start[0]), tuple(int(x > 0) for x in admitted.external[0])
 
 
 def _set_count(policy: Policy, configs: list[Config], k: int) -> int:
@@ -292,19 +300,6 @@ def pool_text(pools: Sequence[int | str]) -> str:
     return ",".join(words) or NO_POOL
 
 
-def connector_text(pools: Sequence[int | str]) -> str:
-    """The KV connector mode of a run on ``pools``, a range input every verdict names: an
-    external hit (a request's ``start``) is loaded synchronously with its first chunk; the
-    pooled step offers it at a request's first admission only, not on a resume (SPEC KV2 rule
-    5g)."""
-    unpooled, sizes = pool_scopes(pools)
-    if not sizes:
-        return CONNECTOR
-    if unpooled:
-        return f"{CONNECTOR} (in a pool at a first admission only)"
-    return f"{CONNECTOR} at a first admission only"
-
-
 @dataclass
 class _Tally:
     """One property over the instances explored so far: how many violate it, and the smallest
@@ -332,7 +327,7 @@ def _explore_step(
                 group, size = batch.instances[int(inst)], int(batch.blocks[inst])
                 rank = (_rank(group), size)
                 if tally.smallest is None or rank < tally.smallest[0]:
-                    witness = _witness(explored, int(found[inst]), adaptive, pid)
+                    witness = _witness(model, explored, int(found[inst]), adaptive, pid)
                     described = describe_instance(group, size)
                     if mixed and not size:
                         described += "; no pool"

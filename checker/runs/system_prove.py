@@ -440,14 +440,25 @@ def replayed(
         for state, action in zip(states[: len(actions)], actions, strict=True)
     )
     blocks = found.model.eval(model.blocks, model_completion=True).as_long() if model.pooled else 0
-    hits = None
+    hits = connected = None
     if model.pooled:
-        hits = tuple(
-            _by_position(model, state, action[1 : 1 + model.k])
-            for state, action in zip(states[: len(actions)], actions, strict=True)
+        pairs = list(zip(states[: len(actions)], actions, strict=True))
+        hits = tuple(_by_position(model, state, action[1 : 1 + model.k]) for state, action in pairs)
+        connected = tuple(
+            _by_position(model, state, action[1 + model.k : 1 + 2 * model.k])
+            for state, action in pairs
         )
     run = run_instance(
-        model.policy, instance, arrival, budgets, model.max_seqs, eligible, decodes, blocks, hits
+        model.policy,
+        instance,
+        arrival,
+        budgets,
+        model.max_seqs,
+        eligible,
+        decodes,
+        blocks,
+        hits,
+        connected,
     )
     steps = run.steps
     replays = loops_back(run, loop) if loop is not None else bool(steps) and pid in steps[-1].breaks
@@ -458,15 +469,16 @@ def replayed(
             raise ModelMismatch(
                 f"{pid}: step {index} of the solver's trace is not the explicit model's state"
             )
-    witness = Witness(instance, arrival, budgets, eligible, decodes, blocks, loop, hits)
+    witness = Witness(instance, arrival, budgets, eligible, decodes, blocks, loop, hits, connected)
     return instance, witness, trace_lines(run, witness)
 
 
 def _by_position(
     model: SymbolicSchedulerStep, state: list[int], values: Sequence[int] | None
 ) -> tuple[int, ...]:
-    """A solver action's per-request values (decode advances, resume hits) per position of the
-    state row (a request's position is its rank); all 0 where the action has none."""
+    """A solver action's per-request values (decode advances, resume hits, connector flags) per
+    position of the state row (a request's position is its rank); all 0 where the action has
+    none."""
     rank = model.fields(state).rank
     by_position = [0] * len(rank)
     for i, value in enumerate(values or ()):

@@ -183,8 +183,8 @@ ADAPTIVE = False
 # block among them. Every request is of its own tokens; one admitted at a local c0 > 0 is seeded
 # first (an identical request computes [0, c0) and [c0, P) and finishes); the pool keeps what
 # the manager caches, so a request is admitted at the hit its lookup finds. One whose c0 is a
-# KV connector's (x = c0) is offered x at its first admission, loaded synchronously: passed to
-# allocate_slots with its first chunk (SPEC KV2 rule 5g).
+# KV connector's (x = c0) is admitted at x where the trace says so (CONNECTED), loaded
+# synchronously: passed to allocate_slots with its first chunk (SPEC KV2 rule 5g).
 KV_USE_EAGLE = False  # the manager's use_eagle: D, off under hash lookahead L_h
 POOL_BLOCKS = 4
 MAX_MODEL_LEN = 10  # the longest prompt + 1
@@ -209,11 +209,15 @@ def at_hit(config: SimpleNamespace, hit: int) -> SimpleNamespace:
     return SimpleNamespace(**{**vars(config), "start": hit})
 
 
-def resume(pool: TreePool, label: int, recorded: dict[int, int] | None) -> int:
-    """The hit waiting request ``label`` is admitted at (SPEC KV2 rules 5e-5g): the one the
-    tree's lookup finds, before a first admission at a connector's hit x that one; where the
-    counterexample resumes it at 0, none (the blocks found taken as evicted, or the connector
-    finding nothing); a recorded hit the lookup does not find fails the test."""
+def resume(
+    pool: TreePool, label: int, recorded: dict[int, int] | None, connected: tuple[int, ...]
+) -> int:
+    """The hit waiting request ``label`` is admitted at (SPEC KV2 rules 5e-5g): the KV
+    connector's x where the counterexample admits it there (``connected``), else the one the
+    tree's lookup finds; where the counterexample resumes it at 0, none (the blocks found
+    taken as evicted); a recorded hit the lookup does not find fails the test."""
+    if label in connected:
+        return pool.connect(label)
     found = pool.lookup(label)
     wanted = (recorded or {}).get(label, found)
     if wanted == found:
@@ -270,6 +274,8 @@ class Recorded(NamedTuple):
     stages: dict[int, Step]
     hits: dict[int, int] | None = None
     """The hit each preempted waiting request resumed at (SPEC KV2 rule 5e)."""
+    connected: tuple[int, ...] = ()
+    """The requests whose hit is the KV connector's (SPEC KV2 rule 5g)."""
 
 
 class Outcome(NamedTuple):
@@ -335,7 +341,9 @@ def test_s_pool_pool_live(vllm: Extracted, pool: TreePool) -> None:
     seen = []
     for index, recorded in enumerate(RECORDED):
         seen.append(state(pool))
-        outcome = schedule(vllm, scheduler, pool, recorded.budget, recorded.hits)
+        outcome = schedule(
+            vllm, scheduler, pool, recorded.budget, recorded.hits, recorded.connected
+        )
         where = f"step {index} (budget {recorded.budget})"
         for label, step in outcome.reached.items():
             problem = unsafe(step)
@@ -361,14 +369,16 @@ def schedule(
     pool: TreePool,
     budget: int,
     hits: dict[int, int] | None = None,
+    connected: tuple[int, ...] = (),
 ) -> Outcome:
     """One schedule() step over the requests (history note 6; SPEC KV2 rule 5): the running
     loop offers each running request in order the budget left and asks the tree's manager for
     its chunk; while it refuses, the last running request is preempted, until the chunk fits
     or the request preempts itself, which ends the loop (a zero: RUNNING_ZERO). Only when
     nothing was preempted, the waiting loop offers each waiting request in queue order the
-    budget left from its hit (``resume``, the recorded ``hits``) while budget and a seat
-    remain and admits one the manager grants (its test for the whole sequence); a refusal
+    budget left from its hit (``resume``, the recorded ``hits`` and ``connected``) while
+    budget and a seat remain and admits one the manager grants (its test for the whole
+    sequence); a refusal
     ends the loop, and so does a zero where SPLIT_ZERO or LATER_ZERO says break (each waiting
     request behind that break is then run at the budget left: HOL). A request whose step
     breaks P0 gets nothing. Each request is offered the budget left capped by theta_eff
@@ -401,12 +411,12 @@ def schedule(
     broke_at, behind = None, {}
     for label in [] if preempted else list(pool.waiting):
         if broke_at is not None:
-            c = resume(pool, label, hits)
+            c = resume(pool, label, hits, connected)
             behind[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label, c)
             continue
         if left == 0 or len(pool.running) >= MAX_NUM_SEQS:
             break
-        c = resume(pool, label, hits)
+        c = resume(pool, label, hits, connected)
         step = reached[label] = schedule_step(vllm, scheduler, c, offer(left, theta), label, c)
         if taken(step) == 0:
             if unsafe(step) is None and (SPLIT_ZERO if step.split <= 0 else LATER_ZERO) == "break":
@@ -2600,6 +2610,8 @@ class PoolStepResult:
     raised: int | None = None
     """The request whose admission made the pool raise (:class:`PoolExhausted`: the engine
     core is down, and the step ends there), if any."""
+    connected: tuple[int, ...] = ()
+    """The waiting requests whose hit is the KV connector's (SPEC KV2 rule 5g)."""
 
 
 class TreePool:
@@ -2621,11 +2633,11 @@ class TreePool:
     blocks handed out since; :attr:`CountingPool.issued` counts those). A request admitted at
     c0 > 0 (its ``start``) is seeded before the first step (:func:`seed_hit`, caching only), so its
     lookup finds c0 unless the blocks handed out since evicted it. A request whose whole c0 is
-    external (x = c0, SPEC KV2 rule 5g) is not seeded: until its first admission
-    :meth:`lookup` gives it the connector's hit x, which the admission passes to
-    ``allocate_slots`` (a synchronous load); it is looked up locally once it has run. The
-    requests share their prompts' prefix, unless ``distinct``: then no token of one is
-    another's."""
+    external (x = c0, SPEC KV2 rule 5g) is not seeded: :meth:`connect` gives it the KV
+    connector's hit x, which its admission passes to ``allocate_slots`` (a synchronous load);
+    :meth:`step` does so wherever the local lookup finds nothing (a connector that keeps
+    what it loaded). The requests share their prompts' prefix, unless ``distinct``: then no
+    token of one is another's."""
 
     def __init__(
         self,
@@ -2689,22 +2701,27 @@ class TreePool:
             scheduled[r] = chunks[r]
             index += 1
         hits: dict[int, int] = {}
+        connected: list[int] = []
         while not preempted and self.waiting:
             r = self.waiting[0]
-            hits[r] = self.lookup(r) if self.caching or r in self.connector else 0
+            hits[r] = self.lookup(r) if self.caching else 0
+            if hits[r] == 0 and r in self.connector:
+                hits[r] = self.connect(r)
+                connected.append(r)
             chunk = min(chunks[r], self.prompts[r] - hits[r])
             try:
                 if chunk <= 0 or not self.allocate(r, chunk, admission=True):
                     break
             except PoolExhausted:
                 free = self.manager.block_pool.free
-                return PoolStepResult(scheduled, preempted, free, self.held(), hits, r)
+                found = (scheduled, preempted, free, self.held(), hits, r, tuple(connected))
+                return PoolStepResult(*found)
             self.running.append(self.waiting.pop(0))
             scheduled[r] = chunk
         for r in self.end(scheduled):
             self.running.remove(r)
         free = self.manager.block_pool.free
-        return PoolStepResult(scheduled, preempted, free, self.held(), hits)
+        return PoolStepResult(scheduled, preempted, free, self.held(), hits, None, tuple(connected))
 
     def begin(self) -> None:
         """A step starts (``new_step_starts``, 0.29 on)."""
@@ -2713,19 +2730,21 @@ class TreePool:
 
     def lookup(self, r: int) -> int:
         """:func:`tree_lookup` of waiting request ``r``, whose next admission
-        (:meth:`allocate`) takes that hit; before its first admission, a request whose c0 is
-        a connector's gets the connector's hit x instead (rule 5g)."""
-        if r in self.connector:
-            self.loads[r] = self.connector[r]
-            return self.loads[r]
+        (:meth:`allocate`) takes that hit."""
         self.found[r] = tree_lookup(self.manager, self.requests[r])
         return self.found[r][0]
 
+    def connect(self, r: int) -> int:
+        """The KV connector's hit x of waiting request ``r`` (rule 5g), whose next admission
+        passes it to ``allocate_slots`` in place of any local hit."""
+        self.found.pop(r, None)
+        self.loads[r] = self.connector[r]
+        return self.loads[r]
+
     def forget(self, r: int) -> None:
         """Waiting request ``r`` is admitted without the hit :meth:`lookup` found (its blocks
-        taken as evicted, or the connector finding nothing)."""
+        taken as evicted)."""
         self.found.pop(r, None)
-        self.loads.pop(r, None)
 
     def allocate(self, r: int, chunk: int, admission: bool = False) -> bool:
         """``allocate_slots`` for ``chunk`` tokens of request ``r``, as the running loop asks
@@ -2747,7 +2766,6 @@ class TreePool:
         if granted is not None and admission:
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = hit + external
-            self.connector.pop(r, None)
         return granted is not None
 
     def preempt(self, r: int) -> None:

@@ -2385,6 +2385,8 @@ class PoolStepResult:
     raised: int | None = None
     """The request whose admission made the pool raise (:class:`PoolExhausted`: the engine
     core is down, and the step ends there), if any."""
+    connected: tuple[int, ...] = ()
+    """The waiting requests whose hit is the KV connector's (SPEC KV2 rule 5g)."""
 
 
 class TreePool:
@@ -2406,11 +2408,11 @@ class TreePool:
     blocks handed out since; :attr:`CountingPool.issued` counts those). A request admitted at
     c0 > 0 (its ``start``) is seeded before the first step (:func:`seed_hit`, caching only), so its
     lookup finds c0 unless the blocks handed out since evicted it. A request whose whole c0 is
-    external (x = c0, SPEC KV2 rule 5g) is not seeded: until its first admission
-    :meth:`lookup` gives it the connector's hit x, which the admission passes to
-    ``allocate_slots`` (a synchronous load); it is looked up locally once it has run. The
-    requests share their prompts' prefix, unless ``distinct``: then no token of one is
-    another's."""
+    external (x = c0, SPEC KV2 rule 5g) is not seeded: :meth:`connect` gives it the KV
+    connector's hit x, which its admission passes to ``allocate_slots`` (a synchronous load);
+    :meth:`step` does so wherever the local lookup finds nothing (a connector that keeps
+    what it loaded). The requests share their prompts' prefix, unless ``distinct``: then no
+    token of one is another's."""
 
     def __init__(
         self,
@@ -2474,22 +2476,27 @@ class TreePool:
             scheduled[r] = chunks[r]
             index += 1
         hits: dict[int, int] = {}
+        connected: list[int] = []
         while not preempted and self.waiting:
             r = self.waiting[0]
-            hits[r] = self.lookup(r) if self.caching or r in self.connector else 0
+            hits[r] = self.lookup(r) if self.caching else 0
+            if hits[r] == 0 and r in self.connector:
+                hits[r] = self.connect(r)
+                connected.append(r)
             chunk = min(chunks[r], self.prompts[r] - hits[r])
             try:
                 if chunk <= 0 or not self.allocate(r, chunk, admission=True):
                     break
             except PoolExhausted:
                 free = self.manager.block_pool.free
-                return PoolStepResult(scheduled, preempted, free, self.held(), hits, r)
+                found = (scheduled, preempted, free, self.held(), hits, r, tuple(connected))
+                return PoolStepResult(*found)
             self.running.append(self.waiting.pop(0))
             scheduled[r] = chunk
         for r in self.end(scheduled):
             self.running.remove(r)
         free = self.manager.block_pool.free
-        return PoolStepResult(scheduled, preempted, free, self.held(), hits)
+        return PoolStepResult(scheduled, preempted, free, self.held(), hits, None, tuple(connected))
 
     def begin(self) -> None:
         """A step starts (``new_step_starts``, 0.29 on)."""
@@ -2498,19 +2505,21 @@ class TreePool:
 
     def lookup(self, r: int) -> int:
         """:func:`tree_lookup` of waiting request ``r``, whose next admission
-        (:meth:`allocate`) takes that hit; before its first admission, a request whose c0 is
-        a connector's gets the connector's hit x instead (rule 5g)."""
-        if r in self.connector:
-            self.loads[r] = self.connector[r]
-            return self.loads[r]
+        (:meth:`allocate`) takes that hit."""
         self.found[r] = tree_lookup(self.manager, self.requests[r])
         return self.found[r][0]
 
+    def connect(self, r: int) -> int:
+        """The KV connector's hit x of waiting request ``r`` (rule 5g), whose next admission
+        passes it to ``allocate_slots`` in place of any local hit."""
+        self.found.pop(r, None)
+        self.loads[r] = self.connector[r]
+        return self.loads[r]
+
     def forget(self, r: int) -> None:
         """Waiting request ``r`` is admitted without the hit :meth:`lookup` found (its blocks
-        taken as evicted, or the connector finding nothing)."""
+        taken as evicted)."""
         self.found.pop(r, None)
-        self.loads.pop(r, None)
 
     def allocate(self, r: int, chunk: int, admission: bool = False) -> bool:
         """``allocate_slots`` for ``chunk`` tokens of request ``r``, as the running loop asks
@@ -2532,7 +2541,6 @@ class TreePool:
         if granted is not None and admission:
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = hit + external
-            self.connector.pop(r, None)
         return granted is not None
 
     def preempt(self, r: int) -> None:
