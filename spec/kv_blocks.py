@@ -270,12 +270,20 @@ def asked_blocks(cfg: Config, start: int, end: int, max_model_len: int, mamba: i
     when the hit ends inside a block of G (its partial block is copied); at an external hit
     (rule 2e) every one, new, with no partial block to copy."""
     if at_hit(cfg, start):
-        partial = 1 if start % cfg.split_block != 0 and not at_external_hit(cfg, start) else 0
-        return attention_blocks(cfg, end, max_model_len) + partial + mamba
+        return attention_blocks(cfg, end, max_model_len) + copied_partial(cfg, start) + mamba
     held = 0
     if start > 0:
         held = attention_blocks(cfg, start, max_model_len)
     return attention_blocks(cfg, end, max_model_len) - held + mamba
+
+
+def copied_partial(cfg: Config, start: int) -> int:
+    """KV2 rule 2d: 1 when the first chunk of a request admitted at the local hit ``start``
+    copies the hit's partial block of G (the hit ends inside one), else 0; an external hit
+    (rule 2e) has nothing cached to copy."""
+    if at_hit(cfg, start) and not at_external_hit(cfg, start) and start % cfg.split_block != 0:
+        return 1
+    return 0
 
 
 def taken_blocks(cfg: Config, start: int, end: int, max_model_len: int, mamba: int) -> int:
@@ -650,9 +658,8 @@ def admission_gate(cfg: Config, max_model_len: int) -> int:
     inside a block of G the copy of that partial block (rule 2d's); at a connector's hit
     (rule 5g: x = c0, no local part) there is no cached block to count."""
     hit = 1 if cfg.start > cfg.external else 0
-    partial = 1 if hit == 1 and cfg.start % cfg.split_block != 0 else 0
     whole = cdiv(min(cfg.prompt, max_model_len), cfg.split_block)
-    return whole + cfg.lookahead + 1 + hit + partial
+    return whole + cfg.lookahead + 1 + hit + copied_partial(cfg, cfg.start)
 
 
 # -- the rules per release ------------------------------------------------------------------

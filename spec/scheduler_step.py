@@ -372,7 +372,9 @@ class RequestRows:
     agree on :func:`batch_key` (a request with encoder items and one without cannot share a
     :class:`Batch`: its items are a tuple of one length): row r is entry ``local[r]`` of
     ``parts[part[r]]``; ``start`` and ``end`` are c0 and E per row, ``grid`` the grid a
-    resume hit lies on (SPEC KV2 rule 5e, :func:`~chunkproof.spec.kv_blocks.resume_grid`)."""
+    resume hit lies on (SPEC KV2 rule 5e, :func:`~chunkproof.spec.kv_blocks.resume_grid`) and
+    ``connector`` the hit a KV connector offers (rule 5g,
+    :func:`~chunkproof.spec.kv_blocks.connector_hit`; 0: none)."""
 
     parts: list[Batch]
     part: np.ndarray
@@ -380,6 +382,7 @@ class RequestRows:
     start: np.ndarray
     end: np.ndarray
     grid: np.ndarray
+    connector: np.ndarray
 
     @classmethod
     def of(cls, configs: Sequence[Config]) -> RequestRows:
@@ -396,7 +399,8 @@ class RequestRows:
             start[rows], end[rows] = batch.start, batch.end
             parts.append(batch)
         grid = np.array([resume_grid(cfg) for cfg in configs], dtype=np.int64)
-        return cls(parts, part, local, start, end, grid)
+        connector = np.array([connector_hit(cfg) for cfg in configs], dtype=np.int64)
+        return cls(parts, part, local, start, end, grid, connector)
 
 
 @dataclass
@@ -670,14 +674,17 @@ class SchedulerStepModel:
         label, phase, c = (rows[:, 1 + j :: FIELDS] for j in range(3))
         request_rows = batch.rows(rows[:, 0], label)
         local = self._local_hits(batch, request_rows, c)
-        connector = self._each(batch, request_rows, connector_hit) > 0
+        connector = batch.requests.connector[request_rows] > 0
         counts: np.ndarray = np.where((phase == WAITING) & (c > 0), local + connector, 1)
         return counts
 
     def _local_hits(self, batch: SchedulerBatch, rows: np.ndarray, c: np.ndarray) -> np.ndarray:
         """How many local hits (rule 5e) the requests ``rows`` at c resume at: their resume
         grid's points from 0 to :func:`~chunkproof.spec.kv_blocks.resume_hit_top`."""
-        top = self._each(batch, rows, resume_hit_top, c)
+        top = np.stack(
+            [self._per_part(batch, rows[:, p], resume_hit_top, c[:, p]) for p in range(batch.k)],
+            axis=1,
+        )
         local: np.ndarray = top // batch.requests.grid[rows] + 1
         return local
 
@@ -695,27 +702,12 @@ class SchedulerStepModel:
         connector's hit x, with x external; every other request at c0 = x = 0 (past its
         admission)."""
         waiting = phase == WAITING
-        x = self._each(batch, rows, connector_hit)
-        connected = waiting & (x > 0) & (hits == self._local_hits(batch, rows, c))
+        x = batch.requests.connector[rows]
+        connected = waiting & (x > 0)
+        if connected.any():  # the connector's index follows the local hits'
+            connected &= hits == self._local_hits(batch, rows, c)
         start = np.where(waiting, np.where(connected, x, hits * batch.requests.grid[rows]), 0)
         return Admitted(start, np.where(connected, x, 0))
-
-    def _each(
-        self,
-        batch: SchedulerBatch,
-        rows: np.ndarray,
-        function: Callable[..., Any],
-        *args: np.ndarray,
-    ) -> np.ndarray:
-        """``function(cfg, *args)`` of the request at each position (lanes by positions, as
-        ``args``)."""
-        return np.stack(
-            [
-                self._per_part(batch, rows[:, p], function, *(a[:, p] for a in args))
-                for p in range(batch.k)
-            ],
-            axis=1,
-        )
 
     def stages(
         self,

@@ -398,3 +398,11 @@ def test_a_tail_at_the_prompts_end_is_no_chunk_start() -> None:
     before = at_end.replace(prompt=7)
     for copies in (copies_tail_v26, copies_tail_v31, copies_tail_v32):
         assert (copies(at_end), copies(before)) == (False, True), copies.__name__
+
+
+def test_the_scope_words_name_the_hits_from_0_23() -> None:
+    """P8's scope in words (:attr:`~chunkproof.spec.kv_blocks.PoolRules.scope_words`) names the
+    local hit an identical prompt left and a connector's external hit from 0.23, where the
+    rules admit them (KV2 rules 2d and 2e), and neither before."""
+    assert "external hit x = c0" in pool_rules("0.23.0").scope_words
+    assert "external hit" not in pool_rules("0.22.0").scope_words
